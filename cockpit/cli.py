@@ -1,0 +1,91 @@
+"""The ``cockpit`` command: argument parsing and printing, nothing else.
+
+Every failure a person can fix is a ``CockpitError`` and prints as one line; ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from cockpit import __version__
+from cockpit.errors import CockpitError
+from cockpit.resolve import SetupOverrides, build_setup
+
+
+def _add_setup_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)")
+    parser.add_argument("--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id")
+    parser.add_argument("--engine", choices=("vllm", "sglang"))
+    parser.add_argument("--gpus", type=int, metavar="N", help="number of GPUs on the box")
+    parser.add_argument("--gpu", metavar="TYPE", help="GPU type, e.g. rtx-pro-6000, h100, h200")
+    parser.add_argument("--gpu-mem", type=float, metavar="GIB", help="memory per GPU in GiB (overrides the type's)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cockpit",
+        description="Try parallelism layouts of an LLM on a multi-GPU box with vLLM or SGLang.",
+    )
+    parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    plan = commands.add_parser("plan", help="which layouts fit, what each GPU holds, and why a layout fails")
+    _add_setup_options(plan)
+    plan.add_argument(
+        "--layout", action="append", metavar="LAYOUT", help='a layout such as "tp4 ep2" (repeatable; default: all)'
+    )
+    plan.add_argument("--concurrency", metavar="C,C,...", help="concurrency levels for predicted tok/s")
+    plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "plan":
+            return cmd_plan(args)
+        parser.print_help()
+        return 0
+    except CockpitError as exc:
+        if args.debug:
+            raise
+        print(f"cockpit: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cockpit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _overrides(args: argparse.Namespace) -> SetupOverrides:
+    return SetupOverrides(
+        profile=args.profile,
+        model=args.model,
+        engine=args.engine,
+        gpus=args.gpus,
+        gpu=args.gpu,
+        gpu_mem=args.gpu_mem,
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from cockpit.planner import plan_all
+    from cockpit.report import plan_table
+
+    setup, profile = build_setup(_overrides(args))
+    verdicts = plan_all(setup, args.layout or None)
+    if args.json:
+        print(json.dumps([v.to_json() for v in verdicts], indent=2))
+    else:
+        print(f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  (profile {profile.name})")
+        print(plan_table(verdicts))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

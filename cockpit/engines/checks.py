@@ -1,0 +1,110 @@
+"""Startup checks both engines share, each with the text the engine raises.
+
+Texts come from reference/engines.md (vLLM ``fp8.py``/``fp8_utils.py``, ``config/model.py``;
+SGLang's copies of the same FP8 code raise the same words). Where the engine dies on a bare
+``assert``, the message is the bare ``AssertionError`` and ``detail`` says which one.
+"""
+
+from __future__ import annotations
+
+from cockpit.engines.base import Rule
+from cockpit.model import ATTN_SHARDED, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS, ModelArch
+
+
+def attention_rules(model: ModelArch, attn_tp: int, heads_message: str | None) -> list[Rule]:
+    """Query heads must split evenly; GQA KV heads must split or be replicated evenly."""
+    rules = []
+    if model.heads % attn_tp:
+        message = heads_message or "AssertionError"
+        rules.append(
+            Rule(
+                "attention-heads",
+                message.format(heads=model.heads, tp=attn_tp),
+                f"{model.heads} attention heads do not split over attention TP {attn_tp}",
+            )
+        )
+    if model.mla is None:
+        kv = model.kv_heads
+        bad = kv % attn_tp if kv >= attn_tp else attn_tp % kv
+        if bad:
+            rule = "kv_heads % tp == 0" if kv >= attn_tp else "tp % kv_heads == 0"
+            rules.append(
+                Rule(
+                    "kv-heads",
+                    "AssertionError",
+                    f"{kv} KV heads cannot be split or replicated evenly over TP {attn_tp} "
+                    f"(bare assert {rule} in the attention layer)",
+                )
+            )
+    return rules
+
+
+def moe_width_rules(model: ModelArch, moe_tp: int) -> list[Rule]:
+    """Each expert's intermediate width is split by MoE-TP; block-FP8 needs whole blocks."""
+    if model.moe is None or moe_tp <= 1 and not model.quant.block:
+        return []
+    width = model.moe.expert_intermediate
+    if width % moe_tp:
+        return [Rule("moe-width", "AssertionError", f"expert width {width} does not split over MoE-TP {moe_tp}")]
+    per_rank = width // moe_tp
+    block = model.quant.block
+    if not block or ROUTED_EXPERTS not in model.quant.blocked_classes:
+        return []
+    bn, bk = block
+    rules = []
+    if per_rank % bn:
+        rules.append(
+            Rule(
+                "fp8-block-gate-up",
+                f"ValueError: The output_size of gate's and up's weight = {per_rank} is not divisible by "
+                f"weight quantization block_n = {bn}.",
+                f"{width} / {moe_tp} = {per_rank} is not a multiple of the FP8 block {bn}",
+            )
+        )
+    if moe_tp > 1 and per_rank % bk:
+        rules.append(
+            Rule(
+                "fp8-block-down",
+                f"ValueError: The input_size of down's weight = {per_rank} is not divisible by "
+                f"weight quantization block_k = {bk}.",
+                f"{width} / {moe_tp} = {per_rank} is not a multiple of the FP8 block {bk}",
+            )
+        )
+    return rules
+
+
+def linear_block_rules(model: ModelArch, attn_tp: int, dense_tp: int) -> list[Rule]:
+    """Block-FP8 column/row-parallel linears: each shard must hold whole blocks."""
+    block = model.quant.block
+    if not block:
+        return []
+    bn, bk = block
+    blocked = model.quant.blocked_classes
+    shards: list[tuple[str, int, int, int]] = []  # (what, full width, tp, which: 0 out / 1 in)
+    if ATTN_SHARDED in blocked and attn_tp > 1:
+        v_dim = model.mla.v_head_dim if model.mla else model.head_dim
+        shards.append(("attention o_proj", model.heads * v_dim, attn_tp, 1))
+    if DENSE_MLP in blocked and model.dense_layers and dense_tp > 1:
+        shards.append(("dense MLP", model.dense_intermediate, dense_tp, 0))
+        shards.append(("dense MLP", model.dense_intermediate, dense_tp, 1))
+    if SHARED_EXPERTS in blocked and model.moe and model.moe.shared_intermediate and dense_tp > 1:
+        shards.append(("shared experts", model.moe.shared_intermediate, dense_tp, 0))
+        shards.append(("shared experts", model.moe.shared_intermediate, dense_tp, 1))
+    rules = []
+    for what, width, tp, is_input in shards:
+        part = width // tp
+        size = bk if is_input else bn
+        if width % tp == 0 and part % size == 0:
+            continue
+        if is_input:
+            text = f"ValueError: Weight input_size_per_partition = {part} is not divisible by weight quantization block_k = {bk}."
+        else:
+            text = f"ValueError: Weight output_partition_size = {part} is not divisible by weight quantization block_n = {bn}."
+        rules.append(
+            Rule(
+                "fp8-block-linear",
+                text,
+                f"{what}: {width} / {tp} = {part} is not a multiple of the FP8 block {size}",
+            )
+        )
+    return rules

@@ -1,0 +1,205 @@
+"""Parallelism layouts as people type them: `tp4 ep2`, `tp8 ep`, `pp8`, `tp8 dp8 dpa ep8`.
+
+A Layout records what was typed and nothing more. The same words mean different GPU
+counts in vLLM and SGLang (engines.md sections 0, 1.1 and 2.2), so the engine modules
+translate a Layout into flags; this module only parses, prints and lists candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass
+
+from cockpit.errors import CockpitError
+
+ENGINES = ("vllm", "sglang")
+
+_NAMES = ("tp", "pp", "dp", "ep", "dpa")
+_SIZED = ("tp", "pp", "dp")  # these need a number; ep may go without one, dpa never has one
+_EXAMPLES = "Layouts look like `tp4 ep2`, `tp8 ep`, `pp8`, `tp2 dp4 ep`."
+
+_DPA_ALIAS = re.compile(r"dp[-_ ]?attention")
+_NAME_THEN_NUMBER = re.compile(r"([a-z])\s*(?:=\s*|\s+)(?=\d)")  # `tp = 4`, `tp 4` -> `tp4`
+_SEPARATORS = re.compile(r"[\s+,/-]+")
+_TOKEN = re.compile(r"([a-z]+)=?(\d*)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the user typed, engine-neutral.
+
+    `ep` is the explicit EP size of `ep8`; a bare `ep` leaves it None and only sets
+    `expert_parallel`, because vLLM derives the EP size itself (tp x dp).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int | None = None
+    expert_parallel: bool = False
+    dpa: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "ep"):
+            size = getattr(self, name)
+            if size is None and name == "ep":
+                continue
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise CockpitError(
+                    f"{name} must be a whole number of 1 or more, got {size!r}: try `{name}4`."
+                )
+        if self.ep is not None and not self.expert_parallel:
+            # An EP size implies expert parallelism; normalise so equal layouts compare equal.
+            object.__setattr__(self, "expert_parallel", True)
+        if self.dpa and self.dp < 2:
+            raise CockpitError("dpa needs dp2 or more: try `tp8 dp8 dpa ep8`.")
+
+    @property
+    def gpus_product(self) -> int:
+        """tp x pp x dp; how many GPUs an engine really uses is the engine module's call."""
+        return self.tp * self.pp * self.dp
+
+    def with_(self, **changes: object) -> Layout:
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        parts = []
+        # Parsing defaults tp to the EP size (`ep8` means tp8 ep8), so print tp whenever it
+        # differs from that default, and always when it is above 1, for readability.
+        default_tp = self.ep if self.ep is not None else 1
+        if self.tp != 1 or self.tp != default_tp:
+            parts.append(f"tp{self.tp}")
+        if self.pp != 1:
+            parts.append(f"pp{self.pp}")
+        if self.dp != 1:
+            parts.append(f"dp{self.dp}")
+        if self.dpa:
+            parts.append("dpa")
+        if self.expert_parallel:
+            parts.append("ep" if self.ep is None else f"ep{self.ep}")
+        return " ".join(parts) or "tp1"
+
+
+def parse_layout(text: str) -> Layout:
+    """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout."""
+    shown = text.strip()
+    lowered = _DPA_ALIAS.sub("dpa", shown.lower())
+    tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]
+    if not tokens:
+        raise CockpitError(
+            "empty layout: type one like `tp4 ep2`, `tp8 ep`, `pp8` or `tp2 dp4 ep`."
+        )
+
+    sizes: dict[str, int | None] = {}
+    for token in tokens:
+        match = _TOKEN.fullmatch(token)
+        if match is None or match[1] not in _NAMES:
+            raise CockpitError(_unknown_token(token, shown))
+        name, digits = match[1], match[2]
+        if name in sizes:
+            raise CockpitError(
+                f"'{name}' is given twice in '{shown}': give each of tp, pp, dp, ep and dpa "
+                "at most once, like `tp4 ep2`."
+            )
+        if name == "dpa" and digits:
+            raise CockpitError(
+                f"'{token}' in '{shown}': dpa takes no size; put it next to a dp size, "
+                "like `tp8 dp8 dpa ep8`."
+            )
+        if name in _SIZED and not digits:
+            raise CockpitError(f"'{name}' needs a size in '{shown}': write it like `{name}4`.")
+        if digits and int(digits) < 1:
+            raise CockpitError(
+                f"'{token}' in '{shown}' is not a size: sizes are 1 or more, like `{name}4`."
+            )
+        sizes[name] = int(digits) if digits else None
+
+    ep = sizes.get("ep")
+    tp = sizes.get("tp") or ep or 1  # `ep8` alone: EP lives inside the TP group
+    return Layout(
+        tp=tp,
+        pp=sizes.get("pp") or 1,
+        dp=sizes.get("dp") or 1,
+        ep=ep,
+        expert_parallel="ep" in sizes,
+        dpa="dpa" in sizes,
+    )
+
+
+def _unknown_token(token: str, shown: str) -> str:
+    letters = "".join(c for c in token if c.isalpha())
+    digits = "".join(c for c in token if c.isdigit())
+    close = difflib.get_close_matches(letters, _NAMES, n=1, cutoff=0.5) if letters else []
+    if close:
+        guess = close[0] if close[0] == "dpa" else close[0] + digits
+        return f"unknown token '{token}' in '{shown}': did you mean '{guess}'? {_EXAMPLES}"
+    return f"unknown token '{token}' in '{shown}'. {_EXAMPLES}"
+
+
+def enumerate_layouts(n_gpus: int, *, moe: bool, engine: str) -> list[Layout]:
+    """What an engine can be asked to run on a box of n_gpus, fit or not.
+
+    The list is meant to be short enough to read: GPU totals that are powers of two (or
+    the whole box), plus every `tpK` so that odd sizes like tp6 can be shown failing.
+    Whether a layout fits or starts is decided elsewhere.
+    """
+    engine = _check_engine(engine)
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise CockpitError(f"the box needs 1 GPU or more, got {n_gpus!r}: give a GPU count like 8.")
+    totals = [p for p in range(1, n_gpus + 1) if p == n_gpus or p & (p - 1) == 0]
+    single_tp = [Layout(tp=k) for k in range(1, n_gpus + 1)]
+
+    if engine == "vllm":
+        # GPUs = tp x pp x dp; vLLM has no EP size, only the switch (EP = tp x dp).
+        layouts = [Layout(tp, pp, dp) for p in totals for tp, pp, dp in _splits(p, 3)]
+        layouts += single_tp
+        if moe:
+            layouts += [x.with_(expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
+    else:
+        # GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp.
+        grid = [Layout(tp, pp) for p in totals for tp, pp in _splits(p, 2)] + single_tp
+        replicas = [Layout(tp=tp, dp=dp) for p in totals for tp, dp in _splits(p, 2) if dp > 1]
+        dp_attention = [
+            Layout(tp=t, dp=d, dpa=True) for t in totals for d in _divisors(t) if d > 1
+        ]
+        layouts = grid + replicas + dp_attention
+        if moe:
+            layouts += [
+                x.with_(ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1
+            ]
+            layouts += [x.with_(ep=x.tp) for x in dp_attention]
+
+    unique = dict.fromkeys(layouts)
+    return sorted(
+        unique,
+        key=lambda x: (
+            -_gpus_used(x, engine), -x.tp, x.pp, x.dp, x.dpa, x.expert_parallel, x.ep or 0
+        ),
+    )
+
+
+def _check_engine(engine: str) -> str:
+    name = str(engine).strip().lower()
+    if name not in ENGINES:
+        raise CockpitError(f"unknown engine '{engine}': use vllm or sglang.")
+    return name
+
+
+def _gpus_used(layout: Layout, engine: str) -> int:
+    """Only for ordering the list; the engine modules own the real translation."""
+    if engine == "sglang" and layout.dpa:
+        return layout.tp * layout.pp  # DP attention splits the TP group, adds no GPUs
+    return layout.gpus_product
+
+
+def _splits(total: int, parts: int) -> list[tuple[int, ...]]:
+    """Every ordered way to write total as a product of `parts` whole numbers."""
+    if parts == 1:
+        return [(total,)]
+    return [(d, *rest) for d in _divisors(total) for rest in _splits(total // d, parts - 1)]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

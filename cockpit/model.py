@@ -1,0 +1,625 @@
+"""Model architecture: what the planner needs from a model's config.json.
+
+A config is found as a file, a model directory, a repo id in the local Hugging Face cache,
+or a bundled architecture in ``layouts/models/`` (so a laptop can plan a 1T-parameter model).
+Each family spells its MoE facts differently; ``read_config`` normalises them into one
+``ModelArch`` with parameter counts and bytes per *tensor class*, the unit in which the engines
+shard weights (see reference/perfmodel.md section 3.1).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from cockpit.errors import CockpitError
+
+# Tensor classes: each is sharded its own way by the engines.
+ATTN_SHARDED = "attn_sharded"  # q/k/v/o (GQA), MLA q_b/kv_b/o: split over attention TP
+ATTN_REPLICATED = "attn_replicated"  # MLA q_a and kv_a projections: every attention rank
+DENSE_MLP = "dense_mlp"  # MLP of dense layers: split over TP
+SHARED_EXPERTS = "shared_experts"  # always-on experts: split over TP
+ROUTED_EXPERTS = "routed_experts"  # split by EP (whole experts) and MoE-TP (slices)
+ROUTER = "router"  # gate (+ correction bias): replicated, never quantized
+NORMS = "norms"  # replicated, tiny
+EMBEDDING = "embedding"  # vocab-parallel over TP
+LM_HEAD = "lm_head"  # vocab-parallel over TP
+
+TENSOR_CLASSES = (
+    ATTN_SHARDED,
+    ATTN_REPLICATED,
+    DENSE_MLP,
+    SHARED_EXPERTS,
+    ROUTED_EXPERTS,
+    ROUTER,
+    NORMS,
+    EMBEDDING,
+    LM_HEAD,
+)
+# Classes made of Linear layers, so a checkpoint's quantization can apply to them.
+# lm_head is a vocab-parallel embedding in both engines and stays in the model dtype.
+_LINEAR_CLASSES = (ATTN_SHARDED, ATTN_REPLICATED, DENSE_MLP, SHARED_EXPERTS, ROUTED_EXPERTS)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How weights are stored: bytes per parameter for each tensor class."""
+
+    method: str  # bf16, fp16, fp32, fp8-block, fp8, int4, nvfp4, mxfp4
+    label: str  # one line for people: "FP8 block 128x128"
+    bytes_by_class: Mapping[str, float]
+    block: tuple[int, int] | None = None  # (block_n, block_k) of block-FP8 checkpoints
+    group_size: int | None = None
+    # Classes whose Linear layers use the block format (block rules apply to them).
+    blocked_classes: frozenset[str] = frozenset()
+
+    def bytes_per_param(self, cls: str) -> float:
+        return self.bytes_by_class[cls]
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class MoeDims:
+    experts: int
+    experts_per_token: int
+    expert_intermediate: int  # width of one routed expert
+    moe_layers: int
+    shared_experts: int = 0
+    shared_intermediate: int = 0  # total width of the shared expert(s) in one layer
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """A model as the planner sees it. Counts are parameters, bytes follow the quantization."""
+
+    name: str
+    source: str  # the config.json this came from
+    family: str
+    architecture: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+    max_context: int
+    dense_intermediate: int
+    dense_layers: int
+    quant: Quantization
+    mla: MlaDims | None = None
+    moe: MoeDims | None = None
+    params: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.params.values())
+
+    def class_bytes(self, cls: str) -> float:
+        return self.params.get(cls, 0) * self.quant.bytes_per_param(cls)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.class_bytes(c) for c in TENSOR_CLASSES)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token touches: everything but the routed experts it skips."""
+        total = self.total_params
+        if self.moe is None:
+            return total
+        routed = self.params.get(ROUTED_EXPERTS, 0)
+        return int(total - routed + routed * self.moe.experts_per_token / self.moe.experts)
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float, attn_tp: int = 1, layers: int | None = None) -> float:
+        """KV cache bytes per token on one attention rank.
+
+        GQA shards KV heads over attention TP (down to one head, then replicated); MLA keeps one
+        latent per token on every attention rank (perfmodel.md 3.2).
+        """
+        n_layers = self.layers if layers is None else layers
+        if self.mla is not None:
+            return n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * kv_dtype_bytes
+        heads_per_rank = max(1, -(-self.kv_heads // attn_tp))
+        return n_layers * 2 * heads_per_rank * self.head_dim * kv_dtype_bytes
+
+    def __str__(self) -> str:
+        size = self.total_params / 1e9
+        moe = ""
+        if self.moe:
+            moe = f", {self.moe.experts} experts top-{self.moe.experts_per_token}"
+        return f"{self.name} ({self.family}, {size:,.1f}B params{moe}, {self.quant.label})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding a config.json
+
+_BUNDLED_DIR = Path(__file__).resolve().parent / "layouts" / "models"
+# Repo ids whose names differ from the bundled file's stem.
+_BUNDLED_ALIASES = {
+    "moonshotai/kimi-k2.5": "kimi-k2.6",
+    "moonshotai/kimi-k2-thinking": "kimi-k2.6",
+    "minimaxai/minimax-m2": "minimax-m2.5",
+    "minimaxai/minimax-m2.1": "minimax-m2.5",
+    "meta-llama/meta-llama-3.1-70b": "llama-3.1-70b",
+    "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b",
+    "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b-v0.1",
+}
+
+
+def bundled_dir() -> Path:
+    """Where bundled architectures live (``layouts/models`` of the installed package)."""
+    try:
+        import cockpit.layouts as layouts_pkg  # mapped onto the project's layouts/ folder
+
+        return Path(layouts_pkg.__file__).resolve().parent / "models"
+    except ImportError:  # pragma: no cover - running from an odd layout
+        return _BUNDLED_DIR
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in bundled_dir().glob("*.json"))
+
+
+def hf_cache_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The hub cache folders Hugging Face itself would use, most specific first."""
+    env = os.environ if env is None else env
+    dirs = []
+    if env.get("HF_HUB_CACHE"):
+        dirs.append(Path(env["HF_HUB_CACHE"]))
+    if env.get("HF_HOME"):
+        dirs.append(Path(env["HF_HOME"]) / "hub")
+    dirs.append(Path(env.get("HOME", str(Path.home()))) / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def _from_hf_cache(repo_id: str, env: Mapping[str, str] | None) -> Path | None:
+    folder = "models--" + repo_id.replace("/", "--")
+    for cache in hf_cache_dirs(env):
+        repo = cache / folder
+        if not repo.is_dir():
+            continue
+        main_ref = repo / "refs" / "main"
+        if main_ref.is_file():
+            config = repo / "snapshots" / main_ref.read_text().strip() / "config.json"
+            if config.is_file():
+                return config
+        configs = sorted(repo.glob("snapshots/*/config.json"), key=lambda p: p.stat().st_mtime)
+        if configs:
+            return configs[-1]
+    return None
+
+
+def _from_bundle(spec: str) -> Path | None:
+    key = spec.strip().lower()
+    stem = _BUNDLED_ALIASES.get(key, key.rsplit("/", 1)[-1])
+    path = bundled_dir() / f"{stem}.json"
+    return path if path.is_file() else None
+
+
+def find_config(spec: str, env: Mapping[str, str] | None = None) -> Path:
+    """Resolve what the user gave (file, folder, repo id, bundled name) to a config.json."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise CockpitError(f"model folder {path} has no config.json: point --model at the folder that holds it")
+        return config
+    if path.is_file():
+        return path
+    if re.fullmatch(r"[\w.\-]+/[\w.\-]+", spec.strip()):
+        cached = _from_hf_cache(spec.strip(), env)
+        if cached is not None:
+            return cached
+    bundled = _from_bundle(spec)
+    if bundled is not None:
+        return bundled
+    raise CockpitError(
+        f"model '{spec}' not found: give a config.json, a model folder, a repo id in the Hugging Face "
+        f"cache, or a bundled architecture ({', '.join(bundled_names())})"
+    )
+
+
+def load_model(spec: str, env: Mapping[str, str] | None = None) -> ModelArch:
+    """Find and read a model's architecture; every failure is one CockpitError line."""
+    config_path = find_config(spec, env)
+    # A repo id names the model best; a path or bundled name names it by its file or folder.
+    name = spec if "/" in spec and not Path(spec).expanduser().exists() else None
+    return read_config(config_path, name=name)
+
+
+def read_config(path: Path | str, name: str | None = None) -> ModelArch:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CockpitError(f"cannot read {path}: {exc.strerror}: check the path") from exc
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CockpitError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): fix it or point --model at another config.json"
+        ) from exc
+    if not isinstance(config, dict):
+        raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    return parse_config(config, source=str(path), name=name or default_name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalising the families
+
+
+class _Config:
+    """A config dict that names the key and the file when a required key is missing."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, family: str):
+        self.data, self.source, self.family = data, source, family
+
+    def req(self, *keys: str) -> Any:
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.data[key]
+        raise CockpitError(
+            f"{self.source} has no '{keys[0]}' (needed for a {self.family} model): is this the model's config.json?"
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.data.get(key)
+        return default if value is None else value
+
+
+# model_type -> family. Anything else is refused rather than guessed to be dense.
+_FAMILIES = {
+    "deepseek_v3": "deepseek-v3",
+    "deepseek_v2": "deepseek-v3",
+    "kimi_k2": "deepseek-v3",
+    "kimi_k25": "deepseek-v3",
+    "qwen3_moe": "qwen3-moe",
+    "qwen2_moe": "qwen3-moe",
+    "qwen2": "dense",
+    "qwen3": "dense",
+    "llama": "dense",
+    "mistral": "dense",
+    "mixtral": "mixtral",
+    "minimax_m2": "minimax-m2",
+    "glm4_moe": "glm4-moe",
+    "gpt_oss": "gpt-oss",
+}
+
+
+def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "model") -> ModelArch:
+    model_type = raw.get("model_type")
+    quant_raw = raw.get("quantization_config")
+    text = raw
+    # Multimodal wrappers (Kimi-K2.5/K2.6) nest the language model under text_config.
+    if isinstance(raw.get("text_config"), dict) and raw["text_config"].get("model_type"):
+        text = raw["text_config"]
+        quant_raw = quant_raw or text.get("quantization_config")
+        model_type = text["model_type"]
+    family = _FAMILIES.get(str(model_type))
+    if family is None:
+        known = ", ".join(sorted(set(_FAMILIES)))
+        raise CockpitError(
+            f"{source}: model_type '{model_type}' is not a family cockpit knows ({known}); it will not guess: "
+            "plan with a supported model"
+        )
+    cfg = _Config(text, source, family)
+    arch = (text.get("architectures") or raw.get("architectures") or ["?"])[0]
+    dtype_bytes = _dtype_bytes(text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype"))
+
+    layers = int(cfg.req("num_hidden_layers"))
+    hidden = int(cfg.req("hidden_size"))
+    heads = int(cfg.req("num_attention_heads"))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    head_dim = int(cfg.get("head_dim", hidden // heads))
+    vocab = int(cfg.req("vocab_size"))
+    tied = bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
+    max_context = int(cfg.get("max_position_embeddings", 0) or 4096)
+
+    mla = _mla_dims(cfg) if family == "deepseek-v3" else None
+    moe, dense_layers, dense_intermediate = _moe_dims(cfg, family, layers)
+
+    params = _count_params(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        tied=tied,
+        mla=mla,
+        moe=moe,
+        dense_layers=dense_layers,
+        dense_intermediate=dense_intermediate,
+        attention_bias=bool(cfg.get("attention_bias", family == "dense" and model_type == "qwen2")),
+        expert_bias=family == "gpt-oss",
+    )
+    quant = read_quantization(quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0))
+    return ModelArch(
+        name=name,
+        source=source,
+        family=family,
+        architecture=arch,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=1 if mla else kv_heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        tied_embeddings=tied,
+        max_context=max_context,
+        dense_intermediate=dense_intermediate,
+        dense_layers=dense_layers,
+        quant=quant,
+        mla=mla,
+        moe=moe,
+        params=params,
+    )
+
+
+def _dtype_bytes(dtype: Any) -> int:
+    return 4 if str(dtype) in ("float32", "torch.float32") else 2
+
+
+def _mla_dims(cfg: _Config) -> MlaDims:
+    q_lora = cfg.get("q_lora_rank")
+    return MlaDims(
+        q_lora_rank=int(q_lora) if q_lora else None,
+        kv_lora_rank=int(cfg.req("kv_lora_rank")),
+        qk_nope_head_dim=int(cfg.req("qk_nope_head_dim")),
+        qk_rope_head_dim=int(cfg.req("qk_rope_head_dim")),
+        v_head_dim=int(cfg.req("v_head_dim")),
+    )
+
+
+def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, int, int]:
+    """(MoE dims, number of dense-MLP layers, dense MLP width) for each family."""
+    if family == "dense":
+        return None, layers, int(cfg.req("intermediate_size"))
+    if family in ("deepseek-v3", "glm4-moe"):
+        first_dense = int(cfg.get("first_k_dense_replace", 0))
+        freq = int(cfg.get("moe_layer_freq", 1))
+        moe_layers = len([i for i in range(first_dense, layers) if i % freq == 0])
+        expert = int(cfg.req("moe_intermediate_size"))
+        shared = int(cfg.get("n_shared_experts", 0))
+        return (
+            MoeDims(
+                experts=int(cfg.req("n_routed_experts")),
+                experts_per_token=int(cfg.req("num_experts_per_tok")),
+                expert_intermediate=expert,
+                moe_layers=moe_layers,
+                shared_experts=shared,
+                shared_intermediate=shared * expert,
+            ),
+            layers - moe_layers,
+            int(cfg.get("intermediate_size", 0)),
+        )
+    if family == "qwen3-moe":
+        dense_only = set(cfg.get("mlp_only_layers", []))
+        step = int(cfg.get("decoder_sparse_step", 1)) or 1
+        moe_layers = len([i for i in range(layers) if i not in dense_only and (i + 1) % step == 0])
+        shared_width = int(cfg.get("shared_expert_intermediate_size", 0))
+        return (
+            MoeDims(
+                experts=int(cfg.req("num_experts")),
+                experts_per_token=int(cfg.req("num_experts_per_tok")),
+                expert_intermediate=int(cfg.req("moe_intermediate_size")),
+                moe_layers=moe_layers,
+                shared_experts=1 if shared_width else 0,
+                shared_intermediate=shared_width,
+            ),
+            layers - moe_layers,
+            int(cfg.get("intermediate_size", 0)),
+        )
+    if family in ("mixtral", "minimax-m2", "gpt-oss"):
+        # MiniMax-M2 keeps the per-expert width in intermediate_size; experts in num_local_experts.
+        width = cfg.get("moe_intermediate_size") if family == "minimax-m2" else None
+        shared_width = int(cfg.get("shared_intermediate_size", 0))
+        return (
+            MoeDims(
+                experts=int(cfg.req("num_local_experts")),
+                experts_per_token=int(cfg.req("num_experts_per_tok", "experts_per_token")),
+                expert_intermediate=int(width or cfg.req("intermediate_size")),
+                moe_layers=layers,
+                shared_experts=1 if shared_width else 0,
+                shared_intermediate=shared_width,
+            ),
+            0,
+            0,
+        )
+    raise AssertionError(family)  # every family in _FAMILIES is handled above
+
+
+def _count_params(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    vocab: int,
+    tied: bool,
+    mla: MlaDims | None,
+    moe: MoeDims | None,
+    dense_layers: int,
+    dense_intermediate: int,
+    attention_bias: bool,
+    expert_bias: bool,
+) -> dict[str, int]:
+    h = hidden
+    if mla is not None:
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            q_repl = h * mla.q_lora_rank
+            q_shard = mla.q_lora_rank * heads * qk_head
+            extra_norms = mla.q_lora_rank
+        else:
+            q_repl, q_shard, extra_norms = 0, h * heads * qk_head, 0
+        kv_repl = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        kv_shard = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        o = heads * mla.v_head_dim * h
+        attn_shard = q_shard + kv_shard + o
+        attn_repl = q_repl + kv_repl
+        norms_per_layer = 2 * h + extra_norms + mla.kv_lora_rank
+    else:
+        q = h * heads * head_dim
+        kv = 2 * h * kv_heads * head_dim
+        o = heads * head_dim * h
+        bias = (heads + 2 * kv_heads) * head_dim + h if attention_bias else 0
+        attn_shard, attn_repl = q + kv + o + bias, 0
+        norms_per_layer = 2 * h + 2 * head_dim
+    params = {cls: 0 for cls in TENSOR_CLASSES}
+    params[ATTN_SHARDED] = layers * attn_shard
+    params[ATTN_REPLICATED] = layers * attn_repl
+    params[NORMS] = layers * norms_per_layer + h
+    params[DENSE_MLP] = dense_layers * 3 * h * dense_intermediate
+    params[EMBEDDING] = vocab * h
+    params[LM_HEAD] = 0 if tied else vocab * h
+    if moe is not None:
+        per_expert = 3 * h * moe.expert_intermediate
+        if expert_bias:
+            per_expert += 2 * moe.expert_intermediate + h
+        params[ROUTED_EXPERTS] = moe.moe_layers * moe.experts * per_expert
+        params[SHARED_EXPERTS] = moe.moe_layers * 3 * h * moe.shared_intermediate
+        params[ROUTER] = moe.moe_layers * (moe.experts * h + moe.experts)
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization
+
+
+def _uniform(value: float) -> dict[str, float]:
+    return {cls: float(value) for cls in TENSOR_CLASSES}
+
+
+def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", first_moe_layer: int = 1) -> Quantization:
+    """Bytes per parameter per tensor class, from a checkpoint's quantization_config."""
+    base = _uniform(dtype_bytes)
+    plain = {2: "BF16", 4: "FP32"}[dtype_bytes]
+    if not raw:
+        return Quantization(method=plain.lower(), label=plain, bytes_by_class=base)
+    if not isinstance(raw, dict):
+        raise CockpitError(f"{source}: quantization_config is not an object: fix the config.json")
+    method = str(raw.get("quant_method", "")).lower()
+    if method == "fp8":
+        skip = [str(m) for m in raw.get("modules_to_not_convert") or []]
+        kept = _ignored_classes(skip, first_moe_layer, globs=True)
+        kept |= {ROUTER}
+        block = raw.get("weight_block_size")
+        if block:
+            bn, bk = int(block[0]), int(block[1])
+            per = 1.0 + 4.0 / (bn * bk)
+            quantized = set(_LINEAR_CLASSES) - kept
+            values = {**base, **{c: per for c in quantized}}
+            return Quantization(
+                "fp8-block", f"FP8 block {bn}x{bk}", values, block=(bn, bk), blocked_classes=frozenset(quantized)
+            )
+        quantized = set(_LINEAR_CLASSES) - kept
+        return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
+    if method == "mxfp4":
+        # gpt-oss: only the routed experts are MXFP4 (4-bit values, one e8m0 scale per 32).
+        values = dict(base)
+        values[ROUTED_EXPERTS] = 0.5 + 1 / 32
+        return Quantization("mxfp4", "MXFP4 experts", values, group_size=32)
+    if method == "compressed-tensors":
+        return _compressed_tensors(raw, base, source, first_moe_layer)
+    if method == "modelopt":
+        algo = str(raw.get("quant_algo", "")).upper()
+        skip = [str(m) for m in raw.get("exclude_modules") or raw.get("ignore") or []]
+        kept = _ignored_classes(skip, first_moe_layer, globs=True) | {ROUTER}
+        quantized = set(_LINEAR_CLASSES) - kept
+        if algo == "NVFP4":
+            group = int(raw.get("group_size", 16))
+            return Quantization("nvfp4", "NVFP4", {**base, **{c: 0.5 + 1 / group for c in quantized}}, group_size=group)
+        if algo == "FP8":
+            return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
+    raise CockpitError(
+        f"{source}: quantization '{raw.get('quant_method')}' {raw.get('quant_algo', '')} is not one cockpit can size; "
+        "supported: fp8 (block or not), compressed-tensors int4/fp8/nvfp4, mxfp4, modelopt nvfp4"
+    )
+
+
+def _compressed_tensors(raw: Mapping[str, Any], base: dict[str, float], source: str, first_moe_layer: int) -> Quantization:
+    groups = raw.get("config_groups") or {}
+    weights = None
+    for group in groups.values():
+        if isinstance(group, dict) and group.get("weights"):
+            weights = group["weights"]
+            break
+    if weights is None:
+        raise CockpitError(f"{source}: compressed-tensors config has no config_groups weights: cannot size it")
+    bits = int(weights.get("num_bits", 16))
+    kind = str(weights.get("type", "int"))
+    group_size = weights.get("group_size")
+    kept = _ignored_classes([str(m) for m in raw.get("ignore") or []], first_moe_layer, globs=True) | {ROUTER}
+    quantized = set(_LINEAR_CLASSES) - kept
+    if bits == 4 and kind == "float":
+        group = int(group_size or 16)
+        per, method, label = 0.5 + 1 / group, "nvfp4", "NVFP4"
+    elif bits == 4:
+        group = int(group_size or 128)
+        scale = 2  # bf16 scales per group (pack-quantized), symmetric: no zero points
+        if not weights.get("symmetric", True):
+            scale += 0.5
+        per, method, label = 0.5 + scale / group, "int4", f"INT4 g{group}"
+    elif bits == 8 and kind == "float":
+        per, method, label, group = 1.0, "fp8", "FP8 (compressed-tensors)", None
+    elif bits == 8:
+        per, method, label, group = 1.0, "int8", "INT8", None
+    else:
+        raise CockpitError(f"{source}: compressed-tensors with {bits}-bit {kind} weights is not supported")
+    if ROUTED_EXPERTS in quantized and quantized != set(_LINEAR_CLASSES) - {ROUTER}:
+        label += " experts"
+    return Quantization(method, label, {**base, **{c: per for c in quantized}}, group_size=group)
+
+
+def _ignored_classes(patterns: list[str], first_moe_layer: int, globs: bool) -> set[str]:
+    """Which tensor classes an ignore list keeps unquantized.
+
+    Ignore lists name modules (exact, glob, or ``re:`` regex) per layer; we test one
+    representative module of each class in the first MoE layer (and layer 0 for dense MLP).
+    """
+    layer = first_moe_layer
+    examples = {
+        ATTN_SHARDED: [f"model.layers.{layer}.self_attn.o_proj", f"model.layers.{layer}.self_attn.q_b_proj"],
+        ATTN_REPLICATED: [f"model.layers.{layer}.self_attn.kv_a_proj_with_mqa"],
+        DENSE_MLP: ["model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"],
+        SHARED_EXPERTS: [f"model.layers.{layer}.mlp.shared_experts.gate_proj", f"model.layers.{layer}.mlp.shared_expert.gate_proj"],
+        ROUTED_EXPERTS: [f"model.layers.{layer}.mlp.experts.0.gate_proj", f"model.layers.{layer}.block_sparse_moe.experts.0.w1"],
+    }
+    kept = set()
+    for cls, names in examples.items():
+        candidates = names + [f"language_model.{n}" for n in names]
+        if any(_module_matches(p, n) for p in patterns for n in candidates):
+            kept.add(cls)
+    return kept
+
+
+def _module_matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], name) is not None
+    if pattern == name or name.startswith(pattern + "."):
+        return True
+    if "*" in pattern or "?" in pattern:
+        return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
+    # Short names ("gate", "lm_head", "self_attn") match any module path component.
+    return "." not in pattern and pattern in name.split(".")

@@ -1,0 +1,1 @@
+"""Profiles (*.yaml) and bundled architectures (models/*.json), shipped with the package."""

@@ -1,0 +1,51 @@
+"""Shared fixtures: the seed box, the bundled models, and a clean user environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cockpit.engines import get_engine
+from cockpit.hardware import hardware
+from cockpit.model import load_model
+from cockpit.planner import Setup
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MODELS = FIXTURES / "models"
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path, monkeypatch):
+    """Keep tests away from the real user's config, data, state and HF cache folders."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def seed_box():
+    return hardware("rtx-pro-6000", 8)
+
+
+@pytest.fixture(scope="session")
+def minimax():
+    return load_model("MiniMaxAI/MiniMax-M2.5", env={})
+
+
+@pytest.fixture(scope="session")
+def kimi():
+    return load_model("moonshotai/Kimi-K2.6", env={})
+
+
+@pytest.fixture(scope="session")
+def minimax_vllm(minimax, seed_box):
+    return Setup(minimax, seed_box, get_engine("vllm"), model_path="MiniMaxAI/MiniMax-M2.5")
+
+
+@pytest.fixture(scope="session")
+def kimi_sglang(kimi, seed_box):
+    return Setup(kimi, seed_box, get_engine("sglang"), model_path="moonshotai/Kimi-K2.6")

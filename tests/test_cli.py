@@ -1,0 +1,83 @@
+"""`cockpit plan` as a person runs it: the installed command, real output, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cockpit.cli import main
+
+
+def run_cockpit(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_plan_table_for_the_minimax_profile():
+    result = run_cockpit("plan", "--profile", "minimax-m2.5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "MiniMax-M2.5" in lines[0] and "8 x RTX PRO 6000" in lines[0]
+    rows = {line.split("  ")[0].strip(): line for line in lines[3:]}
+    assert "✓ fits" in rows["tp8 ep"] and "✓ fits" in rows["tp4"]
+    assert "✗ fails" in rows["tp8"] and "block_n = 128" in rows["tp8"]
+    assert "✗ fails" in rows["tp6"] and "KV heads" in rows["tp6"]
+    assert "CUDA OOM at load" in rows["tp2 ep"]
+    first_fail = next(i for i, line in enumerate(lines) if "✗ fails" in line)
+    assert all("✗ fails" in line for line in lines[first_fail:])
+
+
+def test_plan_json_for_chosen_layouts():
+    result = run_cockpit("plan", "--profile", "kimi-k2.6", "--layout", "tp4 ep2", "--layout", "tp8", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    by_layout = {row["layout"]: row for row in data}
+    assert by_layout["tp8"]["verdict"] == "fits" and by_layout["tp8"]["gpus_used"] == 8
+    bad = by_layout["tp4 ep2"]
+    assert bad["verdict"] == "fails" and bad["gpus_used"] == 4
+    assert bad["reasons"][0]["rule"] == "oom-at-load"
+    assert bad["argv"][:3] == ["python", "-m", "sglang.launch_server"]
+    assert bad["weights_gib_per_gpu"] > 130 and isinstance(bad["kv_tokens"], int)
+
+
+def test_plan_with_a_model_and_box_on_the_command_line(capsys):
+    assert main(["plan", "--model", "qwen3-30b-a3b-fp8", "--gpus", "2", "--gpu", "h100", "--layout", "tp2"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen3-30b-a3b-fp8" in out and "2 x H100" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan", "--layout", "tq4"], "did you mean 'tp4'"),
+        (["plan", "--model", "nobody/Nothing"], "model 'nobody/Nothing' not found"),
+        (["plan", "--profile", "nope"], "no profile named 'nope'"),
+        (["plan", "--gpu", "voodoo5"], "unknown GPU type"),
+    ],
+)
+def test_errors_are_one_line_with_exit_2(capsys, args, message):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cockpit: ") and message in err and "\n" not in err
+
+
+def test_debug_shows_the_traceback():
+    from cockpit.errors import CockpitError
+
+    with pytest.raises(CockpitError):
+        main(["--debug", "plan", "--layout", "tq4"])
+
+
+def test_installed_console_script_runs():
+    import shutil
+
+    exe = shutil.which("cockpit", path=os.path.dirname(sys.executable))
+    assert exe, "the cockpit console script is installed beside the interpreter"
+    result = subprocess.run([exe, "plan", "--layout", "tp4", "--json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and json.loads(result.stdout)[0]["layout"] == "tp4"

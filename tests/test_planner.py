@@ -1,0 +1,278 @@
+"""The preflight planner against the seed stories, and every startup rule it knows."""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.engines import get_engine, parse_server_args
+from cockpit.engines.base import stage_layers
+from cockpit.errors import CockpitError
+from cockpit.hardware import hardware
+from cockpit.model import load_model, read_config
+from cockpit.planner import FAILS, FITS, TIGHT, Setup, nearest_fitting, plan_all, plan_layout
+
+from conftest import MODELS
+
+
+def reason(verdict, rule):
+    return next(r for r in verdict.reasons if r.rule == rule)
+
+
+# --- The MiniMax-M2.5 story (vLLM, 8 x RTX PRO 6000) -----------------------------------------
+
+
+def test_minimax_tp8_fails_on_the_fp8_block(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp8")
+    assert v.verdict == FAILS
+    assert reason(v, "fp8-block-gate-up").message == (
+        "ValueError: The output_size of gate's and up's weight = 192 is not divisible by "
+        "weight quantization block_n = 128."
+    )
+
+
+def test_minimax_tp6_fails_on_the_kv_heads(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp6")
+    assert v.verdict == FAILS
+    kv = reason(v, "kv-heads")
+    assert kv.message == "AssertionError" and "8 KV heads" in kv.detail and "TP 6" in kv.detail
+    # 48 heads split by 6 and 1536 / 6 = 256 are fine: the KV heads are the only reason.
+    assert [r.rule for r in v.reasons] == ["kv-heads"]
+
+
+def test_minimax_tp4_fits_on_four_gpus(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp4")
+    assert v.verdict == FITS and v.gpus_used == 4 and v.placement.gpus_idle == 4
+    assert v.memory.weights_gib == pytest.approx(53.7, rel=0.03)
+
+
+def test_minimax_tp2_ep_fails_as_an_oom_at_load(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp2 ep")
+    assert v.verdict == FAILS and v.gpus_used == 2
+    oom = reason(v, "oom-at-load")
+    assert v.memory.weights_gib * 2**30 / 1e9 == pytest.approx(115, rel=0.03)  # "about 115 GB"
+    assert oom.message.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ")
+    assert "has a total capacity of 94.97 GiB of which" in oom.message
+
+
+def test_minimax_tp8_ep_fits_with_whole_experts(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp8 ep")
+    assert v.verdict == FITS and v.gpus_used == 8
+    assert v.placement.moe_ep == 8 and v.placement.moe_tp == 1 and v.placement.experts_per_gpu == 32
+    assert v.memory.weights_gib == pytest.approx(26.9, rel=0.03)
+    assert "--enable-expert-parallel" in v.argv
+    # perfmodel.md 3.4: ~1.9 M KV tokens (community report 1.7 M).
+    assert 1.5e6 < v.memory.kv_tokens < 2.1e6
+
+
+def test_vllm_argv_is_the_real_command(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp4 dp2 ep")
+    assert list(v.argv) == [
+        "vllm", "serve", "MiniMaxAI/MiniMax-M2.5",
+        "--tensor-parallel-size", "4", "--data-parallel-size", "2", "--enable-expert-parallel",
+        "--host", "127.0.0.1", "--port", "8000",
+    ]
+    assert v.placement.moe_ep == 8 and v.placement.attn_replicas == 2
+
+
+def test_vllm_cannot_say_an_ep_size(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp4 ep2")
+    assert v.verdict == FAILS and v.placement is None and v.argv == ()
+    assert "vLLM has no EP size" in v.reasons[0].message
+    assert [str(a) for a in v.alternatives] == ["tp4 dp2 ep", "tp4 ep"]
+    # An EP size equal to TP x DP is what vLLM does anyway.
+    assert plan_layout(minimax_vllm, "tp8 ep8").verdict == FITS
+
+
+def test_vllm_has_no_dp_attention_flag(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp8 dp8 dpa ep8")
+    assert v.verdict == FAILS and "no --enable-dp-attention" in v.reasons[0].message
+    assert [str(a) for a in v.alternatives] == ["dp8 ep"]
+
+
+def test_vllm_dp_without_ep_slices_experts_over_tp_times_dp(minimax_vllm):
+    v = plan_layout(minimax_vllm, "tp4 dp2")
+    assert v.placement.moe_tp == 8
+    assert reason(v, "fp8-block-gate-up")  # 1536 / 8 = 192 again
+
+
+# --- The Kimi K2.6 story (SGLang, same box) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["tp8", "pp8", "tp8 ep8"])
+def test_kimi_fits_on_eight_gpus(kimi_sglang, layout):
+    v = plan_layout(kimi_sglang, layout)
+    assert v.verdict == FITS and v.gpus_used == 8
+
+
+def test_kimi_tp8_weights_match_the_worked_numbers(kimi_sglang):
+    assert plan_layout(kimi_sglang, "tp8").memory.weights_gib == pytest.approx(71.3, rel=0.03)
+    assert plan_layout(kimi_sglang, "tp8 ep8").placement.experts_per_gpu == 48
+
+
+def test_kimi_tp4_ep2_runs_on_four_gpus_and_ooms(kimi_sglang):
+    v = plan_layout(kimi_sglang, "tp4 ep2")
+    assert v.verdict == FAILS and v.gpus_used == 4
+    assert v.placement.moe_ep == 2 and v.placement.moe_tp == 2
+    assert v.memory.weights_gib * 2**30 / 1e9 == pytest.approx(149, rel=0.03)  # "about 149 GB"
+    assert "--ep-size adds no GPUs" in " ".join(v.placement.notes)
+    assert "GPU 0 has a total capacity of 94.97 GiB" in reason(v, "oom-at-load").message
+
+
+def test_sglang_argv(kimi_sglang):
+    v = plan_layout(kimi_sglang, "tp8 dp8 dpa ep8")
+    assert list(v.argv) == [
+        "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.6",
+        "--tp-size", "8", "--ep-size", "8", "--dp-size", "8", "--enable-dp-attention",
+        "--host", "127.0.0.1", "--port", "8000",
+    ]
+    assert v.placement.attn_tp == 1 and v.placement.attn_replicas == 8
+
+
+def test_sglang_dp_attention_is_tight_for_kimi(kimi_sglang):
+    # Attention replicated on every GPU leaves almost no KV room (perfmodel.md 3.4).
+    v = plan_layout(kimi_sglang, "tp8 dp8 dpa ep8")
+    assert v.verdict in (TIGHT, FAILS)
+    assert v.memory.weights_gib > plan_layout(kimi_sglang, "tp8 ep8").memory.weights_gib + 10
+
+
+def test_sglang_ep_must_divide_tp(kimi_sglang):
+    v = plan_layout(kimi_sglang, "tp8 ep3")
+    assert reason(v, "ep-divides-tp").detail.startswith("SGLang carves EP inside the TP group")
+
+
+def test_sglang_dp_attention_needs_dp_dividing_tp(kimi_sglang):
+    v = plan_layout(kimi_sglang, "tp8 dp3 dpa")
+    assert reason(v, "dp-attention")
+
+
+def test_sglang_block_rule_uses_tp_over_ep(minimax, seed_box):
+    setup = Setup(minimax, seed_box, get_engine("sglang"))
+    assert plan_layout(setup, "tp8 ep2").verdict == FITS  # 1536 / 4 = 384 = 3 x 128
+    v = plan_layout(setup, "tp8")
+    assert reason(v, "fp8-block-gate-up")
+    assert plan_layout(setup, "tp4 ep2").gpus_used == 4
+
+
+# --- Rules on other models --------------------------------------------------------------------
+
+
+def test_heads_rule_has_vllms_text(seed_box):
+    model = load_model("llama-3.1-70b", env={})
+    v = plan_layout(Setup(model, seed_box, get_engine("vllm")), "tp3")
+    assert reason(v, "attention-heads").message == (
+        "ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3)."
+    )
+
+
+def test_expert_parallel_on_a_dense_model(seed_box):
+    model = load_model("llama-3.1-70b", env={})
+    v = plan_layout(Setup(model, seed_box, get_engine("vllm")), "tp8 ep")
+    assert reason(v, "ep-needs-experts").message.startswith("Number of experts in the model must be greater than 0")
+
+
+def test_more_gpus_than_the_box_has(minimax, seed_box):
+    v = plan_layout(Setup(minimax, seed_box, get_engine("vllm")), "tp8 dp2 ep")
+    assert reason(v, "gpus-available").message.startswith("World size (16) is larger than the number of available GPUs (8)")
+    v = plan_layout(Setup(minimax, seed_box, get_engine("sglang")), "tp16")
+    assert reason(v, "gpus-available").message == "RuntimeError: CUDA error: invalid device ordinal"
+
+
+def test_block_fp8_dense_and_shared_linears(seed_box):
+    # DeepSeek-V3 FP8: shared expert 2048 and dense MLP 18432 are split over TP.
+    model = read_config(MODELS / "deepseek-v3.json")
+    setup = Setup(model, hardware("h200", 32), get_engine("vllm"))
+    v = plan_layout(setup, "tp32 ep")
+    assert any(r.rule == "fp8-block-linear" and "shared experts" in r.detail for r in v.reasons)
+    assert "ValueError: Weight input_size_per_partition = 64 is not divisible by weight quantization block_k = 128." in [
+        r.message for r in v.reasons
+    ]
+    assert not any(r.rule.startswith("fp8") for r in plan_layout(setup, "tp8 ep").reasons)
+
+
+def test_block_fp8_down_projection_rule(seed_box):
+    model = read_config(MODELS / "qwen3-235b-a22b-fp8.json")  # 1536-wide experts, 4 KV heads
+    v = plan_layout(Setup(model, seed_box, get_engine("sglang")), "tp8 ep2")  # 1536 / 4 = 384: fine
+    assert not any(r.rule.startswith("fp8") for r in v.reasons)
+    v = plan_layout(Setup(model, hardware("h200", 16), get_engine("sglang")), "tp16")
+    assert {"fp8-block-gate-up", "fp8-block-down"} <= {r.rule for r in v.reasons}
+
+
+def test_eplb_rules(minimax, seed_box):
+    setup = Setup(minimax, seed_box, get_engine("vllm"), server_args=("--enable-eplb",))
+    assert reason(plan_layout(setup, "tp4"), "eplb").message == "enable_expert_parallel must be True to use EPLB."
+    assert plan_layout(setup, "tp8 ep").verdict == FITS  # 256 experts / 8
+    v = plan_layout(setup, "tp6 ep")
+    assert "Got 256 experts and 6 EP ranks." in reason(v, "eplb").message
+
+
+def test_kv_cache_below_one_max_length_request_fails_with_vllms_words(kimi, seed_box):
+    # Kimi's 262,144-token context needs 17 GiB of MLA cache on every rank; TP8 leaves ~12 GiB.
+    setup = Setup(kimi, seed_box, get_engine("vllm"))
+    v = plan_layout(setup, "tp8 ep")
+    r = reason(v, "kv-max-len")
+    assert r.message.startswith("ValueError: To serve at least one request with the model's max seq len (262144)")
+    assert "Try increasing `gpu_memory_utilization` or decreasing `max_model_len`" in r.message
+    assert "--max-model-len" in r.detail
+    fixed = Setup(kimi, seed_box, get_engine("vllm"), server_args=("--max-model-len", "32768"))
+    assert plan_layout(fixed, "tp8 ep").verdict == FITS
+
+
+def test_no_kv_memory_left(kimi, seed_box):
+    setup = Setup(kimi, seed_box, get_engine("vllm"), server_args=("--gpu-memory-utilization=0.75",))
+    v = plan_layout(setup, "tp8 ep")
+    assert reason(v, "no-kv-memory").message.startswith("ValueError: No available memory for the cache blocks.")
+
+
+def test_thin_kv_budget_is_tight(kimi, seed_box):
+    setup = Setup(kimi, seed_box, get_engine("sglang"), server_args=("--mem-fraction-static", "0.79"))
+    v = plan_layout(setup, "tp8")
+    assert v.verdict == TIGHT and v.reasons[0].rule == "kv-thin"
+
+
+def test_fp8_kv_cache_doubles_the_tokens(minimax, seed_box):
+    plain = plan_layout(Setup(minimax, seed_box, get_engine("vllm")), "tp8 ep").memory.kv_tokens
+    fp8 = plan_layout(
+        Setup(minimax, seed_box, get_engine("vllm"), server_args=("--kv-cache-dtype", "fp8")), "tp8 ep"
+    ).memory.kv_tokens
+    assert fp8 == pytest.approx(2 * plain, rel=0.001)
+
+
+def test_bad_server_argument_is_one_line():
+    with pytest.raises(CockpitError, match="--gpu-memory-utilization needs a number"):
+        parse_server_args(["--gpu-memory-utilization", "lots"])
+
+
+def test_pipeline_stages_split_like_vllm():
+    assert stage_layers(61, 8) == (7, 7, 8, 8, 8, 8, 8, 7)
+    assert stage_layers(62, 2) == (31, 31)
+    assert sum(stage_layers(94, 3)) == 94
+
+
+def test_pp_memory_counts_the_busiest_stage(kimi_sglang):
+    v = plan_layout(kimi_sglang, "pp8")
+    assert v.placement.pp == 8 and max(v.placement.stage_layers) == 8
+    assert 70 < v.memory.weights_gib < 75  # perfmodel.md 3.4: ~71-74 GiB
+
+
+def test_plan_all_lists_fits_first_and_covers_the_box(minimax_vllm):
+    verdicts = plan_all(minimax_vllm)
+    order = [v.verdict for v in verdicts]
+    assert order == sorted(order, key=[FITS, TIGHT, FAILS].index)
+    layouts = {str(v.layout) for v in verdicts}
+    assert {"tp8", "tp6", "tp4", "tp8 ep", "pp8"} <= layouts
+
+
+def test_nearest_fitting_layouts(minimax_vllm):
+    verdicts = plan_all(minimax_vllm)
+    failed = plan_layout(minimax_vllm, "tp8")
+    suggestions = nearest_fitting(failed, verdicts)
+    assert suggestions and all(s.tp * s.pp * s.dp == 8 for s in suggestions)
+    assert str(suggestions[0]) == "tp8 ep"
+
+
+def test_verdict_json_has_the_promised_keys(minimax_vllm):
+    data = plan_layout(minimax_vllm, "tp8").to_json()
+    for key in ("layout", "engine", "argv", "gpus_used", "verdict", "reasons", "weights_gib_per_gpu", "kv_tokens"):
+        assert key in data
+    assert data["reasons"][0]["rule"] == "fp8-block-gate-up"
+    assert set(data["reasons"][0]) >= {"rule", "message"}
