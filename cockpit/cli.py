@@ -74,17 +74,38 @@ def _overrides(args: argparse.Namespace) -> SetupOverrides:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
     from cockpit.report import plan_table
 
     setup, profile = build_setup(_overrides(args))
-    verdicts = plan_all(setup, args.layout or None)
+    levels = _levels(args.concurrency) if args.concurrency else list(profile.bench.concurrency)
+    verdicts = [
+        replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, profile.bench.input_len, profile.bench.output_len))
+        for v in plan_all(setup, args.layout or None)
+    ]
     if args.json:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
         print(f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  (profile {profile.name})")
-        print(plan_table(verdicts))
+        print(plan_table(verdicts, levels))
+        print(
+            f"tok/s: predicted decode throughput at each concurrency (input {profile.bench.input_len}, "
+            f"output {profile.bench.output_len} tokens), from the performance model"
+        )
     return 0
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise CockpitError(f"--concurrency takes numbers separated by commas, like 1,32,64; got '{text}'") from None
+    if not levels or min(levels) < 1:
+        raise CockpitError(f"--concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
+    return levels
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@ a runtime reserve, and the KV budget that is left, in tokens and in concurrent r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, parse_server_args
 from cockpit.hardware import Hardware
@@ -50,6 +50,7 @@ class Setup:
     model_path: str = ""  # what goes into the engine's argv
     port: int = 8000
     command: tuple[str, ...] = ()
+    calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
 
     @property
     def server(self) -> ServerArgs:

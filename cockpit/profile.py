@@ -42,7 +42,7 @@ class Profile:
     gpu_ids: tuple[int, ...] | None = None  # which GPUs cockpit may use on a real box
     layouts: tuple[str, ...] = ()  # offered first in the picker
     bench: BenchDefaults = BenchDefaults()
-    calibration: Mapping[str, float] = field(default_factory=dict)
+    calibration: Mapping[str, Any] = field(default_factory=dict)  # perfmodel.Calibration overrides
     description: str = ""
     path: str = ""
 
@@ -149,7 +149,7 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
             gpu_ids=tuple(int(g) for g in gpu_ids) if gpu_ids is not None else None,
             layouts=tuple(str(x) for x in data.get("layouts") or ()),
             bench=bench_defaults,
-            calibration={str(k): float(v) for k, v in (data.get("calibration") or {}).items()},
+            calibration=dict(_section(data, "calibration", source)),
             description=str(data.get("description", "")),
             path=source,
         )

@@ -47,13 +47,15 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: i
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
-def plan_table(verdicts: Sequence[Verdict], width: int | None = None) -> str:
-    headers = ["layout", "GPUs", "engine flags", "verdict", "weights/GPU", "KV tokens", "reason"]
+def plan_table(verdicts: Sequence[Verdict], levels: Sequence[int] = (), width: int | None = None) -> str:
+    headers = ["layout", "GPUs", "engine flags", "verdict", "weights/GPU", "KV tokens"]
+    headers += [f"C={c}" for c in levels] + ["reason"]
     rows = []
     for v in verdicts:
         flags = short_flags(v.placement.flags) if v.placement else "(not expressible)"
         weights = f"{v.memory.weights_gib:.1f} GiB" if v.memory else "-"
         kv = f"{v.memory.kv_tokens:,}" if v.memory and v.verdict != FAILS else "-"
         gpus = f"{v.gpus_used}" if v.placement else "-"
-        rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, v.headline])
+        speeds = [f"{v.predicted_tok_s[c]:,.0f}" if c in v.predicted_tok_s else "-" for c in levels]
+        rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, *speeds, v.headline])
     return format_table(headers, rows, width)

@@ -55,6 +55,7 @@ def setup_for(profile: Profile) -> Setup:
         model_path=profile.model,
         port=profile.port,
         command=profile.command,
+        calibration=profile.calibration,
     )
 
 

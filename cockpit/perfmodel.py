@@ -1,0 +1,297 @@
+"""How fast a layout decodes: an analytic step-time model (reference/perfmodel.md 5.3).
+
+Decode on these boxes is bound by bandwidth and latency, not FLOPs: a step costs the bytes the
+busiest GPU reads (dense parts in full, routed experts by how many a batch touches, KV cache by
+context) over its achieved bandwidth, plus the collectives of every layer on the link, plus
+fixed per-layer and per-step floors. Pipeline stages run in series for one sequence and overlap
+for many. Every constant lives in one ``Calibration``, keyed by GPU type, link and engine, and a
+profile can override any of them for its own box.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence
+
+from cockpit.engines import Placement
+from cockpit.errors import CockpitError
+from cockpit.hardware import Hardware
+from cockpit.model import ModelArch
+from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, stage_weights
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The model's free parameters. Defaults: perfmodel.md 5.3 (PCIe column) and 1.8."""
+
+    eta_bw: float = 0.8  # achieved share of peak memory bandwidth in decode
+    eta_f: float = 0.5  # achieved share of dense tensor FLOP/s
+    eta_moe_sliced: float = 0.85  # grouped-GEMM efficiency of expert slices (MoE-TP >= 4) at batch
+    skew: float = 1.3  # routing skew: how far the busiest EP rank sits above the mean
+    eta_pp: float = 0.5  # pipeline efficiency with several microbatches in flight
+    t_layer_us: float = 60.0  # per-layer floor per step: kernel launches, small ops, syncs
+    t_sched_ms: float = 2.0  # per-step scheduler, sampling, detokenisation
+    alpha_p2p_us: float = 10.0  # one pipeline hop
+    bw_p2p_gbs: float = 25.0
+    ar_latency_scale: float = 1.0  # multiplies the link's all-reduce latency (topology, NCCL env)
+    max_running: int = 0  # engine cap on running requests; 0: the engine's default
+    # Per-layout floor under every step, measured on a box: a step never takes less. Models a
+    # launch-bound engine (no CUDA graphs, slow NCCL path) whose CPU time hides the GPU's at
+    # small batch; e.g. the seed's SGLang TP8 Kimi ran 38 ms steps at C=1 where the bytes say 15.
+    t_floor_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> "Calibration":
+        """A copy with a profile's overrides; unknown names are errors, not silently ignored."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in known:
+                raise CockpitError(f"{source}: unknown calibration '{key}': known are {', '.join(sorted(known))}")
+            if key == "t_floor_ms":
+                if not isinstance(value, Mapping):
+                    raise CockpitError(f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}")
+                changes[key] = {**self.t_floor_ms, **{str(k): float(v) for k, v in value.items()}}
+            else:
+                try:
+                    changes[key] = type(getattr(self, key))(value)
+                except (TypeError, ValueError):
+                    raise CockpitError(f"{source}: calibration '{key}' needs a number, got {value!r}") from None
+        return replace(self, **changes)
+
+
+# One table: (GPU type, engine) -> overrides of the defaults. Links are read from the hardware
+# catalog (all-reduce latency and bus bandwidth by group size, perfmodel.md 1.8).
+CALIBRATION_TABLE: dict[tuple[str, str], dict[str, Any]] = {
+    # SM120 on PCIe: vLLM/SGLang reach ~65% of peak bandwidth in decode (perfmodel.md 5.3,
+    # "absolute levels ~20-25% high"), slower launches than Hopper.
+    ("rtx-pro-6000", "vllm"): {"eta_bw": 0.62, "t_layer_us": 70.0, "t_sched_ms": 2.0},
+    ("rtx-pro-6000", "sglang"): {"eta_bw": 0.78, "t_layer_us": 60.0, "t_sched_ms": 2.0, "eta_moe_sliced": 0.7},
+    ("h100", "vllm"): {"t_layer_us": 30.0},
+    ("h100", "sglang"): {"t_layer_us": 30.0},
+    ("h200", "vllm"): {"t_layer_us": 30.0},
+    ("h200", "sglang"): {"t_layer_us": 30.0},
+    ("b200", "vllm"): {"t_layer_us": 25.0},
+    ("b200", "sglang"): {"t_layer_us": 25.0},
+}
+
+
+def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | None = None) -> Calibration:
+    base = Calibration().overridden(CALIBRATION_TABLE.get((hw.gpu.key, engine), {}))
+    return base.overridden(overrides or {}, "profile calibration") if overrides else base
+
+
+def default_max_running(engine: str, hw: Hardware) -> int:
+    """vLLM: max_num_seqs 1024 on >= 70 GiB cards, 256 below (arg_utils); SGLang: KV-bound."""
+    if engine == "vllm":
+        return 1024 if hw.memory_gib >= 70 else 256
+    return 4096
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one decode step's time goes, on the busiest GPU (seconds)."""
+
+    memory: float
+    compute: float
+    collectives: float
+    floors: float  # per-layer and per-step runtime floors
+
+    @property
+    def total(self) -> float:
+        return max(self.memory, self.compute) + self.collectives + self.floors
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """Step times and throughput for one (model, box, engine, placement)."""
+
+    model: ModelArch
+    hardware: Hardware
+    placement: Placement
+    memory: MemoryEstimate
+    calibration: Calibration
+    max_running: int
+
+    # -- shape of the work ---------------------------------------------------------------------
+
+    @property
+    def independent_replicas(self) -> int:
+        """Replicas that share nothing (SGLang plain DP, or DP of a dense model)."""
+        p = self.placement
+        if p.attn_replicas <= 1:
+            return 1
+        if self.model.moe is None or p.moe_ep * p.moe_tp < p.attn_tp * p.attn_replicas:
+            return p.attn_replicas
+        return 1
+
+    @property
+    def kv_limit(self) -> int:
+        return self.memory.kv_tokens
+
+    def effective_concurrency(self, concurrency: int, request_len: int) -> int:
+        """Requests that run at once: capped by the engine and by KV cache capacity."""
+        kv_cap = self.kv_limit // max(1, request_len) if request_len else concurrency
+        return max(1, min(concurrency, self.max_running, max(1, kv_cap)))
+
+    # -- one decode step -----------------------------------------------------------------------
+
+    def step(self, batch: int, context: float, with_lm_head: bool = True) -> StepBreakdown:
+        """One decode step of one replica serving ``batch`` sequences at mean ``context`` tokens.
+
+        For a pipeline it is one stage's step for a microbatch of ``batch``.
+        """
+        model, p, cal, hw = self.model, self.placement, self.calibration, self.hardware
+        replicas = max(1, p.attn_replicas // self.independent_replicas)  # attention groups sharing MoE
+        local = math.ceil(batch / replicas)  # sequences on one attention replica
+        stage = max(stage_weights(model, p), key=lambda s: sum(v for k, v in s.items() if not k.startswith("_")))
+        layers = int(stage["_stage_layers"])
+        dense_bytes = stage["attention"] + stage["dense+shared"] + stage["other"]
+        lm_bytes = model.class_bytes("lm_head") / p.vocab_tp if with_lm_head else 0.0
+        expert_bytes = stage["experts"] * self._coverage(batch) / self._moe_efficiency(batch)
+        kv_bytes = local * context * self.memory.kv_bytes_per_token
+        bandwidth = hw.gpu.mem_bw_gbs * 1e9 * cal.eta_bw
+        t_mem = (dense_bytes + lm_bytes + expert_bytes + kv_bytes) / bandwidth
+        t_cmp = self._compute_time(batch, layers)
+        t_coll = layers * self._layer_collectives(batch, local)
+        floors = layers * cal.t_layer_us * 1e-6 + cal.t_sched_ms * 1e-3 / max(1, p.pp)
+        return StepBreakdown(t_mem, t_cmp, t_coll, floors)
+
+    def step_time_s(self, batch: int, context: float) -> float:
+        """Seconds between tokens when ``batch`` sequences decode together on this server."""
+        if batch <= 0:
+            return 0.0
+        p = self.placement
+        floor = self.calibration.t_floor_ms.get(str(p.layout), 0.0) * 1e-3
+        per_replica = math.ceil(batch / self.independent_replicas)
+        if p.pp == 1:
+            return max(floor, self.step(per_replica, context).total)
+        # Stages run in series for one microbatch; with several in flight they overlap, less
+        # than ideally (eta_pp). The last stage also reads lm_head for every microbatch.
+        microbatches = min(per_replica, p.pp)
+        micro = math.ceil(per_replica / microbatches)
+        t_stage = self.step(micro, context, with_lm_head=False).total
+        t_lm = self.step(micro, context).memory - self.step(micro, context, with_lm_head=False).memory
+        hops = (p.pp - 1) * self._hop(micro)
+        if microbatches == 1:
+            return max(floor, p.pp * t_stage + t_lm + hops)
+        return max(floor, max(microbatches, p.pp) * (t_stage + t_lm) / self.calibration.eta_pp + hops)
+
+    def decode_tok_s(self, concurrency: int, input_len: int = 1024, output_len: int = 1024) -> float:
+        """Steady-state output tokens per second of the whole server at a closed-loop concurrency."""
+        running = self.effective_concurrency(concurrency, input_len + output_len)
+        context = input_len + output_len / 2
+        return running / self.step_time_s(running, context)
+
+    def prefill_time_s(self, tokens: int) -> float:
+        """One prompt's prefill: compute-bound at length, bytes-bound when short."""
+        if tokens <= 0:
+            return 0.0
+        p, hw, cal = self.placement, self.hardware, self.calibration
+        flops = 2 * self._active_params_per_gpu() * tokens * p.pp  # stages run in series
+        peak = hw.gpu.flops_tflops.get(self._compute_dtype(), hw.gpu.flops_tflops.get("bf16", 100.0)) * 1e12
+        t_cmp = flops / (peak * cal.eta_f)
+        t_mem = self.step(1, tokens / 2).memory * p.pp
+        t_coll = 2 * self._all_reduce(p.attn_tp, tokens * self.model.hidden * 2) * self.model.layers
+        return max(t_cmp, t_mem) + t_coll + self.model.layers * cal.t_layer_us * 1e-6
+
+    def ttft_s(self, input_len: int, concurrency: int = 1) -> float:
+        """Time to first token for a request arriving at a server running ``concurrency``."""
+        running = self.effective_concurrency(concurrency, input_len)
+        return self.prefill_time_s(input_len) + self.step_time_s(running, input_len)
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _moe_efficiency(self, batch: int) -> float:
+        """Expert slices (MoE-TP >= 4) run less efficient GEMMs once each expert sees tokens.
+
+        AIC's measured SGLang INT4 tables (perfmodel.md 1.8): TP8 ahead of EP8 at 32 tokens,
+        EP8 13-15% ahead from 256; the penalty grows with tokens per expert up to 2.
+        """
+        moe = self.model.moe
+        if moe is None or self.placement.moe_tp < 4:
+            return 1.0
+        per_expert = batch * moe.experts_per_token / moe.experts
+        return 1 - (1 - self.calibration.eta_moe_sliced) * min(1.0, per_expert / 2)
+
+    def _coverage(self, batch: int) -> float:
+        """Share of the busiest GPU's expert bytes one step reads (perfmodel.md 5.3, cov)."""
+        moe = self.model.moe
+        if moe is None:
+            return 0.0
+        e = self.placement.moe_ep
+        touched = moe.experts * (1 - (1 - moe.experts_per_token / moe.experts) ** batch)
+        if e <= 1:
+            return touched / moe.experts
+        mu = touched / e
+        z = math.sqrt(2) * self.calibration.skew
+        busiest = mu + z * math.sqrt(mu * math.log(e))
+        return min(1.0, busiest / (moe.experts / e))
+
+    def _layer_collectives(self, batch: int, local: int) -> float:
+        p, h = self.placement, self.model.hidden
+        t = 0.0
+        if p.attn_tp > 1:
+            t += 2 * self._all_reduce(p.attn_tp, local * h * 2)
+        moe_group = p.moe_ep * p.moe_tp
+        if self.model.moe and moe_group > p.attn_tp:
+            # DP attention: tokens are gathered to the MoE group and scattered back.
+            t += 2 * self._all_reduce(moe_group, batch * h * 2)
+        return t
+
+    def _all_reduce(self, n: int, nbytes: float) -> float:
+        if n <= 1:
+            return 0.0
+        link = self.hardware.link
+        alpha = link.allreduce_latency(n) * 1e-6 * self.calibration.ar_latency_scale
+        return alpha + nbytes / (link.allreduce_busbw(n) * 1e9)
+
+    def _hop(self, batch: int) -> float:
+        cal = self.calibration
+        return cal.alpha_p2p_us * 1e-6 + batch * self.model.hidden * 2 / (cal.bw_p2p_gbs * 1e9)
+
+    def _active_params_per_gpu(self) -> float:
+        p = self.placement
+        gpus_per_replica = max(1, p.attn_tp * p.pp)
+        return self.model.active_params / gpus_per_replica
+
+    def _compute_dtype(self) -> str:
+        method = self.model.quant.method
+        return "fp8" if method.startswith("fp8") else ("fp4" if method in ("nvfp4", "mxfp4") else "bf16")
+
+    def _compute_time(self, batch: int, layers: int) -> float:
+        peak = self.hardware.gpu.flops_tflops.get(self._compute_dtype()) or self.hardware.gpu.flops_tflops.get("bf16", 100.0)
+        flops = 2 * self._active_params_per_gpu() * batch * layers / self.model.layers
+        return flops / (peak * 1e12 * self.calibration.eta_f)
+
+
+def perf_model(
+    model: ModelArch,
+    hardware: Hardware,
+    engine: str,
+    placement: Placement,
+    memory: MemoryEstimate,
+    calibration: Calibration | None = None,
+    max_running: int | None = None,
+) -> PerfModel:
+    cal = calibration or calibration_for(hardware, engine)
+    cap = max_running or cal.max_running or default_max_running(engine, hardware)
+    return PerfModel(model, hardware, placement, memory, cal, cap)
+
+
+def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
+    """The performance model of a planned layout, or None when it cannot start."""
+    if verdict.placement is None or verdict.memory is None or verdict.verdict == FAILS:
+        return None
+    engine = setup.engine.name
+    cal = calibration_for(setup.hardware, engine, setup.calibration)
+    return perf_model(
+        setup.model, setup.hardware, engine, verdict.placement, verdict.memory, cal, setup.server.max_num_seqs
+    )
+
+
+def predict_tok_s(setup: Setup, verdict: Verdict, levels: Sequence[int], input_len: int, output_len: int) -> dict[int, float]:
+    model = for_verdict(setup, verdict)
+    if model is None:
+        return {}
+    return {c: model.decode_tok_s(c, input_len, output_len) for c in levels}

@@ -1,0 +1,121 @@
+"""The performance model against the seed tables (perfmodel.md 5.1) with the default calibration.
+
+Kimi TP8 at C=1 uses the per-layout step floor the kimi-k2.6 profile carries (the seed box's
+SGLang TP8 never stepped under 38 ms); everything else is the global table for the GPU type.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.errors import CockpitError
+from cockpit.hardware import hardware
+from cockpit.perfmodel import Calibration, calibration_for, for_verdict, predict_tok_s
+from cockpit.planner import plan_layout
+from cockpit.resolve import SetupOverrides, build_setup
+
+KIMI = {
+    "tp8": {1: 26.3, 32: 577.8, 64: 693.1, "peak": 808},
+    "pp8": {1: 36.9, 32: 250.9, 64: 396.0, "peak": 396},
+    "tp8 ep8": {1: 65.3, 32: 546.0, 64: 795.0, "peak": 961},
+}
+MINIMAX = {"tp4": {1: 84, 256: 2586}, "tp8 ep": {1: 71, 256: 3982, 1024: 3997}}
+
+
+def predictions(profile_name: str, layouts, levels):
+    setup, profile = build_setup(SetupOverrides(profile=profile_name))
+    out = {}
+    for layout in layouts:
+        verdict = plan_layout(setup, layout)
+        tok_s = predict_tok_s(setup, verdict, levels, profile.bench.input_len, profile.bench.output_len)
+        tok_s["peak"] = max(tok_s[c] for c in levels)
+        out[layout] = tok_s
+    return out
+
+
+@pytest.fixture(scope="module")
+def kimi_pred():
+    return predictions("kimi-k2.6", KIMI, (1, 32, 64, 128))
+
+
+@pytest.fixture(scope="module")
+def minimax_pred():
+    return predictions("minimax-m2.5", MINIMAX, (1, 256, 1024))
+
+
+def test_kimi_orderings(kimi_pred):
+    assert kimi_pred["tp8 ep8"][1] > kimi_pred["pp8"][1]  # EP8 > PP8 at C=1
+    assert kimi_pred["tp8"][32] > kimi_pred["tp8 ep8"][32]  # TP8 > EP8 at C=32
+    peaks = {layout: pred["peak"] for layout, pred in kimi_pred.items()}
+    assert max(peaks, key=peaks.get) == "tp8 ep8"  # EP8 the highest peak
+
+
+def test_minimax_orderings(minimax_pred):
+    assert minimax_pred["tp4"][1] > minimax_pred["tp8 ep"][1]
+    assert minimax_pred["tp8 ep"][256] >= 1.3 * minimax_pred["tp4"][256]
+
+
+@pytest.mark.parametrize("seeds, fixture", [(KIMI, "kimi_pred"), (MINIMAX, "minimax_pred")])
+def test_every_number_within_30_percent_of_the_seed(seeds, fixture, request):
+    pred = request.getfixturevalue(fixture)
+    for layout, seed in seeds.items():
+        for level, value in seed.items():
+            assert pred[layout][level] == pytest.approx(value, rel=0.30), (layout, level)
+
+
+def test_concurrency_is_capped_by_kv_and_max_running():
+    setup, profile = build_setup(SetupOverrides(profile="minimax-m2.5"))
+    model = for_verdict(setup, plan_layout(setup, "tp8 ep"))
+    assert model.max_running == 256  # the profile's --max-num-seqs
+    assert model.effective_concurrency(1024, 2048) == 256
+    kimi_setup, _ = build_setup(SetupOverrides(profile="kimi-k2.6"))
+    kimi = for_verdict(kimi_setup, plan_layout(kimi_setup, "tp8"))
+    assert kimi.effective_concurrency(1024, 2048) == kimi.memory.kv_tokens // 2048
+
+
+def test_failed_layouts_have_no_prediction():
+    setup, _ = build_setup(SetupOverrides(profile="minimax-m2.5"))
+    assert for_verdict(setup, plan_layout(setup, "tp8")) is None
+
+
+def test_step_time_grows_with_batch_and_prefill_with_length():
+    setup, _ = build_setup(SetupOverrides(profile="minimax-m2.5"))
+    model = for_verdict(setup, plan_layout(setup, "tp4"))
+    steps = [model.step_time_s(b, 1536) for b in (1, 8, 64, 256)]
+    assert steps == sorted(steps) and steps[0] > 0
+    assert model.prefill_time_s(8192) > model.prefill_time_s(512) > 0
+    assert model.ttft_s(1024) > model.prefill_time_s(1024)
+
+
+def test_calibration_table_and_overrides():
+    box = hardware("rtx-pro-6000", 8)
+    assert calibration_for(box, "vllm").eta_bw != Calibration().eta_bw
+    cal = calibration_for(box, "sglang", {"eta_bw": 0.5, "t_floor_ms": {"tp8": 30}})
+    assert cal.eta_bw == 0.5 and cal.t_floor_ms == {"tp8": 30.0}
+    with pytest.raises(CockpitError, match="unknown calibration 'eta_bandwidth'"):
+        calibration_for(box, "vllm", {"eta_bandwidth": 0.5})
+    with pytest.raises(CockpitError, match="needs a number"):
+        calibration_for(box, "vllm", {"eta_bw": "fast"})
+    with pytest.raises(CockpitError, match="t_floor_ms maps layouts"):
+        calibration_for(box, "vllm", {"t_floor_ms": 3})
+
+
+def test_profile_calibration_moves_the_prediction():
+    setup, profile = build_setup(SetupOverrides(profile="kimi-k2.6"))
+    verdict = plan_layout(setup, "tp8")
+    floored = predict_tok_s(setup, verdict, [1], 1024, 1024)[1]
+    from dataclasses import replace
+
+    free = predict_tok_s(replace(setup, calibration={}), verdict, [1], 1024, 1024)[1]
+    assert floored == pytest.approx(1 / 0.038, rel=0.01) and free > 2 * floored
+
+
+def test_plan_json_carries_predicted_tok_s():
+    from cockpit.cli import main
+    import io, json, contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--concurrency", "1,32,64", "--json"]) == 0
+    data = json.loads(out.getvalue())[0]
+    assert set(data["predicted_tok_s"]) == {"1", "32", "64"} and data["predicted_tok_s"]["1"] > 50
