@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--profile", metavar="NAME|FILE", help="the profile to open (default: demo)")
+    parser.add_argument("--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     plan = commands.add_parser("plan", help="which layouts fit, what each GPU holds, and why a layout fails")
@@ -50,8 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "plan":
             return cmd_plan(args)
-        parser.print_help()
-        return 0
+        return cmd_cockpit(args)
     except CockpitError as exc:
         if args.debug:
             raise
@@ -60,6 +61,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cockpit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `cockpit plan | head`: the reader left, nothing is lost
+        sys.stderr.close()
+        return 0
+
+
+def cmd_cockpit(args: argparse.Namespace) -> int:
+    """``cockpit`` alone: the box and profile it would open, and the plan for that profile."""
+    from cockpit.sim.box import SimBox
+    from cockpit.telemetry.nvml import driver_present
+
+    if args.sim or not driver_present():
+        setup, profile = build_setup(SetupOverrides(profile=args.profile))
+        SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
+        why = "--sim given" if args.sim else "no NVIDIA driver found"
+        print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
+    plan_args = argparse.Namespace(
+        profile=args.profile, model=None, engine=None, gpus=None, gpu=None, gpu_mem=None,
+        layout=None, concurrency=None, json=False,
+    )
+    return cmd_plan(plan_args)
 
 
 def _overrides(args: argparse.Namespace) -> SetupOverrides:

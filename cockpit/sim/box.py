@@ -24,6 +24,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -124,7 +125,9 @@ def default_root(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("COCKPIT_SIM_STATE"):
         return Path(env["COCKPIT_SIM_STATE"]).expanduser()
-    return Path(platformdirs.user_runtime_dir("cockpit")) / "simbox"
+    with warnings.catch_warnings():  # no XDG_RUNTIME_DIR (ssh, containers): /tmp/runtime-UID is fine
+        warnings.simplefilter("ignore")
+        return Path(platformdirs.user_runtime_dir("cockpit")) / "simbox"
 
 
 def box_name(hardware: Hardware) -> str:

@@ -1,0 +1,249 @@
+"""The simulated engine's life: start, load weights into simulated GPUs, fail or serve.
+
+It uses the planner for what the engine would do (the same rules, the same memory), so it fails
+exactly where the planner says, with the engine's own text, and the performance model for how
+fast it serves. Loading takes real time (weights read at ``LOAD_GBPS`` per GPU) divided by
+``COCKPIT_SIM_TIME_SCALE``; the serving clock is never scaled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from cockpit.engines import get_engine
+from cockpit.errors import CockpitError
+from cockpit.hardware import Hardware
+from cockpit.model import load_model
+from cockpit.perfmodel import for_verdict
+from cockpit.planner import GiB, Setup, Verdict, oom_text, plan_layout
+from cockpit.sim import logs
+from cockpit.sim.batcher import Batcher
+from cockpit.sim.box import GpuLoad, Publisher, SimBox
+from cockpit.sim.flags import EngineArgs
+
+LOAD_GBPS = 3.0  # weights read per GPU per second (NVMe and page cache, a few GB/s)
+PUBLISH_INTERVAL_S = 0.2
+STARTUP_DELAY_S = 2.0  # imports, distributed init: before the first weight arrives
+
+
+def time_scale(env: Mapping[str, str]) -> float:
+    raw = env.get("COCKPIT_SIM_TIME_SCALE", "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        raise CockpitError(f"COCKPIT_SIM_TIME_SCALE must be a number like 20, got '{raw}'") from None
+    if scale <= 0:
+        raise CockpitError(f"COCKPIT_SIM_TIME_SCALE must be above 0, got '{raw}'")
+    return scale
+
+
+def calibration_from_env(env: Mapping[str, str]) -> dict:
+    """The profile's performance-model overrides, handed over by cockpit as JSON."""
+    raw = env.get("COCKPIT_SIM_CALIBRATION", "")
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        raise CockpitError("COCKPIT_SIM_CALIBRATION must be a JSON object like {\"eta_bw\": 0.7}") from None
+    if not isinstance(value, dict):
+        raise CockpitError("COCKPIT_SIM_CALIBRATION must be a JSON object like {\"eta_bw\": 0.7}")
+    return value
+
+
+def visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
+    """Physical GPU indices the process may use: CUDA_VISIBLE_DEVICES, as a real engine sees it."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None or raw.strip() == "":
+        return list(range(count))
+    try:
+        ids = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise CockpitError(f"CUDA_VISIBLE_DEVICES must list GPU indices like 0,1,2,3, got '{raw}'") from None
+    return [i for i in ids if 0 <= i < count]
+
+
+@dataclass
+class SimEngine:
+    args: EngineArgs
+    box: SimBox
+    env: Mapping[str, str]
+    out: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        self.scale = time_scale(self.env)
+        self.gpu_ids = visible_gpus(self.env, self.box.hardware.count)
+        self.log = logs.for_engine(self.args.engine, self.out)
+        self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
+        self.held: dict[int, int] = {}
+
+    # -- planning, exactly as cockpit plans --------------------------------------------------
+
+    def plan(self) -> tuple[Setup, Verdict]:
+        model = load_model(self.args.model)
+        visible = Hardware(self.box.hardware.gpu, max(1, len(self.gpu_ids)), self.box.hardware.memory_gib)
+        setup = Setup(
+            model,
+            visible,
+            get_engine(self.args.engine),
+            server_args=self.args.argv,
+            model_path=self.args.model,
+            calibration=calibration_from_env(self.env),
+        )
+        return setup, plan_layout(setup, self.args.layout)
+
+    # -- memory on the simulated GPUs ---------------------------------------------------------
+
+    def publish(self, utilization: float = 0.0, busy: float = 0.0) -> None:
+        limit = self.box.hardware.gpu.power_w
+        loads = {}
+        for gpu, used in self.held.items():
+            power = limit * (0.12 + 0.75 * busy) if used else 0.0
+            loads[gpu] = GpuLoad(used_bytes=used, utilization=utilization, power_w=power)
+        self.publisher.publish(loads)
+
+    # -- the life -----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        setup, verdict = self.plan()
+        self.log.starting(self.args, setup, verdict)
+        placement = verdict.placement
+        startup_failures = [r for r in verdict.reasons if r.rule not in ("oom-at-load", "no-kv-memory", "kv-max-len", "kv-thin")]
+        if placement is None or startup_failures:
+            reasons = startup_failures or list(verdict.reasons)
+            self.log.startup_failure(reasons)
+            return 1
+        used = self.gpu_ids[: placement.gpus_used]
+        memory = verdict.memory
+        await asyncio.sleep(STARTUP_DELAY_S / self.scale)
+        self.held = {gpu: int(0.5 * GiB) for gpu in used}  # CUDA context
+        self.publish()
+        oom = next((r for r in verdict.reasons if r.rule == "oom-at-load"), None)
+        target = memory.weights_gib * GiB
+        if oom is not None:
+            target = (memory.capacity_gib - 0.5) * GiB - memory.expert_layer_bytes * 2 / 3
+        await self.load(used, max(0.0, target), int(memory.weights_gib * GiB))
+        if oom is not None:
+            self.log.oom(oom_text(memory, gpu=used[min(len(used) - 1, 2)] if used else 0))
+            return 1
+        failure = next((r for r in verdict.reasons if r.rule in ("no-kv-memory", "kv-max-len")), None)
+        self.log.loaded(setup, verdict)
+        if failure is not None:
+            self.log.kv_failure(failure)
+            return 1
+        kv_bytes = int(max(0.0, memory.kv_budget_gib) * GiB)
+        reserve = int(memory.reserve_gib * GiB) if self.args.engine == "vllm" else int(1.5 * GiB)
+        for gpu in used:
+            self.held[gpu] = int(memory.weights_gib * GiB + 0.5 * GiB + kv_bytes + reserve)
+        self.held = {g: min(b, int(memory.capacity_gib * GiB)) for g, b in self.held.items()}
+        self.publish()
+        self.log.kv_ready(setup, verdict)
+        await asyncio.sleep(1.0 / self.scale)  # CUDA graphs
+        return await self.serve(setup, verdict)
+
+    async def load(self, gpus: list[int], target: float, total: int) -> None:
+        """Fill each GPU's memory at LOAD_GBPS until ``target`` bytes of weights are in."""
+        seconds = total / (LOAD_GBPS * 1e9) / self.scale
+        shards = max(1, math.ceil(total * len(gpus) / 5e9))
+        start = time.monotonic()
+        base = {g: self.held[g] for g in gpus}
+        shown = -1
+        while True:
+            elapsed = time.monotonic() - start
+            fraction = min(1.0, elapsed / seconds) if seconds > 0 else 1.0
+            loaded = min(target, fraction * total)
+            for g in gpus:
+                self.held[g] = int(base[g] + loaded)
+            self.publish(utilization=5.0, busy=0.05)
+            done = int(shards * loaded / total) if total else shards
+            if done != shown:
+                shown = done
+                self.log.shard_progress(done, shards, elapsed)
+            if loaded >= target:
+                return
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+    async def serve(self, setup: Setup, verdict: Verdict) -> int:
+        from cockpit.sim.server import make_app, serve
+
+        perf = for_verdict(setup, verdict)
+        assert perf is not None  # a fitting verdict always has a performance model
+        pacer = _PerfPacer(perf)
+        last = [0.0]
+
+        def on_step(batch: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PUBLISH_INTERVAL_S:
+                last[0] = now
+                busy = min(1.0, 0.4 + 0.6 * batch / 32)
+                self.publish(utilization=min(100.0, 60 + 40 * busy), busy=busy)
+
+        batcher = Batcher(pacer, on_step=on_step)
+        app = make_app(
+            model_id=self.args.served_name,
+            engine=self.args.engine,
+            batcher=batcher,
+            max_model_len=setup.server.max_model_len or setup.model.max_context,
+            model_path=self.args.model,
+        )
+        try:
+            runner = await serve(app, host=self.args.host, port=self.args.port)
+        except OSError as exc:
+            self.log.bind_failure(self.args.host, self.args.port, exc)
+            return 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self.log.ready(self.args)
+        idle = asyncio.create_task(self._idle_publisher(batcher, stop))
+        await stop.wait()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        self.log.shutdown()
+        idle.cancel()
+        await batcher.close()
+        await runner.cleanup()
+        return 0
+
+    async def _idle_publisher(self, batcher: Batcher, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(1.0)
+            if batcher.running == 0:
+                self.publish()
+
+
+class _PerfPacer:
+    """The performance model seen as the batcher's clock."""
+
+    def __init__(self, perf) -> None:
+        self.perf = perf
+        self.max_running = perf.max_running
+        self.kv_tokens = max(1, perf.kv_limit)
+
+    def step_time_s(self, batch: int, context_tokens: float) -> float:
+        return self.perf.step_time_s(batch, context_tokens)
+
+    def prefill_time_s(self, tokens: int) -> float:
+        return self.perf.prefill_time_s(tokens)
+
+
+def run_engine(args: EngineArgs, env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    box = SimBox.from_env(env).create()
+    engine = SimEngine(args, box, env, out=lambda line: print(line, flush=True))
+    try:
+        return asyncio.run(engine.run())
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        engine.publisher.clear()
+        sys.stdout.flush()

@@ -1,0 +1,400 @@
+"""The OpenAI-compatible HTTP face of the simulated engine, shaped like vLLM's and SGLang's.
+
+Clients (tests, the benchmark, people with curl) cannot tell it from the real servers on the
+paths they use: the same routes, the same SSE chunks, usage and error bodies. Tokens are paced
+by a ``Batcher``; their text is a fixed cycle of word-like pieces, so output is deterministic.
+Prompt lengths are estimated without a tokenizer (about four characters a token).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from .batcher import Batcher, BatcherClosed, Sequence
+
+DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
+DEFAULT_MAX_TOKENS = 16
+WORDS = (" the", " model", " runs", " on", " eight", " GPUs", " with", " expert", " parallel",
+         " and", " tensor", " shards", ",", " so", " tokens", " flow", ".")
+"""What the sim "generates": token at position i is WORDS[i % len(WORDS)]."""
+
+
+@dataclass
+class _Served:
+    """What the app serves, kept on the app under STATE."""
+
+    model_id: str
+    engine: str
+    batcher: Batcher
+    max_model_len: int
+    model_path: str | None
+    created: int
+    prompt_tokens_total: int = 0
+
+
+STATE = web.AppKey("cockpit_sim_served", _Served)
+
+
+class ApiError(Exception):
+    """A request the engine refuses; rendered as vLLM's ErrorResponse."""
+
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+
+
+def error_body(status: int, message: str, err_type: str) -> dict[str, Any]:
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+
+
+def text_tokens(text: str) -> int:
+    """Tokens in a text without a tokenizer: about four characters each."""
+    return math.ceil(len(text) / 4)
+
+
+def make_app(
+    *,
+    model_id: str,
+    engine: str,
+    batcher: Batcher,
+    max_model_len: int,
+    model_path: str | None = None,
+) -> web.Application:
+    """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end."""
+    if engine not in DEFAULT_PORTS:
+        raise ValueError(f"engine must be one of {sorted(DEFAULT_PORTS)}, got {engine!r}")
+    app = web.Application(middlewares=[_errors_as_json])
+    app[STATE] = _Served(model_id, engine, batcher, max_model_len, model_path, int(time.time()))
+    app.router.add_get("/health", _health)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat_completions)
+    app.router.add_get("/metrics", _metrics)
+    if engine == "sglang":
+        app.router.add_get("/get_model_info", _model_info)
+    app.on_shutdown.append(_close_batcher)
+    return app
+
+
+async def serve(app: web.Application, host: str = "127.0.0.1", port: int | None = None) -> web.AppRunner:
+    """Listen on ``host`` only; port None is the engine's default, 0 a free one.
+
+    Returns the runner: ``runner.addresses[0][1]`` is the port, ``await runner.cleanup()`` stops.
+    Handlers are cancelled when their client disconnects, so even a request still queued in
+    the batcher gives its place back.
+    """
+    if port is None:
+        port = DEFAULT_PORTS[app[STATE].engine]
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+async def _close_batcher(app: web.Application) -> None:
+    await app[STATE].batcher.close()
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error leaves as JSON, as FastAPI's handlers in vLLM do, never as an HTML page."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return web.json_response(error_body(err.status, err.message, err.err_type), status=err.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.json_response(error_body(exc.status, exc.reason, exc.reason), status=exc.status, headers=headers)
+
+
+# -- plain endpoints ---------------------------------------------------------------------------
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _models(request: web.Request) -> web.Response:
+    served = request.app[STATE]
+    card = {
+        "id": served.model_id,
+        "object": "model",
+        "created": served.created,
+        "owned_by": served.engine,
+        "root": served.model_path or served.model_id,
+        "parent": None,
+        "max_model_len": served.max_model_len,
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def _model_info(request: web.Request) -> web.Response:
+    served = request.app[STATE]
+    path = served.model_path or served.model_id
+    return web.json_response({"model_path": path, "tokenizer_path": path, "is_generation": True})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """A few Prometheus lines under the engine's own metric names."""
+    served = request.app[STATE]
+    batcher = served.batcher
+    if served.engine == "vllm":
+        names = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    else:
+        names = ("sglang:num_running_reqs", "sglang:num_queue_reqs",
+                 "sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+    values = (batcher.running, batcher.waiting, served.prompt_tokens_total, batcher.tokens_out)
+    kinds = ("gauge", "gauge", "counter", "counter")
+    label = json.dumps(served.model_id)
+    lines = []
+    for name, kind, value in zip(names, kinds, values):
+        lines += [f"# TYPE {name} {kind}", f"{name}{{model_name={label}}} {float(value)}"]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+
+# -- generation --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """A validated generation request."""
+
+    chat: bool
+    prompt_tokens: int
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def _chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    served = request.app[STATE]
+    ask = _validate(await _json_body(request), served, chat=chat)
+    try:
+        seq = served.batcher.submit(ask.prompt_tokens, ask.max_tokens)
+    except BatcherClosed:
+        raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError") from None
+    served.prompt_tokens_total += ask.prompt_tokens
+    chunks = _Chunks(ask, served.model_id)
+    async with seq:  # leaving, for whatever reason (a client gone), frees the batch slot
+        if ask.stream:
+            return await _stream(request, seq, ask, chunks)
+        return await _whole(seq, ask, chunks)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except ValueError as exc:  # JSONDecodeError and bad UTF-8 alike
+        raise ApiError(400, f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> _Ask:
+    model = body.get("model")
+    if model is not None and model != served.model_id:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    prompt_tokens = _messages_tokens(body) if chat else _prompt_tokens(body)
+    max_tokens = body.get("max_completion_tokens") if chat else None
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+        raise ApiError(400, f"max_tokens must be an integer, got {max_tokens!r}.")
+    if max_tokens < 1:
+        raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise ApiError(400, f"The simulated engine generates one choice per request (n=1), got n={n!r}.")
+    _check_context(served, prompt_tokens, max_tokens)
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object.")
+    options = options or {}
+    return _Ask(
+        chat=chat,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=options.get("include_usage") is True,
+        continuous_usage=options.get("continuous_usage_stats") is True,
+    )
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """A completion prompt: a text, token ids, or a batch of one of those."""
+    prompt = body.get("prompt")
+    if prompt is None or prompt == [] or prompt == "":
+        raise ApiError(400, "The field `prompt` is required and must not be empty.")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return max(1, text_tokens(prompt))
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt):
+        raise ApiError(400, f"The simulated engine serves one prompt per request, got {len(prompt)}.")
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one of those.")
+
+
+def _messages_tokens(body: dict[str, Any]) -> int:
+    """Chat messages: each one's content, plus 4 tokens for its role and template."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "The field `messages` is required and must be a non-empty list.")
+    total = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            raise ApiError(400, "Each message must be an object with `role` and `content`.")
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: count the text ones
+            content = "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+        total += text_tokens(content if isinstance(content, str) else "") + 4
+    return total
+
+
+def _check_context(served: _Served, prompt_tokens: int, max_tokens: int) -> None:
+    """Refuse what does not fit the context, in the engine's words (SGLang also refuses ==)."""
+    total = prompt_tokens + max_tokens
+    limit = served.max_model_len
+    if served.engine == "sglang" and total >= limit:
+        raise ApiError(
+            400,
+            f"Requested token count exceeds the model's maximum context length of {limit} tokens. "
+            f"You requested a total of {total} tokens: {prompt_tokens} tokens from the input "
+            f"messages and {max_tokens} tokens for the completion. Please reduce the number of "
+            "tokens in the input messages or the completion to fit within the limit.",
+        )
+    if served.engine == "vllm" and total > limit:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
+            "Please reduce the length of the messages or completion.",
+        )
+
+
+async def _stream(request: web.Request, seq: Sequence, ask: _Ask, chunks: _Chunks) -> web.StreamResponse:
+    """SSE as vLLM writes it: one event per token, then usage if asked, then [DONE]."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await response.prepare(request)
+    try:
+        if ask.chat:
+            await response.write(chunks.role())
+        async for position in seq:
+            await response.write(chunks.token(position))
+        if ask.include_usage:
+            await response.write(chunks.usage())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+    except (ConnectionResetError, BatcherClosed):
+        pass  # the client left, or the engine is stopping: the stream just ends
+    return response
+
+
+async def _whole(seq: Sequence, ask: _Ask, chunks: _Chunks) -> web.Response:
+    try:
+        text = "".join([WORDS[position % len(WORDS)] async for position in seq])
+    except BatcherClosed:
+        raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError") from None
+    return web.json_response(chunks.whole(text), dumps=_dumps)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))  # compact, as pydantic writes it
+
+
+class _Chunks:
+    """Renders one request's response objects; streamed tokens reuse a pre-rendered template."""
+
+    _HOLE = "\x00text\x00"
+
+    def __init__(self, ask: _Ask, model_id: str) -> None:
+        self.ask = ask
+        self.head = {
+            "id": f"{'chatcmpl' if ask.chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk" if ask.chat else "text_completion",
+            "created": int(time.time()),
+            "model": model_id,
+        }
+        self._templates = {last: self._template(last) for last in (False, True)}
+
+    def _choice(self, text: str, finish: str | None, *, delta: dict[str, str] | None = None) -> dict[str, Any]:
+        if self.ask.chat:
+            body: dict[str, Any] = {"index": 0, "delta": delta if delta is not None else {"content": text}}
+        else:
+            body = {"index": 0, "text": text}
+        return {**body, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+
+    def _event(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+        obj: dict[str, Any] = {**self.head, "choices": choices}
+        if usage is not None:
+            obj["usage"] = usage
+        return b"data: " + _dumps(obj).encode() + b"\n\n"
+
+    def _template(self, last: bool) -> tuple[bytes, bytes]:
+        event = self._event([self._choice(self._HOLE, "length" if last else None)])
+        before, after = event.split(_dumps(self._HOLE).encode())
+        return before, after
+
+    def _usage(self, completion_tokens: int) -> dict[str, int]:
+        prompt = self.ask.prompt_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens}
+
+    def role(self) -> bytes:
+        """A chat stream's first event: the assistant's role, no content yet."""
+        usage = self._usage(0) if self.ask.continuous_usage else None
+        return self._event([self._choice("", None, delta={"role": "assistant", "content": ""})], usage)
+
+    def token(self, position: int) -> bytes:
+        last = position + 1 >= self.ask.max_tokens
+        word = WORDS[position % len(WORDS)]
+        if self.ask.continuous_usage:
+            return self._event([self._choice(word, "length" if last else None)], self._usage(position + 1))
+        before, after = self._templates[last]
+        return before + _dumps(word).encode() + after
+
+    def usage(self) -> bytes:
+        return self._event([], self._usage(self.ask.max_tokens))
+
+    def whole(self, text: str) -> dict[str, Any]:
+        """The non-streaming response object."""
+        if self.ask.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": None, "finish_reason": "length", "stop_reason": None}
+            kind = "chat.completion"
+        else:
+            choice = self._choice(text, "length")
+            kind = "text_completion"
+        return {**self.head, "object": kind, "choices": [choice], "usage": self._usage(self.ask.max_tokens)}

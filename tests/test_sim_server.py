@@ -1,0 +1,348 @@
+"""The simulated engine's HTTP face, served for real on 127.0.0.1 and spoken to with httpx.
+
+Each server runs on its own event loop in a background thread, so the tests stay synchronous.
+Timing checks use generous windows: they check behaviour (pacing, batching, queueing), not speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from cockpit.sim.batcher import Batcher, BatcherClosed, ConstantPacer
+from cockpit.sim.server import make_app, serve
+
+MODEL = "MiniMaxAI/MiniMax-M2.5"
+STEP_S = 0.01
+
+
+class ServerThread:
+    """A simulated engine on a free port of 127.0.0.1, with its own loop in a thread."""
+
+    def __init__(self, engine: str, pacer: ConstantPacer, max_model_len: int = 4096) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.engine, self.pacer, self.max_model_len = engine, pacer, max_model_len
+        self._call(self._start())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> None:
+        self.batcher = Batcher(self.pacer)
+        app = make_app(model_id=MODEL, engine=self.engine, batcher=self.batcher,
+                       max_model_len=self.max_model_len, model_path="/models/minimax")
+        self.runner = await serve(app, port=0)
+        host, self.port = self.runner.addresses[0][:2]
+        assert host == "127.0.0.1"
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+
+    def wait_until(self, condition: Callable[[Batcher], bool], timeout: float = 2.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition(self.batcher):
+                return True
+            time.sleep(0.005)
+        return condition(self.batcher)
+
+    def stop(self) -> None:
+        self._call(self.runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Iterator[ServerThread]:
+    server = ServerThread("vllm", ConstantPacer(step_s=STEP_S, max_running=64))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def sglang() -> Iterator[ServerThread]:
+    server = ServerThread("sglang", ConstantPacer(step_s=STEP_S, max_running=64))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def two_slots() -> Iterator[ServerThread]:
+    server = ServerThread("vllm", ConstantPacer(step_s=STEP_S, max_running=2))
+    yield server
+    server.stop()
+
+
+def sse_events(response: httpx.Response) -> list[str]:
+    """The data payloads of an SSE stream, in order."""
+    body = response.read().decode()
+    assert body.endswith("\n\n")
+    events = body.split("\n\n")[:-1]
+    assert all(e.startswith("data: ") for e in events)
+    return [e[len("data: "):] for e in events]
+
+
+def stream(url: str, path: str, body: dict) -> tuple[list[dict], str]:
+    with httpx.Client(base_url=url) as client, client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        *chunks, last = sse_events(response)
+    return [json.loads(c) for c in chunks], last
+
+
+def assert_error(response: httpx.Response, status: int, err_type: str, message: str = "") -> None:
+    assert response.status_code == status
+    body = response.json()
+    assert body["object"] == "error" and body["code"] == status and body["param"] is None
+    assert body["type"] == err_type
+    assert message in body["message"]
+
+
+# -- plain endpoints -------------------------------------------------------------------------
+
+
+def test_health_and_models(vllm):
+    response = httpx.get(f"{vllm.url}/health")
+    assert response.status_code == 200 and response.content == b""
+    models = httpx.get(f"{vllm.url}/v1/models").json()
+    assert models["object"] == "list"
+    (card,) = models["data"]
+    assert card["id"] == MODEL and card["object"] == "model" and card["owned_by"] == "vllm"
+    assert card["max_model_len"] == 4096 and card["root"] == "/models/minimax"
+    assert isinstance(card["created"], int)
+
+
+def test_model_info_is_sglang_only(vllm, sglang):
+    info = httpx.get(f"{sglang.url}/get_model_info").json()
+    assert info == {"model_path": "/models/minimax", "tokenizer_path": "/models/minimax", "is_generation": True}
+    assert httpx.get(f"{sglang.url}/v1/models").json()["data"][0]["owned_by"] == "sglang"
+    assert_error(httpx.get(f"{vllm.url}/get_model_info"), 404, "Not Found")
+
+
+def test_metrics(vllm):
+    httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    text = httpx.get(f"{vllm.url}/metrics").text
+    assert f'vllm:num_requests_running{{model_name="{MODEL}"}} 0.0' in text
+    assert "vllm:num_requests_waiting" in text
+    assert "vllm:generation_tokens_total" in text
+
+
+# -- generation ------------------------------------------------------------------------------
+
+
+def test_streaming_completion(vllm):
+    body = {"model": MODEL, "prompt": "x" * 40, "max_tokens": 5, "stream": True,
+            "stream_options": {"include_usage": True}}
+    chunks, last = stream(vllm.url, "/v1/completions", body)
+    assert last == "[DONE]"
+    *tokens, usage = chunks
+    assert len(tokens) == 5
+    for chunk in tokens:
+        assert chunk["object"] == "text_completion" and chunk["model"] == MODEL
+        assert chunk["id"].startswith("cmpl-") and chunk["id"] == tokens[0]["id"]
+        (choice,) = chunk["choices"]
+        assert choice["index"] == 0 and choice["logprobs"] is None and choice["text"]
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 4 + ["length"]
+    assert usage["choices"] == []
+    assert usage["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def test_streaming_without_usage_and_with_token_ids(vllm):
+    chunks, last = stream(vllm.url, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "stream": True})
+    assert last == "[DONE]" and len(chunks) == 3 and all(c["choices"] for c in chunks)
+
+
+def test_streaming_chat(vllm):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "abcdefgh"}],
+            "max_completion_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}
+    chunks, last = stream(vllm.url, "/v1/chat/completions", body)
+    assert last == "[DONE]"
+    role, *tokens, usage = chunks
+    assert role["object"] == "chat.completion.chunk" and role["id"].startswith("chatcmpl-")
+    assert role["choices"][0]["delta"]["role"] == "assistant"
+    assert len(tokens) == 4 and all("content" in c["choices"][0]["delta"] for c in tokens)
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 3 + ["length"]
+    assert usage["usage"] == {"prompt_tokens": 2 + 4, "completion_tokens": 4, "total_tokens": 10}
+
+
+def test_non_streaming(vllm):
+    completion = httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hello", "max_tokens": 3}).json()
+    assert completion["object"] == "text_completion"
+    assert completion["choices"][0]["finish_reason"] == "length" and completion["choices"][0]["text"]
+    assert completion["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    again = httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hello", "max_tokens": 3}).json()
+    assert again["choices"][0]["text"] == completion["choices"][0]["text"]  # deterministic
+
+    body = {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}], "ignore_eos": True}
+    chat = httpx.post(f"{vllm.url}/v1/chat/completions", json=body).json()
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert chat["usage"] == {"prompt_tokens": 0 + 4 + 1 + 4, "completion_tokens": 16, "total_tokens": 25}
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "err_type", "message"),
+    [
+        ("/v1/completions", b"{not json", 400, "BadRequestError", "Invalid JSON"),
+        ("/v1/completions", b"[1, 2]", 400, "BadRequestError", "JSON object"),
+        ("/v1/completions", {"max_tokens": 3}, 400, "BadRequestError", "prompt"),
+        ("/v1/chat/completions", {"prompt": "hi"}, 400, "BadRequestError", "messages"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, 400, "BadRequestError", "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}, 400, "BadRequestError", "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 1.5}, 400, "BadRequestError", "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "BadRequestError", "n=2"),
+        ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400,
+         "BadRequestError", "stream=True"),
+        ("/v1/completions", {"prompt": "x" * 400, "max_tokens": 4000}, 400, "BadRequestError",
+         "This model's maximum context length is 4096 tokens. However, you requested 4100 tokens "
+         "(100 in the messages, 4000 in the completion). Please reduce the length of the messages "
+         "or completion."),
+        ("/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]},
+         404, "NotFoundError", "The model `gpt-4` does not exist."),
+    ],
+)
+def test_request_errors(vllm, path, body, status, err_type, message):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    response = httpx.post(f"{vllm.url}{path}", **kwargs)
+    assert_error(response, status, err_type, message)
+    assert vllm.wait_until(lambda b: b.running == 0 and b.waiting == 0)
+
+
+def test_context_error_in_sglang_words(sglang):
+    response = httpx.post(f"{sglang.url}/v1/completions", json={"prompt": "x" * 400, "max_tokens": 3996})
+    assert_error(response, 400, "BadRequestError", "maximum context length of 4096 tokens. You requested a total of 4096")
+
+
+def test_route_errors(vllm):
+    assert_error(httpx.get(f"{vllm.url}/v2/nothing"), 404, "Not Found")
+    response = httpx.get(f"{vllm.url}/v1/completions")
+    assert_error(response, 405, "Method Not Allowed")
+    assert "POST" in response.headers["allow"]
+
+
+# -- timing and batching -----------------------------------------------------------------------
+
+
+async def timed_streams(url: str, count: int, max_tokens: int) -> list[float]:
+    """Run ``count`` concurrent streams; the seconds each took to reach [DONE]."""
+    body = {"prompt": "hi", "max_tokens": max_tokens, "stream": True}
+    async with httpx.AsyncClient(base_url=url, limits=httpx.Limits(max_connections=None)) as client:
+        start = time.perf_counter()
+
+        async def one() -> float:
+            async with client.stream("POST", "/v1/completions", json=body) as response:
+                text = (await response.aread()).decode()
+            assert text.count("data: ") == max_tokens + 1 and text.endswith("data: [DONE]\n\n")
+            return time.perf_counter() - start
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+def test_honest_clock_at_concurrency_one(vllm):
+    (elapsed,) = asyncio.run(timed_streams(vllm.url, 1, 20))
+    assert 0.15 < elapsed < 0.4  # 20 steps of 10 ms
+
+
+def test_continuous_batching_serves_streams_together(vllm):
+    steps_before = vllm.batcher.steps
+    elapsed = asyncio.run(timed_streams(vllm.url, 8, 20))
+    assert max(elapsed) < 0.5  # about one stream's 200 ms, far from 8 x 200 ms
+    assert vllm.batcher.steps - steps_before < 40  # the streams shared their steps
+
+
+def test_max_running_queues_the_rest(two_slots):
+    elapsed = sorted(asyncio.run(timed_streams(two_slots.url, 4, 20)))
+    assert max(elapsed[:2]) < 0.35
+    assert 0.35 < elapsed[3] < 0.7  # the last two waited for a free slot: ~2 x 200 ms
+    assert two_slots.batcher.waiting == 0
+
+
+def test_client_disconnect_frees_running_and_waiting(two_slots):
+    body = {"prompt": "hi", "max_tokens": 1000, "stream": True}
+    with httpx.Client(base_url=two_slots.url) as client:
+        streams = [client.stream("POST", "/v1/completions", json=body) for _ in range(3)]
+        responses = [s.__enter__() for s in streams]
+        assert two_slots.wait_until(lambda b: b.running == 2 and b.waiting == 1)
+        first_event = next(responses[0].iter_lines())
+        assert first_event.startswith("data: ")
+        for s in streams:
+            s.__exit__(None, None, None)
+    assert two_slots.wait_until(lambda b: b.running == 0 and b.waiting == 0)
+    assert httpx.get(f"{two_slots.url}/health").status_code == 200
+
+
+def test_client_disconnect_while_waiting_for_a_whole_response(vllm):
+    request = json.dumps({"prompt": "hi", "max_tokens": 1000}).encode()
+    with socket.create_connection(("127.0.0.1", vllm.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+        assert vllm.wait_until(lambda b: b.running == 1)
+    assert vllm.wait_until(lambda b: b.running == 0)
+
+
+# -- the batcher alone -----------------------------------------------------------------------
+
+
+async def token_times(batcher: Batcher, prompt_tokens: int, max_tokens: int, start: float) -> list[float]:
+    async with batcher.submit(prompt_tokens, max_tokens) as seq:
+        return [time.perf_counter() - start async for _ in seq]
+
+
+def test_prefill_stalls_the_admitting_step():
+    async def run() -> list[float]:
+        batcher = Batcher(ConstantPacer(step_s=0.005, prefill_s_per_token=0.001))
+        try:
+            return await token_times(batcher, 50, 3, time.perf_counter())
+        finally:
+            await batcher.close()
+
+    times = asyncio.run(run())
+    assert 0.05 < times[0] < 0.1  # 5 ms step + 50 ms prefill
+    assert times[2] - times[0] < 0.03  # then plain 5 ms steps
+
+
+def test_kv_capacity_holds_back_admission():
+    async def run() -> tuple[list[float], list[float], int]:
+        batcher = Batcher(ConstantPacer(step_s=0.005, kv_tokens=90))
+        start = time.perf_counter()
+        try:
+            first = asyncio.ensure_future(token_times(batcher, 40, 10, start))
+            second = asyncio.ensure_future(token_times(batcher, 40, 10, start))
+            await asyncio.sleep(0.02)
+            waiting = batcher.waiting
+            return await first, await second, waiting
+        finally:
+            await batcher.close()
+
+    first, second, waiting = asyncio.run(run())
+    assert waiting == 1  # 2 x (40 + 10) > 90 KV tokens
+    assert second[0] >= first[-1]
+
+
+def test_close_ends_waiting_sequences_and_step_hook_sees_batches():
+    batches: list[int] = []
+
+    async def run() -> None:
+        batcher = Batcher(ConstantPacer(step_s=0.005, max_running=1), on_step=batches.append)
+        running = batcher.submit(1, 1000)
+        queued = batcher.submit(1, 1000)
+        await anext(running)
+        await batcher.close()
+        with pytest.raises(BatcherClosed):
+            await anext(queued)
+        with pytest.raises(BatcherClosed):
+            batcher.submit(1, 1)
+
+    asyncio.run(run())
+    assert batches and set(batches) == {1}  # one slot, one sequence served per step
