@@ -102,7 +102,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from cockpit.report import plan_table
 
     setup, profile = build_setup(_overrides(args))
-    levels = _levels(args.concurrency) if args.concurrency else list(profile.bench.concurrency)
+    levels = _levels(args.concurrency) if args.concurrency is not None else list(profile.bench.concurrency)
     verdicts = [
         replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, profile.bench.input_len, profile.bench.output_len))
         for v in plan_all(setup, args.layout or None)

@@ -82,3 +82,24 @@ def test_installed_console_script_runs():
     assert exe, "the cockpit console script is installed beside the interpreter"
     result = subprocess.run([exe, "plan", "--layout", "tp4", "--json"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and json.loads(result.stdout)[0]["layout"] == "tp4"
+
+
+@pytest.mark.parametrize("value", ["x", "0,32", ""])
+def test_bad_concurrency_levels(capsys, value):
+    assert main(["plan", "--concurrency", value]) == 2
+    assert "--concurrency" in capsys.readouterr().err
+
+
+def test_unknown_engine_name():
+    from cockpit.engines import get_engine
+    from cockpit.errors import CockpitError
+
+    with pytest.raises(CockpitError, match="unknown engine 'trtllm': use one of vllm, sglang"):
+        get_engine("trtllm")
+
+
+def test_bare_cockpit_says_it_uses_the_simulated_box(capsys):
+    assert main(["--sim", "--profile", "kimi-k2.6"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "--sim given: using the simulated box (8 x RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)) and profile kimi-k2.6"
+    assert "Kimi-K2.6" in out[1]

@@ -187,3 +187,19 @@ def test_not_found_lists_what_would_work(tmp_path):
 def test_model_prints_one_line(minimax):
     text = str(minimax)
     assert "\n" not in text and "FP8 block 128x128" in text and "256 experts top-8" in text
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    folder = tmp_path / "odd.json"
+    folder.mkdir()
+    with pytest.raises(CockpitError, match="cannot read"):
+        read_config(folder)
+
+
+def test_compressed_tensors_without_weights_is_named():
+    with pytest.raises(CockpitError, match="no config_groups weights"):
+        parse_config(
+            {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "vocab_size": 100, "intermediate_size": 128,
+             "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {}}}
+        )

@@ -16,7 +16,9 @@ The model, kept deliberately simple:
 The clock is honest: steps are scheduled against absolute ``perf_counter`` deadlines, so
 sleep overshoot never accumulates and measured tokens/s match the pacer. A step that starts
 more than ``SLIP_S`` late (an overloaded machine) counts as a slip and restarts the schedule
-from now instead of bursting to catch up.
+from now instead of bursting to catch up. The loop waits for deadlines in a helper thread:
+asyncio's timers count whole milliseconds (and round up twice on some Pythons), waking up to
+~2 ms late, while ``time.sleep`` in a thread wakes within ~0.5 ms and burns no CPU spinning.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,10 +36,6 @@ log = logging.getLogger(__name__)
 SLIP_S = 0.002
 """A step starting later than this behind its deadline is a slip."""
 
-TIMER_SLACK_S = 0.0015
-"""asyncio timers wake up to ~2 ms late (epoll counts whole milliseconds, and rounds them up
-twice on some Pythons), so the loop sleeps until this long before a deadline and yields to the
-event loop for the rest: at most ~15 % of a core at 10 ms steps, for sub-millisecond tokens."""
 
 
 class Pacer(Protocol):
@@ -161,7 +160,8 @@ class Batcher:
         if self._closed:
             raise BatcherClosed("the batcher is closed")
         if prompt_tokens < 0 or max_tokens < 1:
-            raise ValueError(f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, {max_tokens}")
+            raise ValueError(f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, "
+                             f"{max_tokens}")
         seq = Sequence(self, prompt_tokens, max_tokens)
         self._waiting[seq] = None
         if self._task is None:
@@ -184,16 +184,20 @@ class Batcher:
     # -- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-clock")
         try:
-            await self._steps()
+            await self._steps(clock)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a broken pacer must not leave clients hanging forever
             log.exception("simulated batcher loop died")
             self._closed = True
             self._fail_all(BatcherClosed(f"the batcher loop died: {exc!r}"))
+        finally:
+            clock.shutdown(wait=False, cancel_futures=True)
 
-    async def _steps(self) -> None:
+    async def _steps(self, clock: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()  # when the next step is due to start
         while True:
             if not self._running and not self._waiting:
@@ -215,7 +219,7 @@ class Batcher:
             if admitted_tokens is not None:
                 duration += self.pacer.prefill_time_s(admitted_tokens)
             start += duration
-            await _sleep_until(start)
+            await loop.run_in_executor(clock, _sleep_until, start)
             self._emit()
 
     def _admit(self) -> int | None:
@@ -271,10 +275,9 @@ class Batcher:
             log.exception("on_step hook failed")
 
 
-async def _sleep_until(deadline: float) -> None:
-    """Wake at ``deadline`` (perf_counter) to within a fraction of a millisecond."""
+
+def _sleep_until(deadline: float) -> None:
+    """Block this (clock) thread until ``deadline`` on the perf_counter clock."""
     remaining = deadline - time.perf_counter()
-    if remaining > TIMER_SLACK_S:
-        await asyncio.sleep(remaining - TIMER_SLACK_S)
-    while time.perf_counter() < deadline:
-        await asyncio.sleep(0)  # other tasks still run; this only fills the timer's slack
+    if remaining > 0:
+        time.sleep(remaining)

@@ -119,7 +119,8 @@ async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamRespo
         if exc.status < 400:
             raise
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        return web.json_response(error_body(exc.status, exc.reason, exc.reason), status=exc.status, headers=headers)
+        body = error_body(exc.status, exc.reason, exc.reason)
+        return web.json_response(body, status=exc.status, headers=headers)
 
 
 # -- plain endpoints ---------------------------------------------------------------------------
@@ -162,6 +163,10 @@ async def _metrics(request: web.Request) -> web.Response:
     values = (batcher.running, batcher.waiting, served.prompt_tokens_total, batcher.tokens_out)
     kinds = ("gauge", "gauge", "counter", "counter")
     label = json.dumps(served.model_id)
+    # The simulator's own health: steps that started late mean the machine, not the model, paced them.
+    names += ("cockpit_sim_steps_total", "cockpit_sim_step_slips_total")
+    values += (batcher.steps, batcher.slips)
+    kinds += ("counter", "counter")
     lines = []
     for name, kind, value in zip(names, kinds, values):
         lines += [f"# TYPE {name} {kind}", f"{name}{{model_name={label}}} {float(value)}"]
@@ -254,10 +259,10 @@ def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> _Ask:
 def _prompt_tokens(body: dict[str, Any]) -> int:
     """A completion prompt: a text, token ids, or a batch of one of those."""
     prompt = body.get("prompt")
-    if prompt is None or prompt == [] or prompt == "":
-        raise ApiError(400, "The field `prompt` is required and must not be empty.")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
+    if prompt is None or prompt == [] or prompt == "":
+        raise ApiError(400, "The field `prompt` is required and must not be empty.")
     if isinstance(prompt, str):
         return max(1, text_tokens(prompt))
     if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
@@ -349,7 +354,9 @@ class _Chunks:
         }
         self._templates = {last: self._template(last) for last in (False, True)}
 
-    def _choice(self, text: str, finish: str | None, *, delta: dict[str, str] | None = None) -> dict[str, Any]:
+    def _choice(
+        self, text: str, finish: str | None, *, delta: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         if self.ask.chat:
             body: dict[str, Any] = {"index": 0, "delta": delta if delta is not None else {"content": text}}
         else:
