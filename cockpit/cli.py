@@ -43,6 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--concurrency", metavar="C,C,...", help="concurrency levels for predicted tok/s")
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    run = commands.add_parser("run", help='launch a layout headless: cockpit run "try tp4 ep2"')
+    run.add_argument("text", metavar='"try LAYOUT"', help='what you would type in the prompt bar, e.g. "try tp4 ep2"')
+    run.add_argument("--profile", metavar="NAME|FILE", help="the profile (default: demo)")
+    run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
+    run.add_argument("--force", action="store_true", help="launch even when the planner says the layout fails")
+    run.add_argument("--keep", action="store_true", help="leave the server running when done or on Ctrl-C")
+    run.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready")
+    run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
+
+    commands.add_parser("servers", help="list servers cockpit started that still run")
+    stop = commands.add_parser("stop", help="stop a server cockpit started (by PID, or all)")
+    stop.add_argument("pid", metavar="PID|all")
+    attach = commands.add_parser("attach", help="follow a running server's log until it is ready or fails")
+    attach.add_argument("pid", type=int, metavar="PID")
+    attach.add_argument("--profile", metavar="NAME|FILE")
+
+    results = commands.add_parser("results", help="the comparison table of journaled benchmark results")
+    results.add_argument("--profile", metavar="NAME|FILE", help="only this profile's experiments")
+    results.add_argument("--format", default="table", choices=("table", "markdown", "csv", "json"))
     return parser
 
 
@@ -50,9 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "plan":
-            return cmd_plan(args)
-        return cmd_cockpit(args)
+        handlers = {
+            "plan": cmd_plan,
+            "run": cmd_run,
+            "servers": cmd_servers,
+            "stop": cmd_stop,
+            "attach": cmd_attach,
+            "results": cmd_results,
+        }
+        return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
         if args.debug:
             raise
@@ -116,6 +142,51 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"tok/s: predicted decode throughput at each concurrency (input {profile.bench.input_len}, "
             f"output {profile.bench.output_len} tokens), from the performance model"
         )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cockpit.headless import run_headless
+
+    return run_headless(
+        args.text,
+        profile=args.profile,
+        sim=args.sim,
+        force=args.force,
+        keep=args.keep,
+        startup_timeout=args.startup_timeout,
+        quiet=args.quiet,
+    )
+
+
+def cmd_servers(args: argparse.Namespace) -> int:
+    from cockpit.runner.registry import Registry
+
+    live = Registry().live()
+    if not live:
+        print("no servers started by cockpit are running")
+    for entry in live:
+        print(entry)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from cockpit.headless import stop_servers
+
+    return stop_servers(args.pid)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from cockpit.headless import attach_server
+
+    return attach_server(args.pid, profile=args.profile)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from cockpit.journal import Journal, comparison, format_comparison
+
+    with Journal() as journal:
+        print(format_comparison(comparison(journal, args.profile), args.format))
     return 0
 
 

@@ -49,3 +49,47 @@ def minimax_vllm(minimax, seed_box):
 @pytest.fixture(scope="session")
 def kimi_sglang(kimi, seed_box):
     return Setup(kimi, seed_box, get_engine("sglang"), model_path="moonshotai/Kimi-K2.6")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_process_left_behind():
+    """Every engine a test starts is gone when the suite ends (and is killed if not)."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    started = time.time() - 1
+    yield
+    time.sleep(0.2)
+    leftovers = []
+    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if "cockpit.sim" in cmdline and proc.info["create_time"] >= started and proc.pid != os.getpid():
+                leftovers.append(f"{proc.pid}: {cmdline[:120]}")
+                os.kill(proc.pid, signal.SIGKILL)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            continue
+    assert not leftovers, f"tests left engine processes behind: {leftovers}"
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    """A bundled profile copied with a free port, so tests never collide with a real server."""
+    import yaml
+
+    from cockpit.profile import find_profile
+    from simproc import free_port
+
+    def make(name: str, **server) -> tuple[str, int]:
+        data = yaml.safe_load(find_profile(name).read_text())
+        port = free_port()
+        data.setdefault("server", {})["port"] = port
+        data["server"].update(server)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return str(path), port
+
+    return make

@@ -63,9 +63,11 @@ class EngineLog:
         self.out("INFO:     Shutting down")
         self.out("INFO:     Application shutdown complete.")
 
-    def traceback(self, where: str, error: str) -> None:
+    def traceback(self, where: str, error: str, frame: str = "<module>", code: str = "") -> None:
         self.out("Traceback (most recent call last):")
-        self.out(f'  File "{where}", line 1, in <module>')
+        self.out(f'  File "{where}", line 1, in {frame}')
+        if code:
+            self.out(f"    {code}")
         for text in error.splitlines():
             self.out(text)
 
@@ -102,11 +104,12 @@ class VLLMLog(EngineLog):
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None:
         first = reasons[0]
+        where, frame, code = _VLLM_FRAMES.get(first.rule, _VLLM_FRAMES["default"])
         if first.rule in ("attention-heads", "gpus-available"):
-            self.traceback("/usr/local/lib/python3.12/site-packages/vllm/config/parallel.py", _error(first))
+            self.traceback(where, _error(first), frame, code)
             return
         self.out(f"(Worker_TP0 pid={os.getpid()}) ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:600] WorkerProc failed to start.")
-        self.traceback("/usr/local/lib/python3.12/site-packages/vllm/v1/executor/multiproc_executor.py", _error(first))
+        self.traceback(where, _error(first), frame, code)
         self._engine_died()
 
     def _engine_died(self) -> None:
@@ -212,6 +215,24 @@ class SGLangLog(EngineLog):
         self.out(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
         self.out(f'INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
         self.line("The server is fired up and ready to roll!")
+
+
+_SITE = "/usr/local/lib/python3.12/site-packages/vllm"
+# Where vLLM raises each startup failure: (file, function, source line), as in its tracebacks.
+_VLLM_FRAMES = {
+    "attention-heads": (f"{_SITE}/config/model.py", "verify_with_parallel_config", "raise ValueError("),
+    "gpus-available": (f"{_SITE}/config/parallel.py", "__post_init__", "raise ValueError("),
+    "kv-heads": (
+        f"{_SITE}/model_executor/models/minimax_m2.py",
+        "__init__",
+        "assert self.total_num_kv_heads % tp_size == 0",
+    ),
+    "moe-width": (f"{_SITE}/model_executor/layers/fused_moe/config.py", "__post_init__", "assert self.intermediate_size % tp_size == 0"),
+    "fp8-block-gate-up": (f"{_SITE}/model_executor/layers/quantization/fp8.py", "create_weights", "raise ValueError("),
+    "fp8-block-down": (f"{_SITE}/model_executor/layers/quantization/fp8.py", "create_weights", "raise ValueError("),
+    "fp8-block-linear": (f"{_SITE}/model_executor/layers/quantization/utils/fp8_utils.py", "validate_fp8_block_shape", "raise ValueError("),
+    "default": (f"{_SITE}/v1/executor/multiproc_executor.py", "worker_main", ""),
+}
 
 
 def _error(reason: Reason) -> str:

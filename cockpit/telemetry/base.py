@@ -65,3 +65,21 @@ class GpuSource(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+NA_NAME = "n/a"
+
+
+def unknown_sample(index: int, name: str = NA_NAME, time: float = 0.0) -> GpuSample:
+    """A GPU known to be there that could not be read: every reading n/a, so panes keep their slot."""
+    return GpuSample(
+        index=index,
+        name=name,
+        memory_used=None,
+        memory_total=None,
+        power_w=None,
+        power_limit_w=None,
+        utilization=None,
+        temperature_c=None,
+        time=time,
+    )

@@ -1,0 +1,173 @@
+"""The prompt grammar: what the user types -> a Command. One registry feeds parsing, help and completion.
+
+`try tp4 ep2` (or just `tp4 ep2`), `bench c=1,32,64 in=1024 out=1024 n=200`, `stop`, `plan tp8`,
+`sweep tp8, pp8, tp8 ep8`, `results`, `export md`, `use kimi-k2.6`, `help`, `quit`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from cockpit.errors import CockpitError
+from cockpit.layout import Layout, parse_layout
+
+
+@dataclass(frozen=True)
+class Try:
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Bench:
+    concurrency: tuple[int, ...] = ()  # empty: the profile's levels
+    input_len: int | None = None
+    output_len: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    layout: Layout | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    layouts: tuple[Layout, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Results:
+    pass
+
+
+@dataclass(frozen=True)
+class Export:
+    fmt: str = "md"
+
+
+@dataclass(frozen=True)
+class Use:
+    profile: str
+
+
+@dataclass(frozen=True)
+class Help:
+    pass
+
+
+@dataclass(frozen=True)
+class Quit:
+    pass
+
+
+Command = Try | Bench | Stop | Plan | Sweep | Results | Export | Use | Help | Quit
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    name: str
+    usage: str
+    summary: str
+
+
+COMMANDS = (
+    CommandSpec("try", "try <layout>", "launch a layout (a bare layout works too: `tp4 ep2`)"),
+    CommandSpec("bench", "bench [c=1,32,64] [in=N] [out=N] [n=N|t=S]", "run a concurrency sweep on the server"),
+    CommandSpec("stop", "stop", "stop the running server"),
+    CommandSpec("plan", "plan [<layout>]", "show the verdict for one layout, or for all"),
+    CommandSpec("sweep", "sweep <layout>, <layout>, ...", "launch, bench, stop each layout in turn"),
+    CommandSpec("results", "results", "show the comparison table of this profile"),
+    CommandSpec("export", "export md|csv", "write the comparison table to a file"),
+    CommandSpec("use", "use <profile>", "switch to another profile"),
+    CommandSpec("help", "help", "list the commands and keys"),
+    CommandSpec("quit", "quit", "leave cockpit"),
+)
+NAMES = tuple(c.name for c in COMMANDS)
+EXPORT_FORMATS = ("md", "csv")
+_BENCH_KEYS = {"c": "concurrency", "in": "input_len", "out": "output_len", "n": "requests", "t": "duration_s"}
+
+
+def parse_command(text: str) -> Command:
+    """Parse one prompt line; a bad line is a one-line CockpitError with the nearest spelling."""
+    text = text.strip()
+    if not text:
+        raise CockpitError("type a command: `try tp4 ep2`, `bench`, `stop`, `help`")
+    word, _, rest = text.partition(" ")
+    word, rest = word.lower(), rest.strip()
+    if word == "try":
+        if not rest:
+            raise CockpitError("try needs a layout: `try tp4 ep2`")
+        return Try(parse_layout(rest))
+    if word == "bench":
+        return _bench(rest)
+    if word in ("stop", "results", "help", "quit", "?", "q", "exit"):
+        return {"stop": Stop(), "results": Results(), "help": Help(), "?": Help()}.get(word, Quit())
+    if word == "plan":
+        return Plan(parse_layout(rest) if rest else None)
+    if word == "sweep":
+        layouts = tuple(parse_layout(part) for part in rest.split(",") if part.strip())
+        if not layouts:
+            raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8`")
+        return Sweep(layouts)
+    if word == "export":
+        fmt = (rest or "md").lower()
+        fmt = "md" if fmt in ("markdown", "md") else fmt
+        if fmt not in EXPORT_FORMATS:
+            raise CockpitError(f"export writes md or csv, not '{rest}': `export md`")
+        return Export(fmt)
+    if word == "use":
+        if not rest:
+            raise CockpitError("use needs a profile name: `use kimi-k2.6`")
+        return Use(rest)
+    # A bare layout means try.
+    try:
+        return Try(parse_layout(text))
+    except CockpitError as layout_error:
+        guess = difflib.get_close_matches(word, NAMES, n=1, cutoff=0.6)
+        if guess:
+            raise CockpitError(f"unknown command '{word}': did you mean '{guess[0]}'? Type `help` for the list") from None
+        if any(ch.isdigit() for ch in text):
+            raise layout_error
+        raise CockpitError(f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`") from None
+
+
+def _bench(rest: str) -> Bench:
+    values: dict = {}
+    for token in rest.replace(" =", "=").replace("= ", "=").split():
+        key, eq, value = token.partition("=")
+        field_name = _BENCH_KEYS.get(key.lower())
+        if not eq or field_name is None:
+            raise CockpitError(f"bench takes c=1,32,64 in=N out=N n=N or t=S; '{token}' is not one of them")
+        try:
+            if field_name == "concurrency":
+                levels = tuple(int(x) for x in value.split(",") if x)
+                if not levels or min(levels) < 1:
+                    raise ValueError
+                values[field_name] = levels
+            elif field_name == "duration_s":
+                values[field_name] = float(value.rstrip("s"))
+            else:
+                values[field_name] = int(value)
+                if values[field_name] < 1:
+                    raise ValueError
+        except ValueError:
+            raise CockpitError(f"bench {key}= needs positive numbers, got '{value}': e.g. `bench c=1,32,64 n=200`") from None
+    if "requests" in values and "duration_s" in values:
+        raise CockpitError("bench takes n= (requests) or t= (seconds), not both")
+    return Bench(**values)
+
+
+def completions(text: str, layouts: tuple[str, ...] = (), profiles: tuple[str, ...] = ()) -> list[str]:
+    """Candidates for Tab: command names, then layouts after `try`/`plan`, profiles after `use`."""
+    word, space, rest = text.partition(" ")
+    if not space:
+        return [n for n in NAMES if n.startswith(word.lower())] + [x for x in layouts if x.startswith(text)]
+    pool = profiles if word == "use" else layouts if word in ("try", "plan", "sweep") else ()
+    return [f"{word} {x}" for x in pool if x.startswith(rest)]

@@ -1,0 +1,585 @@
+"""The experiment journal: every launch and benchmark point, kept in one SQLite file.
+
+Each write commits at once, so a crash (of cockpit, the engine or the box) keeps what was done.
+WAL mode and short transactions let a cockpit and its child `cockpit bench` write together.
+`comparison` and `format_comparison` turn the journal into the seeds' table: tok/s per layout
+and concurrency.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from cockpit.errors import CockpitError
+from cockpit.runner.events import Diagnosis
+
+LAUNCHING, READY, FAILED, STOPPED = "launching", "ready", "failed", "stopped"
+OUTCOMES = (LAUNCHING, READY, FAILED, STOPPED)
+FORMATS = ("table", "markdown", "csv", "json")
+
+# Each entry takes the file from version i to i + 1; append, never edit, to migrate.
+_MIGRATIONS = [
+    """
+    CREATE TABLE experiments (
+        id INTEGER PRIMARY KEY,
+        started REAL NOT NULL,
+        ended REAL,
+        host TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        model TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        layout TEXT NOT NULL,
+        argv TEXT NOT NULL DEFAULT '[]',
+        gpus TEXT NOT NULL DEFAULT '[]',
+        outcome TEXT NOT NULL DEFAULT 'launching',
+        diagnosis_kind TEXT,
+        diagnosis TEXT,
+        next_step TEXT,
+        load_seconds REAL,
+        peak_memory TEXT NOT NULL DEFAULT '{}',
+        log_path TEXT NOT NULL DEFAULT '',
+        pid INTEGER,
+        port INTEGER
+    );
+    CREATE INDEX experiments_profile ON experiments (profile, started);
+    CREATE TABLE bench_points (
+        id INTEGER PRIMARY KEY,
+        experiment_id INTEGER NOT NULL REFERENCES experiments (id),
+        created REAL NOT NULL,
+        concurrency INTEGER NOT NULL,
+        requests INTEGER NOT NULL DEFAULT 0,
+        errors INTEGER NOT NULL DEFAULT 0,
+        duration_s REAL,
+        output_tok_s REAL NOT NULL,
+        request_s REAL,
+        ttft_ms_p50 REAL,
+        ttft_ms_p90 REAL,
+        ttft_ms_p99 REAL,
+        tpot_ms_p50 REAL,
+        itl_ms_p50 REAL,
+        itl_ms_p90 REAL,
+        itl_ms_p99 REAL,
+        e2e_ms_p50 REAL,
+        e2e_ms_p99 REAL,
+        input_len INTEGER,
+        output_len INTEGER,
+        client_limited INTEGER NOT NULL DEFAULT 0,
+        extra TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX bench_points_experiment ON bench_points (experiment_id, concurrency);
+    """,
+]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One launch of one layout, as the journal holds it."""
+
+    id: int
+    started: float
+    ended: float | None
+    host: str
+    profile: str
+    model: str
+    engine: str
+    layout: str
+    argv: tuple[str, ...]
+    gpus: tuple[int, ...]
+    outcome: str
+    diagnosis_kind: str | None
+    diagnosis: str | None
+    next_step: str | None
+    load_seconds: float | None
+    peak_memory: dict[int, int]
+    log_path: str
+    pid: int | None
+    port: int | None
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One benchmark run at one concurrency; metrics a client did not measure stay None."""
+
+    concurrency: int
+    output_tok_s: float
+    requests: int = 0
+    errors: int = 0
+    duration_s: float | None = None
+    request_s: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p90: float | None = None
+    itl_ms_p99: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p99: float | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    client_limited: bool = False  # the client, not the server, was the bottleneck
+    extra: dict[str, Any] = field(default_factory=dict)
+    id: int | None = None  # set by the journal
+    experiment_id: int | None = None
+    created: float | None = None
+
+
+_EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
+_POINT_COLUMNS = tuple(f.name for f in fields(BenchPoint))
+_JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra")
+# What a reader compares, in the order csv and json show it.
+METRICS = tuple(c for c in _POINT_COLUMNS if c not in ("extra", "id", "experiment_id", "created"))
+
+
+def default_path() -> Path:
+    """COCKPIT_JOURNAL, else the user's data folder (XDG_DATA_HOME on Linux)."""
+    if env := os.environ.get("COCKPIT_JOURNAL"):
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("cockpit")) / "journal.sqlite"
+
+
+class Journal:
+    """The journal file. One connection, autocommit: every call is its own short transaction."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        self._lock = threading.Lock()  # the TUI may write from a worker thread
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CockpitError(
+                f"cannot create the journal folder {self.path.parent}: {err.strerror}; "
+                "set COCKPIT_JOURNAL to a file in a writable folder."
+            ) from None
+        with self._guard():
+            self._db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        try:
+            with self._guard():
+                # The first read of the file: a garbage file fails here, before anything is written.
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- experiments ---------------------------------------------------------------------------
+
+    def start_experiment(
+        self,
+        *,
+        profile: str,
+        model: str,
+        engine: str,
+        layout: str,
+        argv: Sequence[str],
+        gpus: Sequence[int] = (),
+        host: str | None = None,
+        log_path: str = "",
+        pid: int | None = None,
+        port: int | None = None,
+    ) -> int:
+        """Record a launch before it starts, so a launch that kills cockpit is still journaled."""
+        row = {
+            "started": time.time(),
+            "host": host or socket.gethostname(),
+            "profile": profile,
+            "model": model,
+            "engine": engine,
+            "layout": layout,
+            "argv": json.dumps(list(argv)),
+            "gpus": json.dumps(list(gpus)),
+            "outcome": LAUNCHING,
+            "log_path": str(log_path),
+            "pid": pid,
+            "port": port,
+        }
+        with self._guard():
+            cur = self._db.execute(
+                f"INSERT INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
+            )
+        return int(cur.lastrowid)
+
+    def update_experiment(self, id: int, /, **changes: Any) -> None:
+        """Set some columns of one experiment (pid and log path once known, ...)."""
+        settable = _EXPERIMENT_COLUMNS[1:]  # all but id
+        if unknown := sorted(set(changes) - set(settable)):
+            raise ValueError(f"unknown experiment columns {unknown}: use {', '.join(settable)}")
+        if not changes:
+            return
+        if "outcome" in changes and changes["outcome"] not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {changes['outcome']!r}")
+        values = [_to_sql(name, value) for name, value in changes.items()]
+        assignments = ", ".join(f"{name} = ?" for name in changes)
+        with self._guard():
+            cur = self._db.execute(f"UPDATE experiments SET {assignments} WHERE id = ?", (*values, id))
+        if cur.rowcount == 0:
+            raise ValueError(f"no experiment {id} in {self.path}")
+
+    def set_outcome(
+        self,
+        id: int,
+        outcome: str,
+        *,
+        diagnosis: Diagnosis | None = None,
+        load_seconds: float | None = None,
+    ) -> None:
+        """ready once it serves; failed or stopped also mark the end."""
+        changes: dict[str, Any] = {"outcome": outcome}
+        if outcome in (FAILED, STOPPED):
+            changes["ended"] = time.time()
+        if diagnosis is not None:
+            changes |= {
+                "diagnosis_kind": diagnosis.kind,
+                "diagnosis": diagnosis.cause,
+                "next_step": diagnosis.next_step,
+            }
+        if load_seconds is not None:
+            changes["load_seconds"] = load_seconds
+        self.update_experiment(id, **changes)
+
+    def record_peak(self, id: int, peaks: Mapping[int, int]) -> None:
+        """Merge memory samples, keeping each GPU's highest: telemetry calls this as it samples."""
+        with self._guard():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT peak_memory FROM experiments WHERE id = ?", (id,)).fetchone()
+                if row is None:
+                    raise ValueError(f"no experiment {id} in {self.path}")
+                merged = {int(gpu): used for gpu, used in json.loads(row[0]).items()}
+                for gpu, used in peaks.items():
+                    merged[int(gpu)] = max(int(used), merged.get(int(gpu), 0))
+                self._db.execute(
+                    "UPDATE experiments SET peak_memory = ? WHERE id = ?", (_dump_peaks(merged), id)
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def experiment(self, id: int) -> Experiment | None:
+        with self._guard():
+            row = self._db.execute(
+                f"SELECT {', '.join(_EXPERIMENT_COLUMNS)} FROM experiments WHERE id = ?", (id,)
+            ).fetchone()
+        return _experiment(row) if row else None
+
+    def experiments(self, profile: str | None = None, limit: int | None = None) -> list[Experiment]:
+        """Newest first."""
+        sql = f"SELECT {', '.join(_EXPERIMENT_COLUMNS)} FROM experiments"
+        params: list[Any] = []
+        if profile is not None:
+            sql += " WHERE profile = ?"
+            params.append(profile)
+        sql += " ORDER BY started DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._guard():
+            rows = self._db.execute(sql, params).fetchall()
+        return [_experiment(row) for row in rows]
+
+    # -- benchmark points ----------------------------------------------------------------------
+
+    def add_point(self, experiment_id: int, point: BenchPoint) -> int:
+        row = {name: _to_sql(name, getattr(point, name)) for name in _POINT_COLUMNS if name != "id"}
+        row["experiment_id"] = experiment_id
+        row["created"] = point.created if point.created is not None else time.time()
+        with self._guard():
+            cur = self._db.execute(
+                f"INSERT INTO bench_points ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
+            )
+        return int(cur.lastrowid)
+
+    def points(self, experiment_id: int) -> list[BenchPoint]:
+        """By concurrency; a level measured twice comes in the order it was measured."""
+        with self._guard():
+            rows = self._db.execute(
+                f"SELECT {', '.join(_POINT_COLUMNS)} FROM bench_points"
+                " WHERE experiment_id = ? ORDER BY concurrency, id",
+                (experiment_id,),
+            ).fetchall()
+        return [_point(row) for row in rows]
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        """Bring the file to SCHEMA_VERSION; BEGIN IMMEDIATE so two first opens do not race."""
+        with self._guard():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+                row = self._db.execute("SELECT version FROM schema_version").fetchone()
+                version = row[0] if row else 0
+                if version > SCHEMA_VERSION:
+                    raise CockpitError(
+                        f"the journal {self.path} was written by a newer cockpit (schema {version}, "
+                        f"this one knows {SCHEMA_VERSION}): upgrade cockpit or set COCKPIT_JOURNAL "
+                        "to another file."
+                    )
+                for script in _MIGRATIONS[version:]:
+                    for statement in filter(str.strip, script.split(";")):
+                        self._db.execute(statement)
+                if row is None:
+                    self._db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                elif version < SCHEMA_VERSION:
+                    self._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """One caller at a time; SQLite's errors become one line that says what to do."""
+        with self._lock:
+            try:
+                yield
+            except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+                raise  # our own mistakes: a missing experiment, a closed journal
+            except sqlite3.OperationalError as err:
+                if "locked" in str(err) or "busy" in str(err):
+                    raise CockpitError(
+                        f"the journal {self.path} stayed locked by another cockpit for 10 s: "
+                        "try again when it is done."
+                    ) from None
+                raise CockpitError(
+                    f"cannot use the journal {self.path} ({err}): check the folder's permissions and "
+                    "free space, or set COCKPIT_JOURNAL to another file."
+                ) from None
+            except sqlite3.DatabaseError as err:
+                raise CockpitError(
+                    f"the journal {self.path} is damaged ({err}): move it aside (mv {self.path} "
+                    f"{self.path}.broken) and cockpit starts a new one."
+                ) from None
+
+
+def _to_sql(name: str, value: Any) -> Any:
+    if name == "peak_memory":
+        return _dump_peaks(value)
+    if name in _JSON_COLUMNS:
+        return json.dumps(list(value) if isinstance(value, (tuple, list)) else value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _dump_peaks(peaks: Mapping[int, int]) -> str:
+    return json.dumps({str(gpu): int(used) for gpu, used in sorted(peaks.items(), key=lambda kv: int(kv[0]))})
+
+
+def _experiment(row: Sequence[Any]) -> Experiment:
+    values = dict(zip(_EXPERIMENT_COLUMNS, row))
+    values["argv"] = tuple(json.loads(values["argv"]))
+    values["gpus"] = tuple(json.loads(values["gpus"]))
+    values["peak_memory"] = {int(gpu): used for gpu, used in json.loads(values["peak_memory"]).items()}
+    return Experiment(**values)
+
+
+def _point(row: Sequence[Any]) -> BenchPoint:
+    values = dict(zip(_POINT_COLUMNS, row))
+    values["extra"] = json.loads(values["extra"])
+    values["client_limited"] = bool(values["client_limited"])
+    return BenchPoint(**values)
+
+
+# -- the comparison table --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One layout: its latest benchmarked experiment, or its latest failure if it never served."""
+
+    layout: str
+    experiment: int
+    engine: str
+    outcome: str
+    cells: dict[int, BenchPoint]  # concurrency -> the point measured there
+    peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
+    diagnosis: str = ""  # the one-line cause, for a row without numbers
+
+
+@dataclass(frozen=True)
+class Comparison:
+    profile: str | None
+    levels: list[int]  # every concurrency measured, sorted
+    rows: list[ComparisonRow]  # in the order the layouts were tried
+    best: dict[int, str]  # concurrency -> layout with the most tok/s, where two or more compete
+    best_peak: str | None = None
+
+
+def comparison(journal: Journal, profile: str | None = None) -> Comparison:
+    """The layouts of one profile side by side; no profile means the newest experiment's."""
+    if profile is None:
+        newest = journal.experiments(limit=1)
+        profile = newest[0].profile if newest else None
+    served: dict[str, tuple[Experiment, list[BenchPoint]]] = {}
+    failed: dict[str, Experiment] = {}
+    for exp in journal.experiments(profile) if profile is not None else []:  # newest first
+        if exp.layout in served:
+            continue
+        if points := journal.points(exp.id):
+            served[exp.layout] = (exp, points)
+        elif exp.outcome == FAILED:
+            failed.setdefault(exp.layout, exp)
+
+    rows = []
+    for exp, points in served.values():
+        cells = {p.concurrency: p for p in points}  # a level measured twice: the latest wins
+        peak = max(cells.values(), key=lambda p: p.output_tok_s)
+        rows.append((exp, ComparisonRow(exp.layout, exp.id, exp.engine, exp.outcome, cells, peak)))
+    for layout, exp in failed.items():
+        if layout not in served:
+            row = ComparisonRow(layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "")
+            rows.append((exp, row))
+    ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[0].started, pair[0].id))]
+
+    levels = sorted({c for row in ordered for c in row.cells})
+    best = {}
+    for level in levels:
+        measured = [row for row in ordered if level in row.cells]
+        if len(measured) > 1:
+            best[level] = max(measured, key=lambda row: row.cells[level].output_tok_s).layout
+    peaked = [row for row in ordered if row.peak is not None]
+    best_peak = max(peaked, key=lambda row: row.peak.output_tok_s).layout if len(peaked) > 1 else None
+    return Comparison(profile, levels, ordered, best, best_peak)
+
+
+def format_tok_s(value: float) -> str:
+    """One decimal below 1000 (26.3, 577.8), whole numbers with separators above (3,982)."""
+    return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def format_comparison(comp: Comparison, fmt: str) -> str:
+    """table (terminal), markdown (a GitHub table like the seeds'), csv or json (one record
+    per layout and concurrency)."""
+    if fmt not in FORMATS:
+        raise CockpitError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    if fmt == "json":
+        return json.dumps(_records(comp), indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=_RECORD_FIELDS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for record in _records(comp):  # 0/1 for yes/no, as spreadsheets and SQLite read them
+            writer.writerow({k: int(v) if isinstance(v, bool) else v for k, v in record.items()})
+        return out.getvalue().rstrip("\n")
+    if not comp.rows:
+        scope = f" for profile {comp.profile}" if comp.profile else ""
+        return f'no benchmark results yet{scope}: run `cockpit run "tp8" --bench c=1,32,64`'
+    return _markdown(comp) if fmt == "markdown" else _table(comp)
+
+
+def _headers(comp: Comparison) -> list[str]:
+    return [f"C={c}" + (" tok/s" if i == 0 else "") for i, c in enumerate(comp.levels)]
+
+
+def _peak_text(row: ComparisonRow) -> str:
+    assert row.peak is not None
+    return f"{format_tok_s(row.peak.output_tok_s)} (C={row.peak.concurrency})"
+
+
+def _markdown(comp: Comparison) -> str:
+    def bold(text: str, best: bool) -> str:
+        return f"**{text}**" if best else text
+
+    lines = [
+        "| " + " | ".join(["Layout", *_headers(comp), "Peak"]) + " |",
+        "|" + "|".join(["---", *["---:"] * (len(comp.levels) + 1)]) + "|",
+    ]
+    for row in comp.rows:
+        if row.peak is None:
+            cause = f"failed: {row.diagnosis or 'no cause recorded'}".replace("|", "\\|")
+            cells = [cause, *[""] * len(comp.levels)]
+        else:
+            cells = [
+                bold(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
+                if c in row.cells else "-"
+                for c in comp.levels
+            ]
+            cells.append(bold(_peak_text(row), comp.best_peak == row.layout))
+        lines.append("| " + " | ".join([row.layout, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def _table(comp: Comparison) -> str:
+    """Numbers right-aligned; `*` after the best of each column, a space after the others."""
+
+    def mark(text: str, best: bool) -> str:
+        return text + ("*" if best else " ")
+
+    headers = [mark(h, False) for h in [*_headers(comp), "peak"]]
+    grid = {}  # layout -> its number cells; layouts that never served are not in it
+    for row in comp.rows:
+        if row.peak is not None:
+            cells = [
+                mark(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
+                if c in row.cells else "- "
+                for c in comp.levels
+            ]
+            grid[row.layout] = [*cells, mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout)]
+    first = max(len(text) for text in ["layout", *(row.layout for row in comp.rows)])
+    widths = [max([len(h), *(len(cells[i]) for cells in grid.values())]) for i, h in enumerate(headers)]
+
+    def line(layout: str, cells: Sequence[str], tail: str = "") -> str:
+        columns = [layout.ljust(first), *(c.rjust(w) for c, w in zip(cells, widths))]
+        return ("  ".join(columns) + tail).rstrip()
+
+    lines = [line("layout", headers), "  ".join("-" * w for w in [first, *widths])]
+    for row in comp.rows:
+        if row.peak is not None:
+            lines.append(line(row.layout, grid[row.layout], f" at C={row.peak.concurrency}"))
+        else:
+            lines.append(f"{row.layout.ljust(first)}  failed: {row.diagnosis or 'no cause recorded'}")
+    if comp.best or comp.best_peak:
+        lines.append("* most tok/s at that concurrency")
+    return "\n".join(lines)
+
+
+_RECORD_FIELDS = ["layout", "engine", "experiment", "outcome", "diagnosis", *METRICS, "best"]
+
+
+def _records(comp: Comparison) -> list[dict[str, Any]]:
+    """One record per (layout, concurrency); a layout that never served has one, without numbers."""
+    records = []
+    for row in comp.rows:
+        head = {
+            "layout": row.layout,
+            "engine": row.engine,
+            "experiment": row.experiment,
+            "outcome": row.outcome,
+            "diagnosis": row.diagnosis or None,
+        }
+        if row.peak is None:
+            records.append(head | {name: None for name in METRICS} | {"best": False})
+            continue
+        for level, point in row.cells.items():
+            metrics = {name: getattr(point, name) for name in METRICS}
+            records.append(head | metrics | {"best": comp.best.get(level) == row.layout, "extra": point.extra})
+    return records

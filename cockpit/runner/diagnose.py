@@ -1,0 +1,594 @@
+"""Why a server died, read from the tail of its log.
+
+An engine that fails prints the real error once per rank and then a pile of wrappers ("EngineCore
+failed to start.", "See root cause above."). People need the first real error, in one line, with
+what to try next. The texts matched are the engines' own (reference/engines.md sections 1.3,
+1.5, 1.7, 2.3 and 3); the simulated engine prints the same words.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from cockpit.runner.events import Diagnosis
+from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
+
+# --- What to try next (the caller may replace these with layouts the planner says fit) -------
+
+NEXT_MORE_GPUS = "the weights do not fit this layout: use more GPUs per replica (more TP/EP/PP)"
+NEXT_LESS_MEMORY = (
+    "lower --gpu-memory-utilization / --mem-fraction-static or --max-num-batched-tokens / --chunked-prefill-size"
+)
+NEXT_OOM_UNKNOWN_PHASE = (
+    "if the weights were still loading, use more GPUs per replica; otherwise lower "
+    "--gpu-memory-utilization / --mem-fraction-static"
+)
+NEXT_WHOLE_EXPERTS = (
+    "keep experts whole: add expert parallel (vLLM `ep`, SGLang ep = tp), "
+    "or use a TP size that divides the width into whole blocks"
+)
+NEXT_WHOLE_TILES = "use a TP size that leaves whole blocks per shard (expert parallel does not split these layers)"
+NEXT_NCCL = "check the GPU links (nvidia-smi topo -m), try NCCL_P2P_DISABLE=1, rerun with NCCL_DEBUG=INFO"
+NEXT_READ_LOG = "read the log above the traceback"
+
+# --- Wrappers: lines that say something failed elsewhere; never a root cause ---------------
+
+WRAPPER = re.compile(
+    r"EngineCore failed to start"
+    r"|Engine core initialization failed"
+    r"|WorkerProc failed to start"
+    r"|WorkerProc initialization failed"
+    r"|initialization failed due to an exception in a background process"
+    r"|Received sigquit from a child process"
+    r"|Scheduler hit an exception"
+    r"|scheduler is dead"
+    r"|Initialization failed\. Please see the error messages above"
+)
+ERROR_LOOKING = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Error\b|Exception\b|\bfailed\b", re.IGNORECASE)
+
+# --- Root causes -------------------------------------------------------------------------
+
+SIZE = r"[\d.]+ [KMGT]i?B|0 bytes"
+# torch >= 2.2 and 2.1 (which spells "capacty").
+OOM_TORCH_NEW = re.compile(
+    rf"CUDA out of memory\. Tried to allocate (?P<requested>{SIZE})\. GPU (?P<gpu>\d+) has a total "
+    rf"capac(?:i)?ty of (?P<total>{SIZE}) of which (?P<free>{SIZE}) is free"
+)
+# torch <= 2.0: "(GPU 2; 10.73 GiB total capacity; 9.59 GiB already allocated; 290.56 MiB free; ...)".
+OOM_TORCH_OLD = re.compile(
+    rf"CUDA out of memory\. Tried to allocate (?P<requested>{SIZE}) \(GPU (?P<gpu>\d+); "
+    rf"(?P<total>{SIZE}) total capacity; (?P<allocated>{SIZE}) already allocated; (?P<free>{SIZE}) free"
+)
+# Driver-level OOM (torch.AcceleratorError), NCCL's "Cuda failure 'out of memory'", or a torch
+# OOM whose sizes were cut off.
+OOM_OTHER = re.compile(r"CUDA error: out of memory|Cuda failure (?:\d+ )?'out of memory'|CUDA out of memory|OutOfMemoryError")
+
+FP8_GATE_UP = re.compile(
+    r"The output_size of gate's and up's weight = (?P<size>\d+) is not divisible by weight quantization block_n = (?P<block>\d+)"
+)
+FP8_DOWN = re.compile(
+    r"The input_size of down's weight = (?P<size>\d+) is not divisible by weight quantization block_k = (?P<block>\d+)"
+)
+FP8_LINEAR_OUT = re.compile(
+    r"Weight output_partition_size = (?P<size>\d+) is not divisible by weight quantization block_n = (?P<block>\d+)"
+)
+FP8_LINEAR_IN = re.compile(
+    r"Weight input_size_per_partition = (?P<size>\d+) is not divisible by weight quantization block_k = (?P<block>\d+)"
+)
+# Marlin/GPTQ/AWQ kernels: "... = 14784 is not divisible by min_thread_k = 128", "size_n = 5472 is
+# not divisible by tile_n_size = 64".
+KERNEL_TILE = re.compile(r"(?P<name>\w+) = (?P<size>\d+) is not divisible by (?P<tile>\w*(?:thread|tile)\w*) = (?P<block>\d+)")
+
+ATTENTION_HEADS = re.compile(
+    r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)"
+)
+# vllm/distributed/utils.py: ensure_divisibility.
+NOT_DIVISIBLE = re.compile(r"AssertionError: (?P<numerator>\d+) is not divisible by (?P<denominator>\d+)")
+BARE_ASSERTION = re.compile(r"^(?:\w+\.)*AssertionError:?\s*$")
+
+NO_CACHE_BLOCKS = re.compile(r"No available memory for the cache blocks")
+KV_MAX_LEN = re.compile(
+    r"To serve at least one request with the models?(?:'s|'s's|s's) max seq len \((?P<max_len>\d+)\), "
+    r"\((?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+    r"\((?P<available>[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length "
+    r"is (?P<estimate>\d+))?"
+)
+SGLANG_NOT_ENOUGH_MEMORY = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
+SGLANG_UNBALANCED_MEMORY = re.compile(r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes")
+FREE_MEMORY_AT_START = re.compile(
+    r"Free memory on device(?: (?P<device>\S+))? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
+    r"than desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
+)
+
+WORLD_SIZE = re.compile(
+    r"World size \((?P<world>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)"
+)
+INVALID_DEVICE = re.compile(r"CUDA error: invalid device ordinal")
+
+NCCL_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ms>\d+) milliseconds"
+)
+NCCL_ERROR = re.compile(r"\bNCCL error(?: in: \S+,| \d+:|:)?\s*(?P<description>[^(]*)", re.IGNORECASE)
+NCCL_ERROR_CODE = re.compile(r"\b(?P<code>nccl\w+Error)\b:?\s*(?P<description>[^(]*)")
+NCCL_WARNING = re.compile(r"\bNCCL WARN\s+(?P<text>.+)")
+
+ADDRESS_IN_USE = re.compile(
+    r"\[Errno 98\](?: error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>\d+)\):)? "
+    r"[Aa]ddress already in use"
+)
+PP_UNSUPPORTED = re.compile(
+    r"Pipeline parallelism is not supported for this model|Pipeline parallelism is only supported for the following architectures"
+)
+EPLB_UNEVEN = re.compile(
+    r"EPLB currently only supports even distribution of experts across ranks\.(?: Got (?P<experts>\d+) experts "
+    r"and (?P<ranks>\d+) EP ranks)?"
+)
+EPLB_NEEDS_EP = re.compile(r"enable_expert_parallel must be True to use EPLB")
+UNRECOGNIZED_ARGS = re.compile(r"^(?:(?P<program>[^:]+): )?error: unrecognized arguments: (?P<flags>.+)$")
+
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<text>.*))?$")
+
+# Traceback frames that tell what the engine was doing, innermost checked first.
+PHASE_HINTS = (
+    (re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner"), "cuda_graphs"),
+    (re.compile(r"profile_run|determine_available_memory|determine_num_available_blocks"), "profiling"),
+    (re.compile(r"initialize_kv_cache|allocate_kv_cache|init_memory_pool|_create_buffers"), "kv_cache"),
+    (re.compile(r"load_weights|weight_loader|model_loader|load_model|Load weight begin"), "loading"),
+)
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")  # SGLang: "Scheduler hit an exception: Traceback ..."
+TRACEBACK_FRAME = re.compile(r'^File "(?:[^"]*/)?(?P<file>[^"/]+)", line \d+, in (?P<function>\S+)')
+ATTENTION_CONTEXT = re.compile(r"kv_heads|num_heads|Attention|attn_tp_size")
+
+PHASE_WORDS = {
+    "starting": "during startup",
+    "loading": "during weight loading",
+    "loaded": "after weight loading",
+    "profiling": "while profiling memory",
+    "kv_cache": "while allocating the KV cache",
+    "cuda_graphs": "while capturing CUDA graphs",
+    "serving": "while serving",
+}
+AFTER_WEIGHTS = ("loaded", "profiling", "kv_cache", "cuda_graphs", "serving")
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where a pattern matched: the whole tail, so an explanation can look around its line."""
+
+    lines: Sequence[str]
+    messages: list[str]
+    index: int
+    given_phase: str | None
+
+    @property
+    def evidence(self) -> str:
+        return strip_ansi(self.lines[self.index]).strip()
+
+    def phase(self) -> str | None:
+        return self.given_phase or _phase_from_log(self.lines, self.messages, self.index)
+
+    def traceback(self) -> list[str]:
+        return _traceback_above(self.messages, self.index)
+
+    def after(self, count: int) -> list[str]:
+        return self.messages[self.index + 1 : self.index + 1 + count]
+
+
+Explain = Callable[[re.Match[str], _Site], Diagnosis]
+
+
+def diagnose(lines: Sequence[str], *, phase: str | None = None) -> Diagnosis | None:
+    """The root cause in a failed server's log tail: the first real error, never a wrapper.
+
+    `phase` is what the tracker last saw; without it the phase is read from the log itself.
+    None when the tail holds no error at all.
+    """
+    messages = [log_message(line) for line in lines]
+    nccl_warning: Diagnosis | None = None
+    unknown_error: Diagnosis | None = None
+    wrapper_seen = False
+    for index, message in enumerate(messages):
+        if not message:
+            continue
+        if WRAPPER.search(message):
+            wrapper_seen = True
+            continue
+        site = _Site(lines, messages, index, phase)
+        for pattern, explain in ROOT_CAUSES:
+            if match := pattern.search(message):
+                return explain(match, site)
+        # Weak signals only count when no real error follows: NCCL warns about harmless things,
+        # and an unknown exception may be a side effect of a known one further down.
+        if nccl_warning is None and (match := NCCL_WARNING.search(message)):
+            nccl_warning = _nccl_warning(match, site)
+        if unknown_error is None and (match := EXCEPTION_LINE.match(message)):
+            unknown_error = _unknown_exception(match, site)
+    if nccl_warning or unknown_error:
+        return nccl_warning or unknown_error
+    if wrapper_seen:
+        evidence = next(
+            (strip_ansi(line).strip() for line in reversed(lines) if ERROR_LOOKING.search(strip_ansi(line))), ""
+        )
+        return Diagnosis(
+            "engine-died",
+            "the engine failed to start; no root cause in the log tail",
+            "read the full server log: the first error above the wrappers was cut off",
+            phase=phase or _phase_from_log(lines, messages, len(lines)),
+            evidence=evidence,
+        )
+    return None
+
+
+def diagnose_exit(lines: Sequence[str], returncode: int, phase: str | None) -> Diagnosis:
+    """Why the server exited: the log's root cause, or the exit itself when the log says nothing."""
+    found = diagnose(lines, phase=phase)
+    if found is not None:
+        return found
+    phase = phase or _phase_from_log(lines, [log_message(line) for line in lines], len(lines))
+    when = f" {PHASE_WORDS[phase]}" if phase in PHASE_WORDS else ""
+    killer = _signal_name(returncode)
+    if killer:
+        cause = f"the server was killed by {killer} (exit code {returncode}){when} and printed no error"
+        next_step = (
+            "nothing in the log: if no one stopped it, the host may have run out of RAM (check dmesg for the OOM killer)"
+            if killer == "SIGKILL"
+            else "nothing in the log: check what sent the signal"
+        )
+    else:
+        cause = f"the server exited with code {returncode}{when} and printed no error"
+        next_step = "run the server command by hand to see its full output"
+    return Diagnosis("exited", cause, next_step, phase=phase)
+
+
+def _traceback_above(messages: list[str], index: int, reach: int = 80) -> list[str]:
+    """The messages of the traceback that ends just above line `index`, outermost first."""
+    for start in range(min(index, len(messages)) - 1, max(-1, index - reach), -1):
+        if TRACEBACK_START.search(messages[start]):
+            return messages[start:index]
+    return []
+
+
+def _signal_name(returncode: int) -> str | None:
+    """-9 from subprocess, or 137 = 128 + 9 from a shell that ran it."""
+    number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode <= 128 + 64 else 0
+    if not number:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _phase_from_log(lines: Sequence[str], messages: list[str], index: int) -> str | None:
+    """What the engine was doing at line `index`: the traceback's frames say it best, the
+    milestones above it otherwise."""
+    for message in reversed(_traceback_above(messages, index)):
+        for pattern, phase in PHASE_HINTS:
+            if pattern.search(message):
+                return phase
+    tracker = PhaseTracker(experiment=0)
+    for line in lines[:index]:
+        tracker.feed(line)
+    return tracker.phase
+
+
+# --- Explanations, one per kind ----------------------------------------------------------
+
+
+def _oom(match: re.Match[str], site: _Site) -> Diagnosis:
+    phase = site.phase()
+    when = f" {PHASE_WORDS[phase]}" if phase in PHASE_WORDS else ""
+    groups = match.groupdict()
+    gpu = int(groups["gpu"]) if groups.get("gpu") else None
+    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    if groups.get("requested"):
+        cause = (
+            f"CUDA OOM{on_gpu}{when}: tried to allocate {groups['requested']} "
+            f"with {groups['free']} free of {groups['total']}"
+        )
+    elif "Cuda failure" in match.group(0) or "NCCL" in site.messages[site.index]:
+        cause = f"CUDA OOM inside NCCL{when}: NCCL could not allocate its buffers"
+    else:
+        cause = f"CUDA OOM{on_gpu}{when} ({match.group(0)}, no sizes reported)"
+    if phase == "loading":
+        next_step = NEXT_MORE_GPUS
+    elif phase in AFTER_WEIGHTS:
+        next_step = NEXT_LESS_MEMORY
+    else:
+        next_step = NEXT_OOM_UNKNOWN_PHASE
+    return Diagnosis("oom", cause, next_step, phase=phase, gpu=gpu, evidence=site.evidence)
+
+
+def _fp8_block(what: str, unit: str) -> Explain:
+    def explain(match: re.Match[str], site: _Site) -> Diagnosis:
+        size, block = match["size"], match["block"]
+        next_step = NEXT_WHOLE_EXPERTS if what.startswith(("gate", "down")) else NEXT_WHOLE_TILES
+        return Diagnosis(
+            "fp8-block",
+            f"FP8 block quantization: {what} width {size} is not a multiple of {unit} {block}",
+            next_step,
+            phase=site.phase(),
+            evidence=site.evidence,
+        )
+
+    return explain
+
+
+def _kernel_tile(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "fp8-block",
+        f"quantized kernel tiling: {match['name']} {match['size']} is not a multiple of {match['tile']} {match['block']}",
+        "use a smaller TP size so each shard holds whole tiles, or expert parallel for MoE weights",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _attention_heads(match: re.Match[str], site: _Site) -> Diagnosis:
+    heads, tp = int(match["heads"]), int(match["tp"])
+    return Diagnosis(
+        "attention-heads",
+        f"{heads} attention heads do not split over tensor parallel size {tp}",
+        f"use a TP size that divides {heads}: {_divisors(heads)}",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _not_divisible(match: re.Match[str], site: _Site) -> Diagnosis:
+    numerator, denominator = int(match["numerator"]), int(match["denominator"])
+    return Diagnosis(
+        "kv-heads",
+        f"{numerator} (heads or KV heads) do not split over {denominator} tensor parallel ranks",
+        f"use a TP size that divides {numerator}: {_divisors(numerator)}",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _bare_assertion(match: re.Match[str], site: _Site) -> Diagnosis:
+    """A message-less assert: the traceback's source line and frames say which one."""
+    traceback = site.traceback()
+    statement = next((m for m in reversed(traceback) if m.startswith("assert ")), "")
+    frame = next((f for m in reversed(traceback) if (f := TRACEBACK_FRAME.match(m))), None)
+    where = f" in {frame['file']}" if frame else ""
+    if "kv_heads" in statement:
+        kind, cause = "kv-heads", f"the KV heads do not split over this TP size: `{statement}` failed{where}"
+        next_step = "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+    elif "num_heads" in statement:
+        kind, cause = "attention-heads", f"the attention heads do not split over this TP size: `{statement}` failed{where}"
+        next_step = "use a TP size that divides the attention heads"
+    elif any(ATTENTION_CONTEXT.search(m) for m in traceback):
+        kind, cause = "kv-heads", f"a bare assert failed in the attention layer{where}: the TP size does not divide the (KV) heads"
+        next_step = "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+    else:
+        detail = f": `{statement}`" if statement else " (no message)"
+        kind, cause = "assertion", f"the engine hit a bare AssertionError{where}{detail}"
+        next_step = "often a TP size that does not divide the heads, KV heads or expert width: try the planner's layouts"
+    return Diagnosis(kind, cause, next_step, phase=site.phase(), evidence=site.evidence)
+
+
+def _no_cache_blocks(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "kv-cache",
+        "no GPU memory is left for the KV cache after the weights and activations",
+        "raise --gpu-memory-utilization, or use more GPUs per replica so the weights take less of each",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
+    max_len, estimate = int(match["max_len"]), match["estimate"]
+    fits = f" (room for {int(estimate):,} tokens)" if estimate else ""
+    next_step = (
+        f"set --max-model-len {estimate} or less, or raise --gpu-memory-utilization"
+        if estimate
+        else "lower --max-model-len or raise --gpu-memory-utilization"
+    )
+    return Diagnosis(
+        "kv-cache",
+        f"the KV cache cannot hold one {max_len:,}-token request: it needs {match['needed']} GiB, "
+        f"{match['available']} GiB is available{fits}",
+        next_step,
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _sglang_not_enough_memory(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "kv-cache",
+        "SGLang has no room for its KV cache pool after the weights",
+        "raise --mem-fraction-static, or use more GPUs per replica so the weights take less of each",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _unbalanced_memory(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "kv-cache",
+        "GPU memory is unbalanced: another process holds memory on some of the GPUs",
+        "stop what else runs on these GPUs (nvidia-smi), or give the server other GPUs",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _free_memory_at_start(match: re.Match[str], site: _Site) -> Diagnosis:
+    device = match["device"] or ""
+    gpu = int(device.rsplit(":", 1)[1]) if device.rpartition(":")[2].isdigit() else None
+    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    return Diagnosis(
+        "kv-cache",
+        f"another process holds GPU memory{on_gpu}: {match['free']} of {match['total']} GiB free at startup, "
+        f"the server wants {match['requested']} GiB ({match['utilization']} of it)",
+        "stop what else runs on these GPUs (nvidia-smi), or lower --gpu-memory-utilization",
+        phase=site.phase(),
+        gpu=gpu,
+        evidence=site.evidence,
+    )
+
+
+def _world_size(match: re.Match[str], site: _Site) -> Diagnosis:
+    gpus = match["gpus"]
+    return Diagnosis(
+        "world-size",
+        f"the layout needs {match['world']} GPUs but only {gpus} are available",
+        f"use a layout on at most {gpus} GPUs (TP x PP x DP), or check CUDA_VISIBLE_DEVICES",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _invalid_device(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "world-size",
+        "a rank asked for a GPU that is not visible (CUDA error: invalid device ordinal)",
+        "use a layout on fewer GPUs (SGLang uses tp x pp of them), or check CUDA_VISIBLE_DEVICES",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _nccl_error(match: re.Match[str], site: _Site) -> Diagnosis:
+    """NCCL reports a CUDA failure a few lines below its own; an OOM there is the real cause."""
+    following = site.after(5)
+    oom = next((m for line in following if (m := OOM_OTHER.search(line))), None)
+    if oom is not None:
+        return _oom(oom, site)
+    description = match["description"].strip(" ,.") or match.groupdict().get("code") or "NCCL failed"
+    detail = _nccl_last_error(following)
+    cause = f"NCCL error: {description}" + (f" ({detail})" if detail else "")
+    return Diagnosis("nccl", cause, NEXT_NCCL, phase=site.phase(), evidence=site.evidence)
+
+
+def _nccl_last_error(following: list[str]) -> str:
+    for position, message in enumerate(following):
+        if message.startswith("Last error:"):
+            rest = message.removeprefix("Last error:").strip()
+            return rest or (following[position + 1] if position + 1 < len(following) else "")
+    return ""
+
+
+def _nccl_timeout(match: re.Match[str], site: _Site) -> Diagnosis:
+    operation = re.search(r"OpType=(\w+)", match["work"])
+    what = f"collective {operation[1]}" if operation else "collective"
+    return Diagnosis(
+        "nccl",
+        f"a NCCL {what} timed out after {int(match['ms']) / 1000:.0f} s: a rank hung or died first",
+        "look for an earlier error on another rank; " + NEXT_NCCL,
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _nccl_warning(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "nccl", f"NCCL warned: {match['text'].strip()}", NEXT_NCCL, phase=site.phase(), evidence=site.evidence
+    )
+
+
+def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:
+    port, host = match["port"], match["host"]
+    return Diagnosis(
+        "port-in-use",
+        f"port {port} on {host} is already in use" if port else "the server's port is already in use",
+        f"stop whatever listens on port {port or 'it'} or pick another --port",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _pp_unsupported(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "pp-unsupported",
+        "this model does not support pipeline parallelism in this engine",
+        "drop pp: use TP, EP or DP instead",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _eplb_uneven(match: re.Match[str], site: _Site) -> Diagnosis:
+    experts, ranks = match["experts"], match["ranks"]
+    counts = f": {experts} experts over {ranks} EP ranks" if experts else ""
+    return Diagnosis(
+        "eplb",
+        f"EPLB needs the experts to split evenly over the EP ranks{counts}",
+        f"use an EP size that divides {experts}, or drop --enable-eplb" if experts else "drop --enable-eplb",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _eplb_needs_ep(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "eplb",
+        "EPLB needs expert parallel",
+        "add `ep` (--enable-expert-parallel) or drop --enable-eplb",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _unrecognized_args(match: re.Match[str], site: _Site) -> Diagnosis:
+    program = (match["program"] or "the engine").strip()
+    flags = match["flags"].strip()
+    return Diagnosis(
+        "unrecognized-args",
+        f"{program} does not know {flags}",
+        "drop the flag: this engine or version spells it differently or does not have it",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _unknown_exception(match: re.Match[str], site: _Site) -> Diagnosis:
+    text = site.messages[site.index]
+    return Diagnosis(
+        "error",
+        f"the engine raised {text if len(text) <= 200 else text[:197] + '...'}",
+        NEXT_READ_LOG,
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _divisors(number: int, most: int = 16) -> str:
+    return ", ".join(str(d) for d in range(1, min(number, most) + 1) if number % d == 0)
+
+
+# In this order within one line; across lines the first line that matches wins.
+ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
+    (OOM_TORCH_NEW, _oom),
+    (OOM_TORCH_OLD, _oom),
+    (OOM_OTHER, _oom),
+    (FP8_GATE_UP, _fp8_block("gate/up shard", "block_n")),
+    (FP8_DOWN, _fp8_block("down shard", "block_k")),
+    (FP8_LINEAR_OUT, _fp8_block("linear output shard", "block_n")),
+    (FP8_LINEAR_IN, _fp8_block("linear input shard", "block_k")),
+    (KERNEL_TILE, _kernel_tile),
+    (ATTENTION_HEADS, _attention_heads),
+    (NOT_DIVISIBLE, _not_divisible),
+    (BARE_ASSERTION, _bare_assertion),
+    (KV_MAX_LEN, _kv_max_len),
+    (NO_CACHE_BLOCKS, _no_cache_blocks),
+    (SGLANG_NOT_ENOUGH_MEMORY, _sglang_not_enough_memory),
+    (SGLANG_UNBALANCED_MEMORY, _unbalanced_memory),
+    (FREE_MEMORY_AT_START, _free_memory_at_start),
+    (WORLD_SIZE, _world_size),
+    (INVALID_DEVICE, _invalid_device),
+    (NCCL_WATCHDOG, _nccl_timeout),
+    (NCCL_ERROR, _nccl_error),
+    (NCCL_ERROR_CODE, _nccl_error),
+    (ADDRESS_IN_USE, _address_in_use),
+    (PP_UNSUPPORTED, _pp_unsupported),
+    (EPLB_UNEVEN, _eplb_uneven),
+    (EPLB_NEEDS_EP, _eplb_needs_ep),
+    (UNRECOGNIZED_ARGS, _unrecognized_args),
+)

@@ -1,0 +1,104 @@
+"""An experiment's life as plain events. The TUI turns them into messages; `cockpit run` prints them.
+
+Every event names its experiment and prints itself in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a launch failed: one line of cause, one line of what to try next."""
+
+    kind: str  # oom, fp8-block, attention-heads, kv-heads, kv-cache, world-size, nccl, port-in-use, ...
+    cause: str
+    next_step: str = ""
+    phase: str | None = None  # what the engine was doing: loading, kv_cache, cuda_graphs, serving
+    gpu: int | None = None
+    evidence: str = ""  # the log line it was read from
+
+    def __str__(self) -> str:
+        return self.cause + (f" -> {self.next_step}" if self.next_step else "")
+
+
+@dataclass(frozen=True)
+class Planned:
+    experiment: int
+    layout: str
+    verdict: str
+    placement: str
+    gpus: tuple[int, ...]
+
+    def __str__(self) -> str:
+        gpus = ",".join(map(str, self.gpus)) or "-"
+        return f"planned   {self.layout}: {self.verdict}; {self.placement}; GPUs {gpus}"
+
+
+@dataclass(frozen=True)
+class Launching:
+    experiment: int
+    argv: tuple[str, ...]
+    pid: int
+    log_path: str
+    env: dict[str, str] = field(default_factory=dict)  # what cockpit set: CUDA_VISIBLE_DEVICES, ...
+
+    def __str__(self) -> str:
+        pinned = " ".join(f"{k}={v}" for k, v in self.env.items())
+        return f"launching pid {self.pid}: {pinned + ' ' if pinned else ''}{' '.join(self.argv)}"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    experiment: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"log       {self.text}"
+
+
+@dataclass(frozen=True)
+class Phase:
+    experiment: int
+    name: str  # starting, loading, loaded, kv_cache, cuda_graphs, serving
+    progress: float | None = None  # 0..1 where the engine tells (weights loading)
+    detail: str = ""
+
+    def __str__(self) -> str:
+        pct = f" {self.progress:.0%}" if self.progress is not None else ""
+        return f"phase     {self.name}{pct}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class Ready:
+    experiment: int
+    url: str
+    load_seconds: float
+
+    def __str__(self) -> str:
+        return f"ready     {self.url} after {self.load_seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class Failed:
+    experiment: int
+    diagnosis: Diagnosis
+
+    def __str__(self) -> str:
+        text = f"failed    {self.diagnosis.cause}"
+        if self.diagnosis.next_step:
+            text += f"\nnext      {self.diagnosis.next_step}"
+        return text
+
+
+@dataclass(frozen=True)
+class Stopped:
+    experiment: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"stopped   {self.reason}"
+
+
+Event = Planned | Launching | LogLine | Phase | Ready | Failed | Stopped

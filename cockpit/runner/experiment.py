@@ -1,0 +1,225 @@
+"""One experiment end to end: plan, check the box, launch, follow, diagnose, journal, stop.
+
+Both faces use this: ``cockpit run`` prints the events, the TUI turns them into messages.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Sequence
+
+from cockpit.errors import CockpitError
+from cockpit.journal import Journal
+from cockpit.layout import Layout
+from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
+from cockpit.profile import Profile
+from cockpit.runner.events import Diagnosis, Event, Failed, Launching, Planned, Ready, Stopped
+from cockpit.runner.registry import new_log_path
+from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port, redact_argv, redact_env
+from cockpit.telemetry.base import GpuSample
+from cockpit.telemetry.monitor import Monitor
+
+GIB = 2**30
+BUSY_GPU_BYTES = 2 * GIB  # a GPU holding more than this (or any process) is not free
+DEFAULT_STARTUP_TIMEOUT_S = 1800.0
+
+# Diagnosis kinds that a different layout can cure; the others want a flag or the box fixed.
+_LAYOUT_KINDS = {"oom", "fp8-block", "attention-heads", "kv-heads", "world-size", "unrecognized-args", "eplb"}
+
+
+def sim_command(engine: str, default_command: Sequence[str]) -> tuple[str, ...]:
+    """The launcher that runs the simulated engine in place of the real one."""
+    return (sys.executable, "-m", "cockpit.sim", engine, "--", *default_command)
+
+
+def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:
+    allowed_set = set(allowed) if allowed is not None else None
+    free = []
+    for s in samples:
+        if allowed_set is not None and s.index not in allowed_set:
+            continue
+        if s.processes or (s.memory_used or 0) > BUSY_GPU_BYTES:
+            continue
+        free.append(s.index)
+    return free
+
+
+def describe_holders(samples: Sequence[GpuSample], indices: Sequence[int]) -> str:
+    parts = []
+    for s in samples:
+        if s.index in indices and s.processes:
+            who = ", ".join(f"pid {p.pid} ({p.name}, {p.used_bytes / GIB:.0f} GiB)" for p in s.processes)
+            parts.append(f"GPU {s.index}: {who}")
+        elif s.index in indices:
+            parts.append(f"GPU {s.index}: {(s.memory_used or 0) / GIB:.0f} GiB in use")
+    return "; ".join(parts)
+
+
+@dataclass
+class Launcher:
+    profile: Profile
+    setup: Setup
+    journal: Journal
+    supervisor: Supervisor
+    monitor: Monitor | None = None
+    sim: bool = False
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
+    handle: ServerHandle | None = None
+    experiment: int | None = None
+    _verdicts: list[Verdict] | None = field(default=None, repr=False)
+
+    # -- before launch ----------------------------------------------------------------------
+
+    def verdicts(self) -> list[Verdict]:
+        if self._verdicts is None:
+            self._verdicts = plan_all(self.setup)
+        return self._verdicts
+
+    def suggest(self, verdict: Verdict) -> str:
+        layouts = list(verdict.alternatives) or nearest_fitting(verdict, self.verdicts())
+        fitting = {str(v.layout) for v in self.verdicts() if v.verdict != FAILS}
+        names = [f"`{x}`" for x in layouts if str(x) in fitting] or [f"`{x}`" for x in layouts]
+        return "try " + " or ".join(names[:3]) if names else ""
+
+    def argv(self, verdict: Verdict) -> list[str]:
+        engine = self.setup.engine
+        command = sim_command(engine.name, engine.default_command) if self.sim else (self.profile.command or ())
+        return engine.argv(verdict.placement, self.setup.model_path, self.profile.port, self.profile.args, command)
+
+    def environment(self, gpus: Sequence[int]) -> dict[str, str]:
+        env = dict(self.profile.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        if self.sim:
+            hw = self.setup.hardware
+            env["COCKPIT_SIM_GPUS"] = f"{hw.count}x{hw.gpu.key}"
+            env["COCKPIT_SIM_CALIBRATION"] = json.dumps(dict(self.profile.calibration))
+        return env
+
+    # -- the experiment ---------------------------------------------------------------------
+
+    def run(self, layout: Layout, *, force: bool = False) -> Iterator[Event]:
+        """Plan, launch and follow one layout; the last event is Ready or Failed."""
+        verdict = plan_layout(self.setup, layout)
+        samples = self.monitor.sample_now() if self.monitor else []
+        used = verdict.placement.gpus_used if verdict.placement else 0
+        allowed = list(self.profile.gpu_ids) if self.profile.gpu_ids is not None else list(range(self.setup.hardware.count))
+        free = free_gpus(samples, allowed) if samples else allowed
+        gpus = tuple(free[:used]) if used <= len(free) else tuple(allowed)
+        self.experiment = self.journal.start_experiment(
+            profile=self.profile.name,
+            model=self.setup.model_path,
+            engine=self.setup.engine.name,
+            layout=str(layout),
+            argv=list(redact_argv(verdict.argv)),
+            gpus=list(gpus),
+        )
+        exp = self.experiment
+        placement = str(verdict.placement) if verdict.placement else "not expressible"
+        yield Planned(exp, str(layout), f"{verdict.verdict} ({verdict.headline})" if verdict.headline else verdict.verdict, placement, gpus)
+        refusal = self._refusal(verdict, force, used, free, samples)
+        if refusal is not None:
+            self.journal.set_outcome(exp, "failed", diagnosis=refusal)
+            yield Failed(exp, refusal)
+            return
+        argv = self.argv(verdict)
+        env = self.environment(gpus)
+        log_path = new_log_path(exp, str(layout))
+        self.handle = self.supervisor.start(
+            experiment=exp,
+            argv=argv,
+            env=env,
+            port=self.profile.port,
+            log_path=log_path,
+            engine=self.setup.engine.name,
+            profile=self.profile.name,
+            layout=str(layout),
+        )
+        self.journal.update_experiment(exp, log_path=str(log_path), pid=self.handle.pid, port=self.profile.port)
+        if self.monitor:
+            self.monitor.track(exp, gpus)
+        shown_env = {k: v for k, v in redact_env(env).items() if k not in ("COCKPIT_SIM_CALIBRATION",)}
+        yield Launching(exp, redact_argv(argv), self.handle.pid, str(log_path), shown_env)
+        yield from self.follow(self.handle)
+
+    def follow(self, handle: ServerHandle) -> Iterator[Event]:
+        """Follow a launched or re-attached server to Ready or Failed, journaling the outcome."""
+        self.handle = handle
+        exp = handle.entry.experiment
+        for event in self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=self.setup.engine.ready_paths):
+            if isinstance(event, Failed):
+                event = Failed(exp, self._with_next_step(event.diagnosis))
+                self.journal.set_outcome(exp, "failed", diagnosis=event.diagnosis)
+                self._record_peaks(exp)
+                self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
+            elif isinstance(event, Ready):
+                self.journal.set_outcome(exp, "ready", load_seconds=event.load_seconds)
+                self._record_peaks(exp)
+            yield event
+
+    def stop(self, reason: str = "stopped by the user") -> Stopped | None:
+        if self.handle is None:
+            return None
+        exp = self.handle.entry.experiment
+        self._record_peaks(exp)
+        how = self.supervisor.stop(self.handle)
+        record = self.journal.experiment(exp)
+        if record is not None and record.outcome == "launching":
+            self.journal.set_outcome(exp, "stopped")
+        self.journal.update_experiment(exp, ended=time.time())
+        if self.monitor:
+            self.monitor.untrack(exp)
+        self.handle = None
+        return Stopped(exp, f"{reason}: {how}")
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _refusal(self, verdict: Verdict, force: bool, used: int, free: list[int], samples) -> Diagnosis | None:
+        if verdict.placement is None:
+            return Diagnosis("inexpressible", verdict.reasons[0].message, self.suggest(verdict))
+        if verdict.verdict == FAILS and not force:
+            reason = verdict.reasons[0]
+            return Diagnosis(
+                "planned-failure",
+                f"not launched: the planner says {verdict.layout} fails: {reason}",
+                (self.suggest(verdict) + "; " if self.suggest(verdict) else "") + "--force launches it anyway",
+            )
+        holder = busy_port("127.0.0.1", self.profile.port)
+        if holder is not None:
+            return Diagnosis(
+                "port-in-use",
+                f"port {self.profile.port} is already in use by {holder}; nothing launched",
+                "stop that server (`cockpit servers`, `cockpit stop PID`) or set server.port in the profile",
+            )
+        if samples and used <= self.setup.hardware.count and len(free) < used:
+            busy = [s.index for s in samples if s.index not in free]
+            return Diagnosis(
+                "gpus-busy",
+                f"{verdict.layout} needs {used} free GPUs, {len(free)} are free ({describe_holders(samples, busy)}); nothing launched",
+                "stop what holds them (`cockpit servers`, `cockpit stop PID`) or pick a smaller layout",
+            )
+        return None
+
+    def _with_next_step(self, diagnosis: Diagnosis) -> Diagnosis:
+        if diagnosis.kind in _LAYOUT_KINDS:
+            layout = self.journal.experiment(self.handle.entry.experiment).layout if self.handle else None
+            if layout:
+                suggestion = self.suggest(plan_layout(self.setup, layout))
+                if suggestion:
+                    return replace(diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else ""))
+        return diagnosis
+
+    def _record_peaks(self, exp: int) -> None:
+        if self.monitor:
+            self.monitor.sample_now()
+            peaks = self.monitor.peaks(exp)
+            if peaks:
+                self.journal.record_peak(exp, peaks)
+
+
+def check_startup_timeout(value: float) -> float:
+    if value <= 0:
+        raise CockpitError(f"--startup-timeout must be a positive number of seconds, got {value}")
+    return value

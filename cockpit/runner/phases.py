@@ -1,0 +1,137 @@
+"""Where an engine is in its startup, read from its log one line at a time.
+
+vLLM and SGLang print the same milestones in different words (reference/engines.md 1.7 and
+2.4); the tracker turns both into the phases of `cockpit.runner.events.Phase`, so the screen
+can show "loading 45%" and the diagnosis can say what the engine was doing when it died.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cockpit.runner.events import Phase
+
+PHASES = ("starting", "loading", "loaded", "kv_cache", "cuda_graphs", "serving")
+
+# CSI sequences (colours: "\x1b[1;36m"), OSC sequences (titles, links) and two-byte escapes.
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+# What precedes the engine's words, in any combination: "(EngineCore_DP0 pid=12) ",
+# "(VllmWorker rank=0 pid=3) ", vLLM's "ERROR 11-29 20:38:32 [core.py:100] " (older builds:
+# "INFO 12-18 10:02:11 llm_engine.py:73] "), uvicorn's
+# "INFO:     ", SGLang's "[2026-11-29 20:38:47 DP0 TP0 EP0] ", torch.distributed's "[rank3]: "
+# and glog's "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ".
+LOG_PREFIX = re.compile(
+    r"""^(?:
+        \s*\([^()]*\bpid=\d+\)\s*
+      | \s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s*
+      | \s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+
+      | \s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]*\]\s*
+      | \s*\[rank\d+\]:\s*
+      | \s*\[[EWIF]\d{4}\s+[\d:.]+\s+[^\]]*\]\s*
+    )+""",
+    re.VERBOSE,
+)
+
+ENGINE_STARTING = re.compile(r"Initializing an? (?:V1 )?LLM engine|Init torch distributed begin")
+LOAD_BEGIN = re.compile(r"Starting to load model|Load weight begin")
+SHARD_PROGRESS = re.compile(
+    r"(?:checkpoint shards|loading shards):\s*(?P<percent>\d{1,3})% Completed(?: \| (?P<done>\d+)/(?P<total>\d+))?",
+    re.IGNORECASE,
+)
+WEIGHTS_LOADED = (
+    re.compile(r"Model loading took (?P<gib>[\d.]+) GiB"),  # vLLM V1, with or without "memory and"
+    re.compile(r"Loading model weights took (?P<gib>[\d.]+) GB"),  # vLLM V0
+    re.compile(r"Load weight end\.(?:.*?\bmem usage=(?P<gib>[\d.]+) GB)?"),  # SGLang
+)
+KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
+KV_TOKENS = (
+    re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens"),  # vLLM
+    re.compile(r"KV Cache is allocated\. #tokens: (?P<tokens>[\d,]+)"),  # SGLang
+)
+CUDA_GRAPHS = re.compile(r"Capturing CUDA graph|Capture cuda graph begin")
+VLLM_READY = re.compile(r"Application startup complete\.")
+SGLANG_READY = re.compile(r"The server is fired up and ready to roll!")
+# SGLang's uvicorn also prints "Application startup complete." before its warm-up request, so
+# the tracker must know an SGLang log when it sees one.
+SGLANG_LOG = re.compile(
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]|Init torch distributed begin|Load weight begin|server_args=ServerArgs"
+)
+
+
+def strip_ansi(text: str) -> str:
+    """Plain text: colour codes split the words the patterns look for."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+def log_message(line: str) -> str:
+    """The engine's own words, without colour, process tag, level, time or source.
+
+    tqdm redraws its bar with carriage returns, so a line may hold many bars: the last counts.
+    """
+    segments = [part for part in strip_ansi(line).split("\r") if part.strip()]
+    if not segments:
+        return ""
+    return LOG_PREFIX.sub("", segments[-1], count=1).strip()
+
+
+class PhaseTracker:
+    """Follows one server's startup; `feed` answers a Phase whenever there is news for people."""
+
+    def __init__(self, experiment: int, engine: str | None = None):
+        self.experiment = experiment
+        self.engine = engine  # "vllm" or "sglang"; guessed from the log when not given
+        self.phase: str | None = None
+        self.progress: float | None = None
+        self.detail = ""
+        self.ready_line_seen = False
+        self.weights_gib: float | None = None  # the busiest rank's, when ranks differ
+        self.kv_tokens: int | None = None  # the smallest rank's: the engine takes the minimum
+
+    def feed(self, line: str) -> Phase | None:
+        if self.engine is None and SGLANG_LOG.search(strip_ansi(line).lstrip()):
+            self.engine = "sglang"
+        message = log_message(line)
+        return self._read(message) if message else None
+
+    def _read(self, message: str) -> Phase | None:
+        if match := SHARD_PROGRESS.search(message):
+            shards = f"{match['done']}/{match['total']} shards" if match["done"] else ""
+            return self._advance("loading", progress=int(match["percent"]) / 100, detail=shards)
+        if ENGINE_STARTING.search(message):
+            return self._advance("starting")
+        if LOAD_BEGIN.search(message):
+            return self._advance("loading")
+        for pattern in WEIGHTS_LOADED:
+            if match := pattern.search(message):
+                if match["gib"]:
+                    self.weights_gib = max(self.weights_gib or 0.0, float(match["gib"]))
+                weights = f"{self.weights_gib:.2f} GiB of weights per GPU" if self.weights_gib else ""
+                return self._advance("loaded", detail=weights)
+        if match := KV_MEMORY.search(message):
+            return self._advance("kv_cache", detail=f"{match['gib']} GiB for the KV cache")
+        for pattern in KV_TOKENS:
+            if match := pattern.search(message):
+                tokens = int(match["tokens"].replace(",", ""))
+                self.kv_tokens = tokens if self.kv_tokens is None else min(self.kv_tokens, tokens)
+                return self._advance("kv_cache", detail=f"{self.kv_tokens:,} tokens of KV cache")
+        if CUDA_GRAPHS.search(message):
+            return self._advance("cuda_graphs")
+        if SGLANG_READY.search(message) or (VLLM_READY.search(message) and self.engine != "sglang"):
+            self.ready_line_seen = True
+            return self._advance("serving")
+        return None
+
+    def _advance(self, name: str, progress: float | None = None, detail: str = "") -> Phase | None:
+        """Move forward only: every rank repeats the milestones, and a late one must not rewind."""
+        rank = PHASES.index(name)
+        current = PHASES.index(self.phase) if self.phase else -1
+        if rank < current:
+            return None
+        if rank == current:
+            rises = progress is not None and (self.progress is None or progress > self.progress)
+            if not rises and (progress is not None or not detail or detail == self.detail):
+                return None
+            progress = progress if rises else self.progress
+        self.phase, self.progress, self.detail = name, progress, detail
+        return Phase(self.experiment, name, progress, detail)

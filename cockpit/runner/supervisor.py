@@ -1,0 +1,318 @@
+"""Start, follow and stop an engine process.
+
+The engine runs in its own session and process group with its output in a log file that the
+supervisor tails: the server outlives an SSH drop of the cockpit and its log is never lost.
+Following a server yields events (log lines, phases) and ends with ``Ready`` or ``Failed``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import httpx
+import psutil
+
+from cockpit.runner.diagnose import diagnose, diagnose_exit
+from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
+from cockpit.runner.phases import PhaseTracker, strip_ansi
+from cockpit.runner.registry import Registry, ServerEntry
+from cockpit.telemetry.base import GpuSource
+
+TAIL_LINES = 400
+ERROR_GRACE_S = 1.5  # after an error line, how long the engine gets to exit on its own
+HEALTH_EVERY_S = 0.5
+_ERRORISH = re.compile(r"Error|error:|Traceback|out of memory|Assertion|failed", re.I)
+# Causes certain enough to act on while the engine still runs (it may hang after them);
+# weaker signals (an NCCL warning, an unknown exception) wait for the process to exit.
+_CERTAIN = {
+    "oom", "fp8-block", "attention-heads", "kv-heads", "kv-cache", "world-size",
+    "port-in-use", "pp-unsupported", "eplb", "unrecognized-args",
+}
+_SECRET = re.compile(r"token|key|secret|password", re.I)
+
+
+def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """The argv with secrets (--api-key VALUE, --hf-token=VALUE) blanked, for logs and screens."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name.startswith("--") and _SECRET.search(name):
+            if eq:
+                out.append(f"{name}=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
+
+
+@dataclass
+class ServerHandle:
+    """A running (or finished) engine: ours (``popen``) or re-attached from the registry."""
+
+    entry: ServerEntry
+    popen: subprocess.Popen | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.entry.pid
+
+    @property
+    def url(self) -> str:
+        return self.entry.url
+
+    def returncode(self) -> int | None:
+        """None while it runs; the exit code (negative: killed by that signal) once it ended."""
+        if self.popen is not None:
+            return self.popen.poll()
+        return None if self.entry.alive() else 0
+
+
+class LogTail:
+    """Reads new complete lines from a growing log file (tqdm's carriage returns split lines)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = ""
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", errors="replace")
+        parts = re.split(r"\r\n|\r|\n", text)
+        self.partial = parts.pop()
+        return [strip_ansi(p) for p in parts if p.strip()]
+
+    def flush(self) -> list[str]:
+        lines = self.read()
+        if self.partial.strip():
+            lines.append(strip_ansi(self.partial))
+        self.partial = ""
+        return lines
+
+
+class Supervisor:
+    def __init__(self, registry: Registry | None = None, source: GpuSource | None = None):
+        self.registry = registry or Registry()
+        self.source = source
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        experiment: int,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        port: int,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        engine: str = "",
+        profile: str = "",
+        layout: str = "",
+    ) -> ServerHandle:
+        """Start the engine from an argv list in its own session; output goes to ``log_path``."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+                start_new_session=True,  # own session and process group: survives our exit
+            )
+        entry = self.registry.add(
+            ServerEntry(
+                pid=popen.pid,
+                pgid=popen.pid,
+                argv=redact_argv(argv),
+                port=port,
+                log_path=str(log_path),
+                experiment=experiment,
+                engine=engine,
+                profile=profile,
+                layout=layout,
+                url=f"http://{host}:{port}",
+                started=time.time(),
+            )
+        )
+        return ServerHandle(entry, popen)
+
+    def attach(self, entry: ServerEntry) -> ServerHandle:
+        return ServerHandle(entry, None, started=time.monotonic() - max(0.0, time.time() - entry.started))
+
+    # -- follow -----------------------------------------------------------------------------
+
+    def follow(
+        self,
+        handle: ServerHandle,
+        *,
+        timeout: float,
+        ready_paths: Sequence[str] = ("/health", "/v1/models"),
+        poll: float = 0.05,
+    ) -> Iterator[Event]:
+        """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``."""
+        experiment = handle.entry.experiment
+        tracker = PhaseTracker(experiment)
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        reader = LogTail(Path(handle.entry.log_path))
+        error_at: float | None = None
+        next_health = 0.0
+        with httpx.Client(timeout=1.0) as http:
+            while True:
+                lines = reader.read()
+                for line in lines:
+                    tail.append(line)
+                    yield LogLine(experiment, line)
+                    phase = tracker.feed(line)
+                    if phase is not None:
+                        yield phase
+                    if error_at is None and _ERRORISH.search(line):
+                        early = diagnose([line], phase=tracker.phase)
+                        if early is not None and early.kind in _CERTAIN:
+                            error_at = time.monotonic()
+                code = handle.returncode()
+                if code is not None:
+                    for line in reader.flush():
+                        tail.append(line)
+                        yield LogLine(experiment, line)
+                    yield Failed(experiment, diagnose_exit(list(tail), code, tracker.phase))
+                    return
+                now = time.monotonic()
+                if error_at is not None and now - error_at > ERROR_GRACE_S:
+                    found = diagnose(list(tail), phase=tracker.phase)
+                    if found is not None and found.kind in _CERTAIN:
+                        yield Failed(experiment, found)
+                        return
+                    error_at = None  # a scary line that was not an error after all
+                if now >= next_health:
+                    next_health = now + HEALTH_EVERY_S
+                    if self._ready(http, handle.url, ready_paths):
+                        yield Ready(experiment, handle.url, now - handle.started)
+                        return
+                if now - handle.started > timeout:
+                    where = tracker.phase or "startup"
+                    yield Failed(
+                        experiment,
+                        Diagnosis(
+                            kind="timeout",
+                            cause=f"not ready after {timeout:.0f} s (last phase: {where}); the server is stopped",
+                            next_step=f"read the log {handle.entry.log_path}; if loading is just slow, raise --startup-timeout",
+                            phase=where,
+                        ),
+                    )
+                    return
+                time.sleep(poll)
+
+    @staticmethod
+    def _ready(http: httpx.Client, url: str, paths: Sequence[str]) -> bool:
+        try:
+            for path in paths:
+                if http.get(url + path).status_code != 200:
+                    return False
+            return True
+        except httpx.HTTPError:
+            return False
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop(self, handle: ServerHandle, *, grace: float = 10.0, memory_timeout: float = 30.0) -> str:
+        """SIGTERM to the group, SIGKILL after ``grace``, then wait until its GPU memory is free."""
+        pgid = handle.entry.pgid
+        how = "exited"
+        if handle.returncode() is None:
+            how = "stopped with SIGTERM"
+            _signal_group(pgid, signal.SIGTERM)
+            if not self._wait_exit(handle, grace):
+                how = f"killed with SIGKILL after {grace:.0f} s"
+                _signal_group(pgid, signal.SIGKILL)
+                self._wait_exit(handle, 5.0)
+        else:
+            _signal_group(pgid, signal.SIGKILL)  # children the engine left behind
+        self.registry.remove(handle.pid)
+        if not self._wait_memory_released(handle.pid, memory_timeout):
+            how += f"; its GPU memory was still held after {memory_timeout:.0f} s"
+        return how
+
+    @staticmethod
+    def _wait_exit(handle: ServerHandle, seconds: float) -> bool:
+        if handle.popen is not None:
+            try:
+                handle.popen.wait(timeout=seconds)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not handle.entry.alive():
+                return True
+            time.sleep(0.05)
+        return not handle.entry.alive()
+
+    def _wait_memory_released(self, pid: int, seconds: float) -> bool:
+        if self.source is None:
+            return True
+        deadline = time.monotonic() + seconds
+        while True:
+            held = any(p.pid == pid for s in self.source.sample() for p in s.processes)
+            if not held:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def busy_port(host: str, port: int) -> str | None:
+    """Who holds ``port`` (a one-line description), or None when it is free to bind."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return None
+        except OSError:
+            pass
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                try:
+                    return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+                except psutil.NoSuchProcess:
+                    return f"pid {conn.pid}"
+    except (psutil.AccessDenied, OSError):
+        pass
+    return "another process"

@@ -1,0 +1,256 @@
+"""Log tails to root causes: every failure kind, from engine-style excerpts and the simulator's own output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
+from cockpit.runner.phases import log_message
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def log(name: str) -> list[str]:
+    return (LOGS / name).read_text().splitlines()
+
+
+# fixture -> kind, phase read from the log, GPU, words the cause must hold
+CASES = {
+    "vllm_fp8_block_tp8.log": ("fp8-block", "loading", None, ["gate/up shard width 192", "block_n 128"]),
+    "sim_vllm_tp8.log": ("fp8-block", "loading", None, ["gate/up shard width 192", "block_n 128"]),
+    "vllm_kv_heads_tp6.log": ("kv-heads", "loading", None, ["total_num_kv_heads % tp_size == 0", "minimax_m2.py"]),
+    "sim_vllm_tp6.log": ("assertion", "loading", None, ["bare AssertionError"]),
+    "ansi_colored.log": ("attention-heads", None, None, ["48 attention heads", "tensor parallel size 5"]),
+    "sglang_oom_load.log": (
+        "oom",
+        "loading",
+        2,
+        ["CUDA OOM on GPU 2 during weight loading: tried to allocate 672.00 MiB with 136.94 MiB free of 94.97 GiB"],
+    ),
+    "sim_sglang_oom.log": ("oom", "loading", 2, ["GPU 2 during weight loading", "1512.00 MiB", "94.97 GiB"]),
+    "torch21_oom.log": ("oom", "profiling", 0, ["GPU 0 while profiling memory", "3.00 GiB with 1.66 GiB free of 23.65 GiB"]),
+    "torch20_oom.log": ("oom", "loading", 2, ["GPU 2 during weight loading", "384.00 MiB with 290.56 MiB free of 10.73 GiB"]),
+    "vllm_kv_max_len.log": ("kv-cache", "kv_cache", None, ["262,144-token", "17.17 GiB", "11.70 GiB", "178,000"]),
+    "sim_vllm_kv_max_len.log": ("kv-cache", "loaded", None, ["196,608-token", "170,881"]),
+    "vllm_no_cache_blocks.log": ("kv-cache", "kv_cache", None, ["no GPU memory is left for the KV cache"]),
+    "sim_vllm_no_cache_blocks.log": ("kv-cache", "loaded", None, ["no GPU memory is left for the KV cache"]),
+    "sglang_not_enough_memory.log": ("kv-cache", "kv_cache", None, ["KV cache pool"]),
+    "sim_sglang_not_enough_memory.log": ("kv-cache", "loaded", None, ["KV cache pool"]),
+    "vllm_free_memory.log": ("kv-cache", "starting", None, ["another process holds GPU memory", "40.12 of 94.97 GiB", "85.47 GiB"]),
+    "vllm_world_size.log": ("world-size", None, None, ["needs 16 GPUs but only 8"]),
+    "nccl_error.log": ("nccl", "starting", None, ["unhandled cuda error", "Cuda failure 1 'invalid argument'"]),
+    "port_in_use.log": ("port-in-use", "cuda_graphs", None, ["port 8000 on 0.0.0.0"]),
+    "vllm_pp_unsupported.log": ("pp-unsupported", None, None, ["pipeline parallelism"]),
+    "vllm_eplb.log": ("eplb", "loading", None, ["256 experts over 6 EP ranks"]),
+    "sim_vllm_unrecognized_args.log": ("unrecognized-args", None, None, ["vllm serve does not know --ep-size 2"]),
+    "vllm_engine_core_wrapper_only.log": ("engine-died", "loading", None, ["no root cause in the log tail"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_fixture_gives_its_root_cause(name):
+    kind, phase, gpu, words = CASES[name]
+    found = diagnose(log(name))
+    assert found is not None
+    assert (found.kind, found.phase, found.gpu) == (kind, phase, gpu)
+    for word in words:
+        assert word in found.cause
+    assert "\n" not in found.cause and "\n" not in found.next_step and found.next_step
+    assert "\x1b" not in found.evidence and found.evidence
+
+
+def test_every_fixture_is_covered():
+    startups = {"sim_vllm_startup.log", "sim_sglang_startup.log"}
+    assert {p.name for p in LOGS.glob("*.log")} == set(CASES) | startups
+
+
+@pytest.mark.parametrize("name", sorted(n for n, case in CASES.items() if case[0] != "engine-died"))
+def test_wrappers_never_win(name):
+    found = diagnose(log(name))
+    assert not WRAPPER.search(log_message(found.evidence))
+
+
+def test_the_simulator_prints_the_wrapper_first_and_the_cause_still_wins():
+    lines = log("sim_vllm_tp8.log")
+    wrapper = next(i for i, line in enumerate(lines) if "WorkerProc failed to start." in line)
+    cause = next(i for i, line in enumerate(lines) if "block_n = 128" in line)
+    assert wrapper < cause
+    assert diagnose(lines).evidence == lines[cause]
+
+
+def test_wrapper_only_points_at_the_last_error_line():
+    found = diagnose(log("vllm_engine_core_wrapper_only.log"))
+    assert found.evidence.endswith("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+
+def test_next_steps_follow_the_phase():
+    assert diagnose(log("sglang_oom_load.log")).next_step == NEXT_MORE_GPUS
+    assert diagnose(log("torch21_oom.log")).next_step == NEXT_LESS_MEMORY
+    assert "fp8" not in diagnose(log("vllm_fp8_block_tp8.log")).next_step
+    assert "expert parallel" in diagnose(log("vllm_fp8_block_tp8.log")).next_step
+    assert diagnose(log("vllm_kv_max_len.log")).next_step == "set --max-model-len 178000 or less, or raise --gpu-memory-utilization"
+
+
+def test_the_callers_phase_wins_over_the_log():
+    found = diagnose(log("sglang_oom_load.log"), phase="cuda_graphs")
+    assert found.phase == "cuda_graphs"
+    assert "GPU 2 while capturing CUDA graphs" in found.cause
+    assert found.next_step == NEXT_LESS_MEMORY
+
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 672.00 MiB. GPU 2 has a total capacity of "
+    "94.97 GiB of which 136.94 MiB is free. Including non-PyTorch memory, this process has 94.82 GiB memory in use."
+)
+
+
+def test_phase_read_from_milestones_without_a_traceback():
+    loading = ["[2026-11-29 20:38:50 TP0] Load weight begin. avail mem=93.79 GB", OOM]
+    assert diagnose(loading).phase == "loading"
+    loaded = loading[:1] + ["[2026-11-29 20:41:02 TP0] Load weight end. type=X, avail mem=40.04 GB, mem usage=53.75 GB.", OOM]
+    found = diagnose(loaded)
+    assert (found.phase, found.next_step) == ("loaded", NEXT_LESS_MEMORY)
+    found = diagnose([OOM])
+    assert found.phase is None and "CUDA OOM on GPU 2: tried" in found.cause
+
+
+def test_first_root_cause_in_log_order_wins():
+    fp8 = "ValueError: The input_size of down's weight = 96 is not divisible by weight quantization block_k = 128."
+    assert diagnose([OOM, fp8]).kind == "oom"
+    assert diagnose([fp8, OOM]).kind == "fp8-block"
+
+
+def test_weak_signals_lose_to_a_real_error_below_them():
+    warn = "gpu-box:41515:41515 [1] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'"
+    unknown = "KeyError: 'model.layers.0.mlp.experts.w13_weight'"
+    fp8 = "ValueError: The output_size of gate's and up's weight = 192 is not divisible by weight quantization block_n = 128."
+    assert diagnose([warn, unknown, fp8]).kind == "fp8-block"
+    assert diagnose([unknown, warn]).kind == "nccl"
+    found = diagnose([unknown, "ERROR 11-29 20:46:34 [core.py:700] EngineCore failed to start."])
+    assert found.kind == "error" and "KeyError" in found.cause
+
+
+@pytest.mark.parametrize(
+    "line, kind, words",
+    [
+        ("torch.AcceleratorError: CUDA error: out of memory", "oom", ["CUDA OOM"]),
+        ("host:1:2 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'", "oom", ["inside NCCL"]),
+        ("OSError: [Errno 98] Address already in use", "port-in-use", ["already in use"]),
+        ("AssertionError: 25 is not divisible by 4", "kv-heads", ["25", "4 tensor parallel ranks"]),
+        (
+            "ValueError: Weight input_size_per_partition = 14784 is not divisible by min_thread_k = 128. "
+            "Consider reducing tensor_parallel_size or running with --quantization gptq.",
+            "fp8-block",
+            ["input_size_per_partition 14784", "min_thread_k 128"],
+        ),
+        ("RuntimeError: size_n = 5472 is not divisible by tile_n_size = 64", "fp8-block", ["size_n 5472", "tile_n_size 64"]),
+        (
+            "ValueError: The input_size of down's weight = 96 is not divisible by weight quantization block_k = 128.",
+            "fp8-block",
+            ["down shard width 96", "block_k 128"],
+        ),
+        (
+            "ValueError: Weight output_partition_size = 8 is not divisible by weight quantization block_n = 128.",
+            "fp8-block",
+            ["linear output shard width 8", "block_n 128"],
+        ),
+        (
+            "ValueError: Weight input_size_per_partition = 96 is not divisible by weight quantization block_k = 128.",
+            "fp8-block",
+            ["linear input shard width 96"],
+        ),
+        ("RuntimeError: CUDA error: invalid device ordinal", "world-size", ["invalid device ordinal"]),
+        (
+            "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 "
+            "milliseconds before timing out.",
+            "nccl",
+            ["ALLREDUCE timed out after 600 s"],
+        ),
+        ("ValueError: enable_expert_parallel must be True to use EPLB.", "eplb", ["EPLB needs expert parallel"]),
+        (
+            "NotImplementedError: Pipeline parallelism is only supported for the following architectures: ['LlamaForCausalLM']",
+            "pp-unsupported",
+            ["pipeline parallelism"],
+        ),
+        (
+            "The memory capacity is unbalanced. Some GPUs may be occupied by other processes.",
+            "kv-cache",
+            ["another process"],
+        ),
+        (
+            "ValueError: Free memory on device cuda:3 (3.25/23.43 GiB) on startup is less than desired GPU memory "
+            "utilization (0.9, 21.09 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+            "kv-cache",
+            ["GPU 3", "3.25 of 23.43 GiB"],
+        ),
+        (
+            "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (2.50 GiB). Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+            "kv-cache",
+            ["32,768-token", "4.00 GiB", "2.50 GiB"],
+        ),
+    ],
+)
+def test_engine_texts_one_line_each(line, kind, words):
+    found = diagnose(["INFO 11-29 20:38:12 [__init__.py:216] Automatically detected platform cuda.", line])
+    assert found.kind == kind
+    for word in words:
+        assert word in found.cause
+    assert "\n" not in found.cause
+
+
+def test_free_memory_names_the_device():
+    line = (
+        "ValueError: Free memory on device cuda:3 (3.25/23.43 GiB) on startup is less than desired GPU memory "
+        "utilization (0.9, 21.09 GiB)."
+    )
+    assert diagnose([line]).gpu == 3
+
+
+def test_nccl_error_with_a_cuda_oom_below_is_an_oom():
+    lines = [
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+        "[rank1]: ncclUnhandledCudaError: Call to CUDA function failed.",
+        "[rank1]: Last error:",
+        "[rank1]: Cuda failure 'out of memory'",
+    ]
+    assert diagnose(lines).kind == "oom"
+
+
+def test_bare_assert_on_the_query_heads_is_an_attention_heads_failure():
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/models/minimax_m2.py", line 412, in __init__',
+        "    assert self.total_num_heads % attn_tp_size == 0",
+        "AssertionError",
+    ]
+    found = diagnose(lines)
+    assert found.kind == "attention-heads" and "total_num_heads % attn_tp_size" in found.cause
+
+
+def test_no_error_is_no_diagnosis():
+    assert diagnose(log("sim_vllm_startup.log")) is None
+    assert diagnose(log("sim_sglang_startup.log")) is None
+    assert diagnose([]) is None
+
+
+def test_exit_without_an_error_names_the_signal_and_the_phase():
+    lines = log("sim_vllm_startup.log")[:11]  # killed while loading the shards
+    found = diagnose_exit(lines, -9, None)
+    assert found.kind == "exited" and found.phase == "loading"
+    assert found.cause == "the server was killed by SIGKILL (exit code -9) during weight loading and printed no error"
+    assert "RAM" in found.next_step
+    assert "SIGKILL" in diagnose_exit([], 137, "kv_cache").cause
+    assert diagnose_exit([], 1, "kv_cache").cause == (
+        "the server exited with code 1 while allocating the KV cache and printed no error"
+    )
+    assert diagnose_exit([], 1, None).cause == "the server exited with code 1 and printed no error"
+
+
+def test_exit_with_an_error_is_that_error():
+    assert diagnose_exit(log("sim_vllm_tp8.log"), 1, "loading").kind == "fp8-block"

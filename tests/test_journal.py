@@ -1,0 +1,270 @@
+"""The journal on real SQLite files, and the seeds' comparison table rebuilt from it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from cockpit.errors import CockpitError
+from cockpit.journal import BenchPoint, Journal, comparison, default_path, format_comparison, format_tok_s
+from cockpit.runner.events import Diagnosis
+
+KIMI = "kimi-k2.6"
+# The seed measurements (Kimi on 8 x RTX PRO 6000, SGLang): C=1, 32, 64, and the peak at C=128.
+SEED = {
+    "tp8": {1: 26.3, 32: 577.8, 64: 693.1, 128: 807.9},
+    "pp8": {1: 36.9, 32: 250.9, 64: 396.0, 128: 395.6},
+    "tp8 ep8": {1: 65.3, 32: 546.0, 64: 795.0, 128: 961.2},
+}
+
+
+def launch(journal: Journal, layout: str, profile: str = KIMI, **kw) -> int:
+    return journal.start_experiment(
+        profile=profile,
+        model="moonshotai/Kimi-K2.6",
+        engine="sglang",
+        layout=layout,
+        argv=["python", "-m", "sglang.launch_server", "--tp-size", "8"],
+        gpus=range(8),
+        **kw,
+    )
+
+
+def served(journal: Journal, layout: str, tok_s: dict[int, float], **kw) -> int:
+    exp = launch(journal, layout, **kw)
+    journal.set_outcome(exp, "ready", load_seconds=312.5)
+    for c, value in tok_s.items():
+        journal.add_point(exp, BenchPoint(c, value, requests=4 * c, ttft_ms_p50=120.0, itl_ms_p50=40.0))
+    return exp
+
+
+@pytest.fixture
+def journal(tmp_path):
+    with Journal(tmp_path / "journal.sqlite") as j:
+        yield j
+
+
+def test_experiment_round_trip(journal):
+    exp = launch(journal, "tp8 ep", host="box1", log_path="/tmp/x.log", pid=123, port=30000)
+    got = journal.experiment(exp)
+    assert got.layout == "tp8 ep" and got.host == "box1" and got.profile == KIMI
+    assert got.argv == ("python", "-m", "sglang.launch_server", "--tp-size", "8")
+    assert got.gpus == tuple(range(8))
+    assert (got.outcome, got.ended, got.pid, got.port, got.log_path) == ("launching", None, 123, 30000, "/tmp/x.log")
+    assert got.peak_memory == {}
+    journal.update_experiment(exp, pid=456, log_path="/tmp/y.log")
+    assert journal.experiment(exp).pid == 456
+    assert journal.experiment(999) is None
+
+
+def test_default_host_and_unknown_column(journal):
+    exp = launch(journal, "tp8")
+    assert journal.experiment(exp).host
+    with pytest.raises(ValueError, match="colour"):
+        journal.update_experiment(exp, colour="red")
+    with pytest.raises(ValueError):
+        journal.update_experiment(exp, id=5)
+    with pytest.raises(ValueError):
+        journal.set_outcome(exp, "exploded")
+
+
+def test_point_round_trip_sorted_by_concurrency(journal):
+    exp = launch(journal, "tp8")
+    full = BenchPoint(
+        64, 693.1, requests=256, errors=1, duration_s=120.5, request_s=2.1, ttft_ms_p50=300.0,
+        ttft_ms_p90=450.0, ttft_ms_p99=900.0, tpot_ms_p50=80.0, itl_ms_p50=79.0, itl_ms_p90=95.0,
+        itl_ms_p99=130.0, e2e_ms_p50=8000.0, e2e_ms_p99=9500.0, input_len=1024, output_len=1024,
+        client_limited=True, extra={"note": "warm"},
+    )
+    pid = journal.add_point(exp, full)
+    journal.add_point(exp, BenchPoint(1, 26.3))
+    one, sixty_four = journal.points(exp)
+    assert one.concurrency == 1 and one.ttft_ms_p50 is None and one.client_limited is False
+    assert sixty_four.id == pid and sixty_four.experiment_id == exp and sixty_four.created > 0
+    assert sixty_four == BenchPoint(**{**full.__dict__, "id": pid, "experiment_id": exp, "created": sixty_four.created})
+
+
+def test_outcome_with_diagnosis(journal):
+    exp = launch(journal, "tp4 ep2")
+    oom = Diagnosis("oom", "CUDA out of memory on GPU 2 after loading", "try tp8 ep8", phase="loading", gpu=2)
+    journal.set_outcome(exp, "failed", diagnosis=oom, load_seconds=280.0)
+    got = journal.experiment(exp)
+    assert (got.outcome, got.diagnosis_kind, got.diagnosis, got.next_step) == (
+        "failed", "oom", "CUDA out of memory on GPU 2 after loading", "try tp8 ep8",
+    )
+    assert got.load_seconds == 280.0 and got.ended >= got.started
+
+
+def test_peaks_merge_keeping_the_max(journal):
+    exp = launch(journal, "tp8")
+    journal.record_peak(exp, {0: 80, 1: 50})
+    journal.record_peak(exp, {0: 70, 1: 90, 2: 10})
+    assert journal.experiment(exp).peak_memory == {0: 80, 1: 90, 2: 10}
+    with pytest.raises(ValueError):
+        journal.record_peak(12345, {0: 1})
+
+
+def test_experiments_newest_first_by_profile(journal):
+    a = launch(journal, "tp8")
+    launch(journal, "tp4", profile="minimax-m2.5")
+    c = launch(journal, "pp8")
+    assert [e.id for e in journal.experiments(KIMI)] == [c, a]
+    assert len(journal.experiments()) == 3
+    assert [e.id for e in journal.experiments(limit=1)] == [c]
+
+
+def test_two_processes_share_one_file(tmp_path):
+    """A cockpit and its `cockpit bench` child each hold a connection and both write."""
+    path = tmp_path / "journal.sqlite"
+    with Journal(path) as cockpit, Journal(path) as bench:
+        exp = launch(cockpit, "tp8")
+        bench.add_point(exp, BenchPoint(32, 577.8))
+        cockpit.record_peak(exp, {0: 5})
+        bench.record_peak(exp, {0: 3, 1: 7})
+        cockpit.set_outcome(exp, "stopped")
+        assert [p.output_tok_s for p in cockpit.points(exp)] == [577.8]
+        assert bench.experiment(exp).peak_memory == {0: 5, 1: 7}
+        assert bench.experiment(exp).outcome == "stopped"
+
+
+def test_reopen_after_close_keeps_data(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    with Journal(path) as journal:
+        exp = served(journal, "tp8", {1: 26.3})
+    with Journal(path) as journal:
+        assert journal.experiment(exp).outcome == "ready"
+        assert journal.points(exp)[0].output_tok_s == 26.3
+
+
+def test_crash_keeps_what_was_written(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    crashed = Journal(path)  # never closed, as when cockpit is killed
+    exp = launch(crashed, "tp8")
+    crashed.add_point(exp, BenchPoint(1, 26.3))
+    with Journal(path) as after:
+        assert after.experiment(exp).outcome == "launching"
+        assert len(after.points(exp)) == 1
+    crashed.close()
+
+
+def test_corrupted_file_is_reported_and_kept(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    garbage = b"\x00\xffthis is not sqlite\n" * 200
+    path.write_bytes(garbage)
+    with pytest.raises(CockpitError) as info:
+        Journal(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and "move it aside" in message
+    assert path.read_bytes() == garbage
+
+
+def test_default_path_follows_xdg_and_env(tmp_path, monkeypatch):
+    assert default_path() == tmp_path / "data" / "cockpit" / "journal.sqlite"  # conftest's XDG_DATA_HOME
+    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "mine.sqlite"))
+    with Journal() as journal:
+        assert journal.path == tmp_path / "mine.sqlite"
+    assert (tmp_path / "mine.sqlite").exists()
+
+
+# -- the comparison table --------------------------------------------------------------------------
+
+
+def seed_journal(journal: Journal) -> None:
+    for layout, tok_s in SEED.items():
+        served(journal, layout, tok_s)
+
+
+def test_seed_kimi_table_in_markdown(journal):
+    seed_journal(journal)
+    text = format_comparison(comparison(journal, KIMI), "markdown")
+    assert text.splitlines() == [
+        "| Layout | C=1 tok/s | C=32 | C=64 | C=128 | Peak |",
+        "|---|---:|---:|---:|---:|---:|",
+        "| tp8 | 26.3 | **577.8** | 693.1 | 807.9 | 807.9 (C=128) |",
+        "| pp8 | 36.9 | 250.9 | 396.0 | 395.6 | 396.0 (C=64) |",
+        "| tp8 ep8 | **65.3** | 546.0 | **795.0** | **961.2** | **961.2 (C=128)** |",
+    ]
+
+
+def test_comparison_rows_and_best(journal):
+    seed_journal(journal)
+    comp = comparison(journal)  # no profile: the newest experiment's
+    assert comp.profile == KIMI and comp.levels == [1, 32, 64, 128]
+    assert [r.layout for r in comp.rows] == ["tp8", "pp8", "tp8 ep8"]
+    assert comp.best == {1: "tp8 ep8", 32: "tp8", 64: "tp8 ep8", 128: "tp8 ep8"}
+    pp8 = comp.rows[1]
+    assert (pp8.peak.concurrency, pp8.peak.output_tok_s) == (64, 396.0)
+
+
+def test_latest_benchmarked_experiment_wins_and_failures_show(journal):
+    served(journal, "tp8", {1: 20.0, 32: 500.0})
+    newer = served(journal, "tp8", {1: 26.3, 32: 577.8})
+    launch(journal, "tp8")  # relaunched, not benchmarked yet: the numbers stay
+    failed = launch(journal, "tp4 ep2")
+    journal.set_outcome(failed, "failed", diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2", "try tp8"))
+    launch(journal, "other", profile="minimax-m2.5")
+
+    comp = comparison(journal, KIMI)
+    assert [(r.layout, r.experiment) for r in comp.rows] == [("tp8", newer), ("tp4 ep2", failed)]
+    assert comp.rows[0].cells[32].output_tok_s == 577.8
+    assert comp.best == {}  # one layout measured: nothing to beat
+
+    markdown = format_comparison(comp, "markdown").splitlines()
+    assert markdown[-1] == "| tp4 ep2 | failed: CUDA out of memory on GPU 2 |  |  |"
+    table = format_comparison(comp, "table").splitlines()
+    assert table[0].split() == ["layout", "C=1", "tok/s", "C=32", "peak"]
+    assert table[-1] == "tp4 ep2  failed: CUDA out of memory on GPU 2"
+    assert "*" not in "\n".join(table)
+
+
+def test_plain_table_marks_best_with_a_star(journal):
+    seed_journal(journal)
+    lines = format_comparison(comparison(journal, KIMI), "table").splitlines()
+    assert lines[0].startswith("layout ")
+    assert lines[2].split() == ["tp8", "26.3", "577.8*", "693.1", "807.9", "807.9", "at", "C=128"]
+    assert lines[3].split() == ["pp8", "36.9", "250.9", "396.0", "395.6", "396.0", "at", "C=64"]
+    assert lines[4].split() == ["tp8", "ep8", "65.3*", "546.0", "795.0*", "961.2*", "961.2*", "at", "C=128"]
+    assert len({line.index(" at C=") for line in lines[2:5]}) == 1  # the numbers line up
+    assert lines[-1].startswith("* ")
+
+
+def test_csv_and_json_shapes(journal):
+    seed_journal(journal)
+    failed = launch(journal, "dp8 ep")
+    journal.set_outcome(failed, "failed", diagnosis=Diagnosis("nccl", "NCCL timeout"))
+    comp = comparison(journal, KIMI)
+
+    rows = list(csv.DictReader(io.StringIO(format_comparison(comp, "csv"))))
+    assert len(rows) == 3 * 4 + 1
+    first = rows[0]
+    assert (first["layout"], first["engine"], first["concurrency"], first["output_tok_s"]) == ("tp8", "sglang", "1", "26.3")
+    assert {"ttft_ms_p50", "itl_ms_p99", "e2e_ms_p99", "client_limited", "best", "experiment"} <= set(first)
+    assert first["client_limited"] == "0" and rows[1]["best"] == "1"
+    assert rows[-1]["outcome"] == "failed" and rows[-1]["diagnosis"] == "NCCL timeout" and rows[-1]["concurrency"] == ""
+
+    records = json.loads(format_comparison(comp, "json"))
+    assert len(records) == 13
+    point = next(r for r in records if r["layout"] == "tp8 ep8" and r["concurrency"] == 64)
+    assert point["output_tok_s"] == 795.0 and point["best"] is True
+    assert point["ttft_ms_p50"] == 120.0 and point["itl_ms_p50"] == 40.0
+    assert point["engine"] == "sglang" and isinstance(point["experiment"], int)
+
+
+def test_unknown_format_lists_the_formats(journal):
+    with pytest.raises(CockpitError, match="table, markdown, csv, json"):
+        format_comparison(comparison(journal, KIMI), "html")
+
+
+def test_empty_journal_prints_a_hint(journal):
+    hint = format_comparison(comparison(journal, KIMI), "table")
+    assert hint == f'no benchmark results yet for profile {KIMI}: run `cockpit run "tp8" --bench c=1,32,64`'
+    assert format_comparison(comparison(journal, KIMI), "markdown") == hint
+    assert json.loads(format_comparison(comparison(journal), "json")) == []
+
+
+@pytest.mark.parametrize("value, text", [(26.3, "26.3"), (577.8, "577.8"), (999.94, "999.9"), (3982.4, "3,982")])
+def test_tok_s_numbers(value, text):
+    assert format_tok_s(value) == text
