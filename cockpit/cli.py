@@ -53,6 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready")
     run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
 
+    run.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S"', help="benchmark the server once it is ready")
+
+    from cockpit.bench.command import add_bench_parser
+
+    add_bench_parser(commands)
+
+    gpus = commands.add_parser("gpus", help="one line per GPU: memory, power, utilisation, temperature, processes")
+    gpus.add_argument("--profile", metavar="NAME|FILE", help="the profile whose box to simulate (with --sim)")
+    gpus.add_argument("--sim", action="store_true", help="read the simulated box")
+    gpus.add_argument("--dcgm", metavar="URL", help="read an NVIDIA dcgm-exporter endpoint, e.g. http://node1:9400/metrics")
+
     commands.add_parser("servers", help="list servers cockpit started that still run")
     stop = commands.add_parser("stop", help="stop a server cockpit started (by PID, or all)")
     stop.add_argument("pid", metavar="PID|all")
@@ -77,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stop": cmd_stop,
             "attach": cmd_attach,
             "results": cmd_results,
+            "bench": cmd_bench,
+            "gpus": cmd_gpus,
         }
         return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
@@ -93,20 +106,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_cockpit(args: argparse.Namespace) -> int:
-    """``cockpit`` alone: the box and profile it would open, and the plan for that profile."""
+    """``cockpit`` alone: the screen over a profile (the demo one by default) on this box.
+
+    Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
+    """
     from cockpit.sim.box import SimBox
     from cockpit.telemetry.nvml import driver_present
 
-    if args.sim or not driver_present():
+    sim = args.sim or not driver_present()
+    if sim:
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
         why = "--sim given" if args.sim else "no NVIDIA driver found"
         print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
-    plan_args = argparse.Namespace(
-        profile=args.profile, model=None, engine=None, gpus=None, gpu=None, gpu_mem=None,
-        layout=None, concurrency=None, json=False,
-    )
-    return cmd_plan(plan_args)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        plan_args = argparse.Namespace(
+            profile=args.profile, model=None, engine=None, gpus=None, gpu=None, gpu_mem=None,
+            layout=None, concurrency=None, json=False,
+        )
+        return cmd_plan(plan_args)
+    from cockpit.tui.app import CockpitApp
+    from cockpit.tui.session import Session
+
+    app = CockpitApp(Session.open(args.profile, sim=sim))
+    app.run()
+    return app.return_code or 0
 
 
 def _overrides(args: argparse.Namespace) -> SetupOverrides:
@@ -156,7 +180,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         keep=args.keep,
         startup_timeout=args.startup_timeout,
         quiet=args.quiet,
+        bench=args.bench,
     )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from cockpit.bench.command import run_bench
+
+    return run_bench(args)
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from cockpit.report import gpu_lines
+
+    if args.dcgm:
+        from cockpit.telemetry.prometheus import PrometheusSource
+
+        source = PrometheusSource(args.dcgm)
+    else:
+        from cockpit.headless import gpu_source, use_sim
+
+        sim = use_sim(args.sim)
+        setup, _ = build_setup(SetupOverrides(profile=args.profile))
+        source = gpu_source(setup.hardware, sim)
+    try:
+        samples = source.sample()
+    finally:
+        source.close()
+    if not samples:
+        raise CockpitError(f"no GPUs answered from {source.name}: check the address or the driver")
+    print("\n".join(gpu_lines(samples)))
+    return 0
 
 
 def cmd_servers(args: argparse.Namespace) -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 from typing import Callable
 
-from cockpit.commands import Try, parse_command
+from cockpit.commands import Bench, Try, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.profile import Profile
 from cockpit.resolve import SetupOverrides, build_setup
-from cockpit.runner.events import Event, Failed, LogLine, Ready
+from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
 from cockpit.runner.experiment import Launcher, check_startup_timeout
 from cockpit.runner.registry import Registry
 from cockpit.runner.supervisor import Supervisor
@@ -52,9 +52,11 @@ def run_headless(
     keep: bool,
     startup_timeout: float,
     quiet: bool = False,
+    bench: str | None = None,
     out: Print = print,
 ) -> int:
     command = parse_command(text)
+    bench_command = _bench_command(bench)
     if not isinstance(command, Try):
         raise CockpitError(f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"')
     check_startup_timeout(startup_timeout)
@@ -68,7 +70,7 @@ def run_headless(
     with Journal() as journal, Monitor(source, interval=0.5) as monitor:
         monitor.start()
         launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim, startup_timeout=startup_timeout)
-        return _drive(launcher, command, force=force, keep=keep, quiet=quiet, out=out)
+        return _drive(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
 def _interrupt_once(signum, frame) -> None:
@@ -77,28 +79,38 @@ def _interrupt_once(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print) -> int:
+def _bench_command(text: str | None) -> Bench | None:
+    if text is None:
+        return None
+    command = parse_command("bench " + text)
+    assert isinstance(command, Bench)  # "bench ..." always parses to Bench or raises
+    return command
+
+
+def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
     previous = signal.signal(signal.SIGINT, _interrupt_once)
-    code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=out)
+    code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench)
     if code != 130:  # once interrupted, Ctrl-C stays ignored until cockpit has exited
         signal.signal(signal.SIGINT, previous)
     return code
 
 
-def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print) -> int:
+def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
     outcome: Event | None = None
     try:
         for event in launcher.run(command.layout, force=force):
             if not (quiet and isinstance(event, LogLine)):
                 out(str(event))
             outcome = event
-        if isinstance(outcome, Ready):
-            if keep:
-                out(f"kept      {launcher.handle.url} (pid {launcher.handle.pid}); `cockpit stop {launcher.handle.pid}` stops it")
-                return 0
-            stopped = launcher.stop("done")
-            if stopped:
-                out(str(stopped))
+        if isinstance(outcome, Ready) and bench is not None:
+            for event in launcher.bench(bench):
+                out(str(event))
+                outcome = event
+        if isinstance(outcome, BenchDone) and (outcome.error or not outcome.levels):
+            _finish(launcher, keep, out)
+            return 1
+        if isinstance(outcome, (Ready, BenchDone)):
+            _finish(launcher, keep, out)
             return 0
         return 1
     except KeyboardInterrupt:
@@ -109,6 +121,17 @@ def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet:
         elif launcher.handle is not None:
             out(f"kept      pid {launcher.handle.pid} still runs; `cockpit stop {launcher.handle.pid}` stops it")
         return 130
+
+
+def _finish(launcher: Launcher, keep: bool, out: Print) -> None:
+    if launcher.handle is None:
+        return
+    if keep:
+        out(f"kept      {launcher.handle.url} (pid {launcher.handle.pid}); `cockpit stop {launcher.handle.pid}` stops it")
+        return
+    stopped = launcher.stop("done")
+    if stopped:
+        out(str(stopped))
 
 
 def stop_servers(which: str, out: Print = print) -> int:

@@ -59,3 +59,23 @@ def plan_table(verdicts: Sequence[Verdict], levels: Sequence[int] = (), width: i
         speeds = [f"{v.predicted_tok_s[c]:,.0f}" if c in v.predicted_tok_s else "-" for c in levels]
         rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, *speeds, v.headline])
     return format_table(headers, rows, width)
+
+
+def _na(value, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def gpu_lines(samples) -> list[str]:
+    """One line per GPU; a field the source could not read shows as n/a."""
+    gib = 2**30
+    lines = []
+    for s in samples:
+        used = _na(s.memory_used / gib if s.memory_used is not None else None, ".1f")
+        total = _na(s.memory_total / gib if s.memory_total is not None else None, ".1f")
+        power = f"{_na(s.power_w, '.0f')}/{_na(s.power_limit_w, '.0f')} W"
+        procs = ", ".join(f"{p.pid} {p.name} {p.used_bytes / gib:.1f} GiB" for p in s.processes) or "idle"
+        lines.append(
+            f"GPU {s.index}  {s.name}  {used}/{total} GiB  {power}  util {_na(s.utilization, '.0f')}%  "
+            f"{_na(s.temperature_c, '.0f')} C  {procs}"
+        )
+    return lines

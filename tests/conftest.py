@@ -23,6 +23,9 @@ def isolated_user_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
+    monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
 
 
@@ -52,24 +55,31 @@ def kimi_sglang(kimi, seed_box):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def no_process_left_behind():
-    """Every engine a test starts is gone when the suite ends (and is killed if not)."""
+def no_process_left_behind(tmp_path_factory):
+    """Every engine this test session starts is gone when the suite ends (and is killed if not).
+
+    Engines are recognised by their simulated box living under this session's temporary folder,
+    so other test sessions on the same machine are left alone.
+    """
     import os
     import signal
     import time
 
     import psutil
 
-    started = time.time() - 1
+    base = str(tmp_path_factory.getbasetemp())
     yield
     time.sleep(0.2)
     leftovers = []
-    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+    for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
-            if "cockpit.sim" in cmdline and proc.info["create_time"] >= started and proc.pid != os.getpid():
-                leftovers.append(f"{proc.pid}: {cmdline[:120]}")
-                os.kill(proc.pid, signal.SIGKILL)
+            if "cockpit.sim" not in cmdline or proc.pid == os.getpid():
+                continue
+            if not proc.environ().get("COCKPIT_SIM_STATE", "").startswith(base):
+                continue
+            leftovers.append(f"{proc.pid}: {cmdline[:120]}")
+            os.kill(proc.pid, signal.SIGKILL)
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             continue
     assert not leftovers, f"tests left engine processes behind: {leftovers}"

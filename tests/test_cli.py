@@ -103,3 +103,17 @@ def test_bare_cockpit_says_it_uses_the_simulated_box(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "--sim given: using the simulated box (8 x RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)) and profile kimi-k2.6"
     assert "Kimi-K2.6" in out[1]
+
+
+def test_gpus_on_the_simulated_box(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
+    assert main(["gpus", "--sim"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and lines[0].startswith("GPU 0  NVIDIA RTX PRO 6000") and lines[0].endswith("idle")
+
+
+def test_gpus_from_an_unreachable_dcgm_endpoint(capsys):
+    from simproc import free_port
+
+    assert main(["gpus", "--dcgm", f"http://127.0.0.1:{free_port()}/metrics"]) == 2
+    assert "no GPUs answered" in capsys.readouterr().err

@@ -162,6 +162,7 @@ def test_corrupted_file_is_reported_and_kept(tmp_path):
 
 
 def test_default_path_follows_xdg_and_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("COCKPIT_JOURNAL")
     assert default_path() == tmp_path / "data" / "cockpit" / "journal.sqlite"  # conftest's XDG_DATA_HOME
     monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "mine.sqlite"))
     with Journal() as journal:

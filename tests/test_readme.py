@@ -13,3 +13,16 @@ def test_ci_runs_the_readme_test_command():
     test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"
     assert test_command in readme and test_command in ci
     assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/cockpit" in readme
+
+
+def test_every_package_is_installed():
+    """A non-editable install ships every subpackage (the README's run command uses one)."""
+    import re
+
+    block = re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
+    listed = set(re.findall(r'"([\w.]+)"', block))
+    found = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for path in (ROOT / "cockpit").rglob("__init__.py")
+    }
+    assert found <= listed, found - listed

@@ -101,4 +101,42 @@ class Stopped:
         return f"stopped   {self.reason}"
 
 
-Event = Planned | Launching | LogLine | Phase | Ready | Failed | Stopped
+@dataclass(frozen=True)
+class BenchTick:
+    experiment: int
+    concurrency: int
+    elapsed_s: float
+    tok_s: float
+
+    def __str__(self) -> str:
+        return f"bench     C={self.concurrency} {self.elapsed_s:4.0f} s {self.tok_s:10,.1f} tok/s"
+
+
+@dataclass(frozen=True)
+class BenchLevel:
+    """A finished concurrency level; ``result`` is the bench's JSON for it."""
+
+    experiment: int
+    concurrency: int
+    result: dict
+    summary: str
+
+    def __str__(self) -> str:
+        return f"level     {self.summary}"
+
+
+@dataclass(frozen=True)
+class BenchDone:
+    experiment: int
+    levels: int
+    interrupted: bool = False
+    error: str = ""  # why the bench itself failed, one line
+
+    def __str__(self) -> str:
+        if self.error:
+            return f"bench     failed: {self.error}"
+        how = "interrupted" if self.interrupted else "done"
+        return f"bench     {how}: {self.levels} level(s) journaled"
+
+
+Event = Planned | Launching | LogLine | Phase | Ready | Failed | Stopped | BenchTick | BenchLevel | BenchDone

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
+from cockpit.commands import Bench
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.layout import Layout
@@ -158,6 +159,17 @@ class Launcher:
                 self.journal.set_outcome(exp, "ready", load_seconds=event.load_seconds)
                 self._record_peaks(exp)
             yield event
+
+    def bench(self, bench: Bench) -> Iterator[Event]:
+        """Benchmark the ready server in a child `cockpit bench`; levels land in the journal."""
+        from cockpit.runner.benchrun import bench_child, run_bench_child
+
+        if self.handle is None:
+            raise CockpitError("no server is running: `try <layout>` first")
+        exp = self.handle.entry.experiment
+        argv = bench_child(self.handle.url, None, bench, self.profile, exp)
+        yield from run_bench_child(argv, exp)
+        self._record_peaks(exp)
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
         if self.handle is None:

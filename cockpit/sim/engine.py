@@ -151,6 +151,7 @@ class SimEngine:
 
     async def load(self, gpus: list[int], target: float, total: int) -> None:
         """Fill each GPU's memory at LOAD_GBPS until ``target`` bytes of weights are in."""
+        target = min(target, float(total))  # an OOM stops short of the total; nothing goes past it
         seconds = total / (LOAD_GBPS * 1e9) / self.scale
         shards = max(1, math.ceil(total * len(gpus) / 5e9))
         start = time.monotonic()

@@ -1,0 +1,148 @@
+"""`cockpit bench`: a concurrency sweep against any OpenAI-compatible server.
+
+With ``--jsonl`` it prints one JSON event a line, which is how ``cockpit run --bench`` and the
+TUI drive it as a child process (so drawing never skews the timings). With ``--experiment`` each
+finished level is written to the journal at once: Ctrl-C in the middle keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Callable, Sequence
+
+from cockpit.errors import CockpitError
+
+Print = Callable[[str], None]
+
+
+def add_bench_parser(commands) -> argparse.ArgumentParser:
+    bench = commands.add_parser("bench", help="a concurrency sweep against an OpenAI-compatible server")
+    bench.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    bench.add_argument("--model", help="the served model id (default: the first of /v1/models)")
+    bench.add_argument("-c", "--concurrency", default="1,32,64", metavar="C,C,...", help="levels (default 1,32,64)")
+    bench.add_argument("--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)")
+    bench.add_argument("--output-len", type=int, default=1024, metavar="N", help="output tokens (default 1024)")
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, metavar="N", help="measured requests per level")
+    size.add_argument("--duration", type=float, metavar="S", help="measured seconds per level")
+    bench.add_argument("--rate", type=float, metavar="R", help="open loop: Poisson arrivals at R requests/s")
+    bench.add_argument("--prompts", metavar="FILE", help='a JSONL file of prompts ({"prompt": ...} or {"messages": [...]})')
+    bench.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
+    bench.add_argument("--jsonl", action="store_true", help="print one JSON event a line")
+    bench.add_argument("--experiment", type=int, metavar="ID", help="journal each level under this experiment")
+    return bench
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise CockpitError(f"-c takes concurrency levels like 1,32,64; got '{text}'") from None
+    if not levels or min(levels) < 1:
+        raise CockpitError(f"concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
+    return levels
+
+
+def config_from_args(args: argparse.Namespace):
+    from cockpit.bench.loadgen import BenchConfig
+
+    for name in ("input_len", "output_len", "requests"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CockpitError(f"--{name.replace('_', '-')} must be 1 or more, got {value}")
+    if args.duration is not None and args.duration <= 0:
+        raise CockpitError(f"--duration must be a positive number of seconds, got {args.duration}")
+    if args.rate is not None and args.rate <= 0:
+        raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
+    if not args.url.startswith(("http://", "https://")):
+        raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
+    return BenchConfig(
+        url=args.url.rstrip("/"),
+        model=args.model,
+        endpoint="chat" if args.chat else "completions",
+        concurrency=parse_levels(args.concurrency),
+        input_len=args.input_len,
+        output_len=args.output_len,
+        requests=args.requests,
+        duration_s=args.duration,
+        rate=args.rate,
+        jsonl=args.prompts,
+        api_key=os.environ.get("OPENAI_API_KEY") or None,
+    )
+
+
+def describe_level(result) -> str:
+    """One line per finished level, for people."""
+    data = result.to_json()
+    line = (
+        f"C={data['concurrency']:<5} {data['output_tok_s']:>10,.1f} tok/s  "
+        f"{data.get('request_s', 0) or 0:6.2f} req/s  "
+        f"TTFT p50 {_ms(data, 'ttft_ms', 'p50')} p99 {_ms(data, 'ttft_ms', 'p99')}  "
+        f"ITL p50 {_ms(data, 'itl_ms', 'p50')} p99 {_ms(data, 'itl_ms', 'p99')}  "
+        f"errors {data['errors']}"
+    )
+    if data.get("client_limited"):
+        line += f"  [client-limited: {data.get('client_note', '')}]"
+    return line
+
+
+def _ms(data: dict, metric: str, stat: str) -> str:
+    value = (data.get(metric) or {}).get(stat)
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def run_bench(args: argparse.Namespace, out: Print = print) -> int:
+    from cockpit.bench.loadgen import LevelDone, run_sweep
+
+    cfg = config_from_args(args)
+    journal = None
+    if args.experiment is not None:
+        from cockpit.journal import Journal
+
+        journal = Journal()
+        if journal.experiment(args.experiment) is None:
+            journal.close()
+            raise CockpitError(f"no experiment {args.experiment} in the journal {journal.path}: check the id")
+    done: list = []
+
+    def on_event(event) -> None:
+        if isinstance(event, LevelDone):
+            done.append(event.result)
+            if journal is not None:
+                journal.add_point(args.experiment, event.result.to_bench_point())
+        if args.jsonl:
+            out(json.dumps(event.to_json()))
+        elif isinstance(event, LevelDone):
+            out(describe_level(event.result))
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(run_sweep(cfg, on_event))
+    except KeyboardInterrupt:
+        kept = ", ".join(f"C={r.concurrency}" for r in done) or "none"
+        print(f"cockpit bench: interrupted; finished levels kept: {kept}", file=sys.stderr)
+        return 130
+    finally:
+        if journal is not None:
+            journal.close()
+    return 0 if done else 1
+
+
+def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
+               requests: int | None = None, duration: float | None = None, experiment: int | None = None) -> list[str]:
+    """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it)."""
+    argv = [sys.executable, "-m", "cockpit.cli", "bench", "--url", url, "--jsonl",
+            "-c", ",".join(map(str, levels)), "--input-len", str(input_len), "--output-len", str(output_len)]
+    if model:
+        argv += ["--model", model]
+    if requests is not None:
+        argv += ["--requests", str(requests)]
+    if duration is not None:
+        argv += ["--duration", str(duration)]
+    if experiment is not None:
+        argv += ["--experiment", str(experiment)]
+    return argv

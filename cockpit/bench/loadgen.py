@@ -1,0 +1,556 @@
+"""The concurrency sweep: per level, a warm-up, a measured window, a result; events as it goes.
+
+Closed loop (the default, what layout comparisons use): C workers, each sending its next request
+as soon as its last one ends. The warm-up is the level's first ``warmup`` completions (at least
+C, so the first measured batch is not cold); the measured window starts at the last of them,
+with the workers still running, so the window sees the level's steady state and no ramp. It ends
+at the ``requests``-th completion after that, or after ``duration_s``; whatever is still in
+flight is then cancelled (its connection closed, the engine aborts it), so no drained tail with
+fewer than C in flight ever counts. Open loop (``rate``): Poisson arrivals, at most C in flight;
+an arrival waiting for a slot keeps its due time, and the wait is reported as client queueing.
+
+Each finished level is delivered through ``on_event`` before the next starts, so a Ctrl-C
+(the caller's task cancelled) loses only the level it interrupts; connections close on the way
+out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import math
+import random
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field, fields, replace
+from time import perf_counter
+from typing import Any, TypeVar
+
+from cockpit.bench import metrics
+from cockpit.bench.client import Client, Progress, RequestRecord, new_session
+from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
+from cockpit.bench.metrics import Summary, Window
+from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
+from cockpit.errors import CockpitError
+
+TICK_S = 1.0
+GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
+MAX_CONCURRENCY = 65536
+T = TypeVar("T")
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One sweep. ``requests`` and ``duration_s`` size the measured window of every level; with
+    neither, a level measures max(2*C, 8) completions (after C of warm-up: three "rounds" of C
+    in all, at least 8 samples at C=1). ``warmup`` defaults to C completions and is never less
+    than C in closed loop; in open loop it defaults to ~10 s of arrivals, at most C."""
+
+    url: str
+    model: str | None = None  # None: the first id of GET /v1/models
+    endpoint: str = "completions"  # or "chat"
+    concurrency: tuple[int, ...] = (1, 32, 64)
+    input_len: int = 1024
+    output_len: int = 1024
+    requests: int | None = None
+    duration_s: float | None = None
+    rate: float | None = None  # open loop: Poisson arrivals per second; concurrency caps in flight
+    jsonl: str | None = None
+    warmup: int | None = None
+    request_timeout_s: float = 600.0
+    read_timeout_s: float = 120.0
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never shown
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise CockpitError(f"the server URL must start with http:// or https://, got '{self.url}'")
+        if self.endpoint not in ENDPOINTS:
+            raise CockpitError(f"endpoint must be one of {', '.join(ENDPOINTS)}, got '{self.endpoint}'")
+        if not self.concurrency or any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
+            raise CockpitError(f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, got {self.concurrency}")
+        for name in ("input_len", "output_len", "requests", "warmup"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "warmup" else 1):
+                raise CockpitError(f"{name} must be 1 or more, got {value}")
+        for name in ("duration_s", "rate", "request_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise CockpitError(f"{name} must be above 0, got {value}")
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/").removesuffix("/v1")
+
+    def measured_requests(self, concurrency: int) -> int | None:
+        """Completions that end the window; None when only the duration does."""
+        if self.requests is not None:
+            return self.requests
+        if self.duration_s is not None:
+            return None
+        return max(2 * concurrency, 8)
+
+    def warmup_requests(self, concurrency: int) -> int:
+        if self.rate is not None:
+            default = min(concurrency, max(1, math.ceil(self.rate * 10)))
+            return self.warmup if self.warmup is not None else default
+        return max(concurrency, self.warmup or 0)
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LevelStart:
+    concurrency: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "level_start", "concurrency": self.concurrency}
+
+
+@dataclass(frozen=True)
+class Tick:
+    """About once a second inside the measured window; tok_s is over the last tick's span."""
+
+    concurrency: int
+    elapsed_s: float
+    tok_s: float
+    requests_done: int
+    in_flight: int
+    errors: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "tick", **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """Everything one level measured. Latencies are Summaries in ms (see metrics for formulas)."""
+
+    concurrency: int
+    rate: float | None
+    input_len: int
+    output_len: int
+    requests: int  # successful requests completed inside the window
+    errors: int  # failed requests that ended inside the window (or in warm-up, if all of it failed)
+    error_reasons: dict[str, int]
+    duration_s: float  # the measured window
+    output_tok_s: float
+    request_s: float
+    output_tokens: float  # received inside the window
+    ttft_ms: Summary
+    tpot_ms: Summary
+    itl_ms: Summary
+    e2e_ms: Summary
+    queue_ms: Summary  # open loop: arrival due -> sent
+    series: list[float]  # tok/s per second of the window
+    token_mismatches: int  # requests whose usage differs from their chunk count
+    tokens_per_chunk: float
+    peak_concurrency: int
+    achieved_concurrency: float
+    client_cpu_cores: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    events_per_read: float
+    client_limited: bool
+    client_note: str
+    warmup: int
+    model: str = ""
+    endpoint: str = "completions"
+    records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "records":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = value.to_json() if isinstance(value, Summary) else value
+        return out
+
+    def to_bench_point(self):
+        """The journal's row: its columns filled, everything else (series, health...) in extra."""
+        from cockpit.journal import BenchPoint
+
+        columns = {
+            "concurrency": self.concurrency,
+            "output_tok_s": self.output_tok_s,
+            "requests": self.requests,
+            "errors": self.errors,
+            "duration_s": self.duration_s,
+            "request_s": self.request_s,
+            "ttft_ms_p50": self.ttft_ms.p50,
+            "ttft_ms_p90": self.ttft_ms.p90,
+            "ttft_ms_p99": self.ttft_ms.p99,
+            "tpot_ms_p50": self.tpot_ms.p50,
+            "itl_ms_p50": self.itl_ms.p50,
+            "itl_ms_p90": self.itl_ms.p90,
+            "itl_ms_p99": self.itl_ms.p99,
+            "e2e_ms_p50": self.e2e_ms.p50,
+            "e2e_ms_p99": self.e2e_ms.p99,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "client_limited": self.client_limited,
+        }
+        extra = {k: v for k, v in self.to_json().items() if k not in columns}
+        return BenchPoint(**columns, extra=extra)
+
+
+@dataclass(frozen=True)
+class LevelDone:
+    result: LevelResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "level_done", "result": self.result.to_json()}
+
+
+@dataclass(frozen=True)
+class SweepDone:
+    results: tuple[LevelResult, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "sweep_done", "results": [r.to_json() for r in self.results]}
+
+
+Event = LevelStart | Tick | LevelDone | SweepDone
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+
+
+async def run_sweep(
+    cfg: BenchConfig, on_event: Callable[[object], None], *, keep_records: bool = False
+) -> list[LevelResult]:
+    """Every level of ``cfg`` in order; each LevelDone is emitted before the next level starts.
+
+    ``keep_records`` leaves each level's raw RequestRecords on its result (for tests and
+    analysis; they cost memory: one float per token).
+    """
+    model = cfg.model or await discover_model(cfg.base_url, cfg.api_key)
+    workload = _workload(cfg, model)
+    raise_open_files_limit(max(cfg.concurrency) + 64)
+    indices = itertools.count()  # request numbers across the sweep: every prompt tag is unique
+    progress = Progress()
+    results: list[LevelResult] = []
+    try:
+        async with new_session() as session:
+            client = Client(
+                session,
+                cfg.base_url + workload.path,
+                api_key=cfg.api_key,
+                request_timeout_s=cfg.request_timeout_s,
+                read_timeout_s=cfg.read_timeout_s,
+                progress=progress,
+            )
+            for concurrency in cfg.concurrency:
+                on_event(LevelStart(concurrency))
+                _quiet_gc()
+                level = _Level(cfg, concurrency, client, workload, indices, on_event, model)
+                result = await level.run()
+                if keep_records:
+                    result = replace(result, records=tuple(level.records))
+                results.append(result)
+                on_event(LevelDone(result))
+    finally:
+        gc.unfreeze()
+    on_event(SweepDone(tuple(results)))
+    return results
+
+
+def _quiet_gc() -> None:
+    """Collect now and freeze what survives, so no collection inside a window walks the whole
+    heap (a 20 ms gen-2 pause showed up as event-loop lag at C=256); vLLM's bench does the same."""
+    gc.collect()
+    gc.freeze()
+
+
+def _workload(cfg: BenchConfig, model: str) -> Workload:
+    if cfg.jsonl:
+        return jsonl_workload(cfg.jsonl, model, endpoint=cfg.endpoint, output_len=cfg.output_len)
+    return random_workload(
+        model, endpoint=cfg.endpoint, input_len=cfg.input_len, output_len=cfg.output_len, seed=cfg.seed
+    )
+
+
+async def discover_model(base_url: str, api_key: str | None = None) -> str:
+    """The first model id the server lists (GET /v1/models); httpx, as this is not the hot path."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    where = f"{base_url}/v1/models"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            response = await http.get(where, headers=headers)
+    except httpx.HTTPError as err:
+        raise CockpitError(f"cannot reach {where} ({type(err).__name__}): is the server up? Or pass --model") from None
+    if response.status_code != 200:
+        raise CockpitError(f"{where} answered HTTP {response.status_code}: pass --model (and check the API key)")
+    try:
+        return str(response.json()["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise CockpitError(f"{where} lists no model: pass --model") from None
+
+
+def raise_open_files_limit(needed: int) -> None:
+    """One socket per stream: lift the soft open-files limit towards the hard one (Linux, macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass  # requests beyond the limit fail with a counted "Too many open files"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run on uvloop when it is installed (~40% less client CPU at a paced load)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return asyncio.run(coro)
+
+
+# -- one level --------------------------------------------------------------------------------------
+
+
+class _Level:
+    """One concurrency level: drives the load, finds the window, builds the result."""
+
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        concurrency: int,
+        client: Client,
+        workload: Workload,
+        indices: Iterator[int],
+        on_event: Callable[[object], None],
+        model: str = "",
+    ) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.concurrency = concurrency
+        self.client = client
+        self.workload = workload
+        self.indices = indices
+        self.on_event = on_event
+        self.warmup = cfg.warmup_requests(concurrency)
+        self.target = cfg.measured_requests(concurrency)
+        self.records: list[RequestRecord] = []
+        self.in_flight = 0
+        self.warm_done = self.warm_failed = 0
+        self.done = self.failed = 0  # completions (and failures among them) since the window opened
+        self.failing = 0  # failures in a row
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.warm = asyncio.Event()
+        self.over = asyncio.Event()
+
+    async def run(self) -> LevelResult:
+        cpu, lag = CpuMeter(), LoopLag()
+        progress = self.client.progress
+        load = asyncio.create_task(self._open_loop() if self.cfg.rate else self._closed_loop())
+        ticker: asyncio.Task[None] | None = None
+        try:
+            if self.warmup == 0:
+                self._open_window(perf_counter())
+            await _until(self.warm, load)
+            reads, events = progress.reads, progress.events
+            if self.warm_done and self.warm_failed == self.warm_done:
+                self.window_end = self.window_start  # nothing served: do not hammer it for a window
+            else:
+                cpu.start()
+                lag.start()
+                ticker = asyncio.create_task(self._ticks())
+                await self._wait_window(load)
+            cores = cpu.cores() if ticker is not None else 0.0
+            await lag.stop()
+        finally:
+            for task in (load, ticker):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(load, *([ticker] if ticker else []), return_exceptions=True)
+            await lag.stop()
+        if ticker is not None and not ticker.cancelled() and ticker.exception() is not None:
+            raise ticker.exception()  # the caller's on_event failed
+        reads, events = progress.reads - reads, progress.events - events
+        return self._result(cores, lag, events / reads if reads else 0.0)
+
+    # -- load -----------------------------------------------------------------------------------
+
+    async def _closed_loop(self) -> None:
+        async def worker() -> None:
+            while True:
+                if (await self._one()).error is not None:
+                    await asyncio.sleep(0)  # a request can fail without ever yielding: let others run
+
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+
+    async def _open_loop(self) -> None:
+        rate = self.cfg.rate
+        assert rate is not None
+        rng = random.Random(f"{self.cfg.seed}:{self.concurrency}")
+        slots = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task[Any]] = set()
+
+        def finished(task: asyncio.Task[Any]) -> None:
+            tasks.discard(task)
+            slots.release()
+
+        due = perf_counter()
+        try:
+            while True:
+                due += rng.expovariate(rate)
+                delay = due - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await slots.acquire()
+                task: asyncio.Task[Any] = asyncio.create_task(self._one(scheduled=due))
+                tasks.add(task)
+                task.add_done_callback(finished)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _one(self, scheduled: float | None = None) -> RequestRecord:
+        """One request, kept in ``records`` from the start so a cancelled one still counts."""
+        record = RequestRecord(scheduled=scheduled)
+        self.records.append(record)
+        self.in_flight += 1
+        try:
+            await self.client.request(self.workload.body(next(self.indices)), record)
+        finally:
+            self.in_flight -= 1
+        self._finished(record)
+        return record
+
+    def _finished(self, record: RequestRecord) -> None:
+        if not self.warm.is_set():
+            self.warm_done += 1
+            self.warm_failed += record.error is not None
+            all_failed = self.warm_failed == self.warm_done
+            if self.warm_done >= (max(self.warmup, GIVE_UP_AFTER) if all_failed else self.warmup):
+                self._open_window(record.end)
+            return
+        if self.over.is_set():
+            return
+        self.done += 1
+        self.failed += record.error is not None
+        self.failing = self.failing + 1 if record.error is not None else 0
+        if self.target is not None and self.done >= self.target:
+            self._close_window(record.end)
+        elif self.failing >= max(100, 10 * self.concurrency):
+            self._close_window(record.end)  # the server stopped answering: the reasons are known, stop
+
+    def _open_window(self, at: float) -> None:
+        self.window_start = at
+        self.warm.set()
+
+    def _close_window(self, at: float) -> None:
+        self.window_end = at
+        self.over.set()
+
+    async def _wait_window(self, load: asyncio.Task[None]) -> None:
+        assert self.window_start is not None
+        if self.cfg.duration_s is None:
+            await _until(self.over, load)
+            return
+        deadline = self.window_start + self.cfg.duration_s
+        try:
+            await asyncio.wait_for(_until(self.over, load), timeout=max(0.0, deadline - perf_counter()))
+        except asyncio.TimeoutError:
+            self._close_window(deadline)
+
+    async def _ticks(self) -> None:
+        assert self.window_start is not None
+        progress = self.client.progress
+        last_time, last_tokens = perf_counter(), progress.tokens
+        due = self.window_start
+        while True:
+            due += TICK_S
+            await asyncio.sleep(max(0.0, due - perf_counter()))
+            now, tokens = perf_counter(), progress.tokens
+            tok_s = (tokens - last_tokens) / (now - last_time) if now > last_time else 0.0
+            last_time, last_tokens = now, tokens
+            self.on_event(Tick(self.concurrency, now - self.window_start, tok_s, self.done, self.in_flight, self.failed))
+
+    # -- the result ------------------------------------------------------------------------------
+
+    def _result(self, cpu_cores: float, lag: LoopLag, events_per_read: float) -> LevelResult:
+        assert self.window_start is not None and self.window_end is not None
+        window = Window(self.window_start, self.window_end)
+        records = self.records
+        k = metrics.tokens_per_chunk(records)
+        completed = metrics.completed_in(records, window)
+        reasons = metrics.errors_in(records, window)
+        if window.length == 0:  # every warm-up request failed
+            reasons = metrics.errors_in(records, Window(-math.inf, math.inf))
+        errors = sum(reasons.values())
+        finished = len(completed) + errors
+        closed = self.cfg.rate is None and errors <= 0.05 * max(1, finished)
+        health: ClientHealth = assess(
+            cpu_cores=cpu_cores,
+            loop_lag_p99_ms=lag.p99_ms(),
+            loop_lag_max_ms=lag.max_ms(),
+            achieved_concurrency=metrics.mean_concurrency(records, window),
+            target_concurrency=self.concurrency if closed and window.length > 0 else None,
+            events_per_read=events_per_read,
+        )
+        output_tokens = metrics.output_tokens_in(records, window, k)
+        return LevelResult(
+            concurrency=self.concurrency,
+            rate=self.cfg.rate,
+            input_len=self.cfg.input_len,
+            output_len=self.cfg.output_len,
+            requests=len(completed),
+            errors=errors,
+            error_reasons=dict(reasons.most_common()),
+            duration_s=window.length,
+            output_tok_s=output_tokens / window.length if window.length else 0.0,
+            request_s=metrics.request_s(records, window),
+            output_tokens=output_tokens,
+            ttft_ms=metrics.ttft(completed),
+            tpot_ms=metrics.tpot(completed),
+            itl_ms=metrics.itl(records, window, k),
+            e2e_ms=metrics.e2e(completed),
+            queue_ms=metrics.queueing(completed),
+            series=metrics.series(records, window, TICK_S, k),
+            token_mismatches=sum(r.token_mismatch for r in completed),
+            tokens_per_chunk=k,
+            peak_concurrency=metrics.peak_concurrency(records, window),
+            achieved_concurrency=health.achieved_concurrency,
+            client_cpu_cores=health.cpu_cores,
+            loop_lag_p99_ms=health.loop_lag_p99_ms,
+            loop_lag_max_ms=health.loop_lag_max_ms,
+            events_per_read=health.events_per_read,
+            client_limited=health.limited,
+            client_note=health.note,
+            warmup=self.warmup,
+            model=self.model,
+            endpoint=self.cfg.endpoint,
+        )
+
+
+async def _until(event: asyncio.Event, load: asyncio.Task[None]) -> None:
+    """Wait for ``event``; if the load task dies first (a bug), raise its error instead of hanging."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter, load}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not event.is_set():
+        load.result()
+        raise RuntimeError("the load generator stopped before the level ended")

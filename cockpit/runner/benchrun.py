@@ -1,0 +1,82 @@
+"""Run `cockpit bench --jsonl` as a child process against a ready server and turn its lines into events.
+
+A child process keeps the load generator's event loop free of anything the caller does (printing,
+drawing); it writes each finished level to the journal itself, so an interrupted sweep keeps
+the levels it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from typing import Iterator
+
+from cockpit.bench.command import bench_argv, describe_level
+from cockpit.commands import Bench
+from cockpit.profile import Profile
+from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event
+
+
+class _Result:
+    """A LevelResult seen through its JSON, enough for describe_level."""
+
+    def __init__(self, data: dict):
+        self.data = data
+
+    def to_json(self) -> dict:
+        return self.data
+
+
+def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, experiment: int) -> list[str]:
+    defaults = profile.bench
+    requests = bench.requests if bench.requests is not None else (None if bench.duration_s else defaults.requests)
+    duration = bench.duration_s if bench.duration_s is not None else (None if bench.requests else defaults.duration_s)
+    return bench_argv(
+        url,
+        model,
+        bench.concurrency or defaults.concurrency,
+        input_len=bench.input_len or defaults.input_len,
+        output_len=bench.output_len or defaults.output_len,
+        requests=requests,
+        duration=duration,
+        experiment=experiment,
+    )
+
+
+def run_bench_child(argv: list[str], experiment: int) -> Iterator[Event]:
+    """Events from the child's JSON lines; Ctrl-C is passed on so the child ends cleanly."""
+    levels = 0
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        for line in child.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours: a warning a library printed
+            kind = str(event.get("type", ""))
+            if kind == "tick":
+                yield BenchTick(experiment, int(event.get("concurrency", 0)), float(event.get("elapsed_s", 0)), float(event.get("tok_s", 0)))
+            elif kind == "level_done":
+                levels += 1
+                result = event.get("result", event)
+                yield BenchLevel(experiment, int(result.get("concurrency", 0)), result, describe_level(_Result(result)))
+        code = child.wait()
+        error = ""
+        if code not in (0, 130):
+            lines = (child.stderr.read() or "").strip().splitlines()
+            error = lines[-1] if lines else f"cockpit bench exited with code {code}"
+        yield BenchDone(experiment, levels, interrupted=code == 130, error=error)
+    except KeyboardInterrupt:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        raise
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+        child.stderr.close()

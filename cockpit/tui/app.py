@@ -1,0 +1,509 @@
+"""CockpitApp: one screen over the same Launcher, Monitor and Journal that `cockpit run` drives.
+
+Data flow:
+    Monitor thread --post_message(GpuSamples)--> GPU panes (1 Hz, newest replaces unhandled)
+    Control threads --LogBuffer--> flush timer (10 Hz) --> Log.write_lines (batches)
+                    --post_message(RunnerEvent)--> ServerView / BenchView --> header, banner, bench pane
+    prompt text --commands.parse_command--> cmd_* --> Control (launch, bench, stop, sweep)
+Nothing here blocks the loop: the Launcher's generators run on Control's threads; short
+one-off jobs (opening a profile, looking for servers left running) are Textual thread workers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding
+from textual.screen import ModalScreen
+from textual.widgets import Input
+
+from cockpit.commands import (
+    Bench,
+    Export,
+    Help,
+    Plan,
+    Quit,
+    Results,
+    Stop,
+    Sweep,
+    Try,
+    Use,
+    parse_command,
+)
+from cockpit.errors import CockpitError
+from cockpit.layout import Layout
+from cockpit.planner import FAILS, Verdict
+from cockpit.profile import find_profile
+from cockpit.runner.events import (
+    BenchDone,
+    BenchLevel,
+    BenchTick,
+    Failed,
+    Launching,
+    Phase,
+    Planned,
+    Ready,
+    Stopped,
+)
+from cockpit.tui.control import Control, JobFailed, LogBuffer, Notice, StopFinished, SweepDone, SweepStep
+from cockpit.tui.history import PromptHistory
+from cockpit.tui.messages import GpuSamples, LaunchRequested, RunnerEvent, SessionOpened
+from cockpit.tui.screens.choice import quit_screen, servers_screen
+from cockpit.tui.screens.confirm import ConfirmScreen
+from cockpit.tui.screens.help import HelpScreen
+from cockpit.tui.screens.main import MainScreen
+from cockpit.tui.session import Session, hostname
+from cockpit.tui.state import BenchView, ServerView
+from cockpit.tui.widgets.layout_picker import describe
+from cockpit.tui.widgets.prompt_bar import complete
+
+SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "leave_prompt"}
+LOG_FLUSH_S = 0.1
+HEADER_TICK_S = 1.0
+
+
+class CockpitApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "cockpit"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("f1,question_mark", "help", "Help", key_display="F1/?", id="help"),
+        Binding("colon,slash", "focus_prompt", "Command", key_display=":", id="prompt"),
+        Binding("l", "view('layouts')", "Layouts", id="layouts"),
+        Binding("o", "view('log')", "Log", id="log"),
+        Binding("b", "view('bench')", "Bench", id="bench"),
+        Binding("r", "results", "Results", id="results"),
+        Binding("s", "stop", "Stop", id="stop"),
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("escape", "leave_prompt", "Back", show=False),
+    ]
+
+    def __init__(
+        self,
+        session: Session | None = None,
+        *,
+        profile: str | None = None,
+        sim: bool = False,
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        poll: bool = True,
+        look_for_servers: bool = True,
+        cursor_blink: bool = True,
+        history: PromptHistory | None = None,
+        interval: float = 1.0,
+    ) -> None:
+        """`poll=False` starts no GPU monitor thread (snapshots feed samples themselves)."""
+        super().__init__()
+        self.session = session if session is not None else Session.open(profile, sim=sim, interval=interval)
+        self.host = host or hostname()
+        self.clock = clock
+        self.poll = poll
+        self.look_for_servers = look_for_servers
+        self.history = history if history is not None else PromptHistory()
+        self.server = ServerView()
+        self.bench_view = BenchView()
+        self.log_buffer = LogBuffer()
+        self.control = Control(self.session, self._emit, self.log_buffer)
+        self.main = MainScreen(self.history, self._candidates, cursor_blink=cursor_blink)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._quitting = False
+        self._last_samples: list = []
+
+    # -- life -------------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        await self.push_screen(self.main)
+        await self._open(self.session)
+        self.set_interval(LOG_FLUSH_S, self.flush_log)
+        self.set_interval(HEADER_TICK_S, self._tick_header)
+        if self.look_for_servers:
+            self.find_live_servers()
+        self.main.picker.table.focus()
+
+    def on_unmount(self) -> None:
+        self.control.close()
+        self._close_session()
+
+    async def _open(self, session: Session) -> None:
+        """Show a session: GPU panes, picker, results; subscribe to its monitor."""
+        self.session = session
+        self.control.session = session
+        main = self.main
+        await main.set_gpu_count(session.setup.hardware.count)
+        main.picker.load(session.verdicts, self._describe)
+        self.refresh_header()
+        self.refresh_results()
+        main.bench.show_live(self.bench_view)
+        main.log_pane.hide_banner()
+        self._unsubscribe = session.monitor.subscribe(lambda samples: self.post_message(GpuSamples(samples)))
+        if self.poll:
+            session.monitor.start()
+
+    def _close_session(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self.session.close()
+
+    def _emit(self, event: object) -> None:
+        """Called on Control's threads: hand the event to the loop without waiting."""
+        self.post_message(RunnerEvent(event))
+
+    def _describe(self, verdict: Verdict):
+        suggestion = self.session.suggest(verdict) if verdict.verdict == FAILS else ""
+        return describe(verdict, self.session.argv_text(verdict), suggestion)
+
+    def _candidates(self, text: str) -> list[str]:
+        return complete(text, self.session.layout_names(), self.session.profile_names())
+
+    # -- periodic ---------------------------------------------------------------------------
+
+    def flush_log(self) -> None:
+        lines = self.log_buffer.drain()
+        if lines:
+            self.main.log_pane.write_lines(lines)
+
+    def _tick_header(self) -> None:
+        if self.server.state == "ready":  # only "ready 2m13s" moves with the clock
+            self.refresh_header()
+
+    def refresh_header(self) -> None:
+        self.main.header.show(self.host, self.session.describe(), self.server, self.clock())
+
+    def refresh_results(self) -> None:
+        self.main.bench.show_comparison(self.session.comparison())
+
+    def refresh_gpus(self) -> None:
+        if self._last_samples:
+            self.main.gpus.show(
+                self._last_samples, self.session.monitor.history, self.server.layout, self.server.gpus, self.server.active
+            )
+
+    # -- messages from the threads ----------------------------------------------------------
+
+    def on_gpu_samples(self, message: GpuSamples) -> None:
+        self._last_samples = message.samples
+        self.refresh_gpus()
+
+    def on_runner_event(self, message: RunnerEvent) -> None:
+        event = message.event
+        main = self.main
+        if isinstance(event, (BenchTick, BenchLevel, BenchDone)):
+            self._bench_event(event)
+            return
+        if isinstance(event, SweepStep):
+            main.say(f"sweep {event.index}/{event.total}: {event.layout}")
+            return
+        if isinstance(event, SweepDone):
+            how = "stopped" if event.stopped else "done"
+            main.say(f"✓ sweep {how}: {event.done} of {event.total} layout(s) journaled; `results` compares them")
+            self.refresh_results()
+            return
+        if isinstance(event, JobFailed):
+            main.say(str(event), error=True)
+            return
+        if isinstance(event, Notice):
+            main.say(event.text, event.error)
+            return
+        if isinstance(event, StopFinished):
+            if self._quitting:
+                self.exit()
+            return
+        if not self.server.apply(event, self.clock()):
+            return  # an earlier experiment's late event
+        if isinstance(event, Planned):
+            main.log_pane.begin(event.layout, f"{event.verdict}; {event.placement}")
+            self.refresh_gpus()
+        elif isinstance(event, Launching):
+            main.log_pane.note(str(event))
+        elif isinstance(event, Ready):
+            self.flush_log()
+            main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
+            if not self.control.sweeping:
+                main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` (or s) stops it")
+        elif isinstance(event, Failed):
+            self.flush_log()
+            main.log_pane.show_failure(self.server.layout, event.diagnosis)
+            if not self.control.sweeping:
+                main.say(f"{self.server.layout} failed: see the banner above the log", error=True)
+            main.show_view("log")
+            self.refresh_results()
+            self.refresh_gpus()
+        elif isinstance(event, Stopped):
+            self.flush_log()
+            main.log_pane.show_stopped(self.server.layout, event.reason)
+            self.refresh_gpus()
+        elif isinstance(event, Phase) and event.name == "loading" and event.progress is None:
+            main.show_view("log")
+        self.refresh_header()
+
+    def _bench_event(self, event) -> None:
+        view = self.bench_view
+        if view.experiment != event.experiment or (isinstance(event, BenchTick) and not view.running):
+            view.start(event.experiment, self.server.layout, ())
+        view.apply(event)
+        self.main.bench.show_live(view)
+        if isinstance(event, (BenchLevel, BenchDone)):
+            self.refresh_results()
+
+    @on(SessionOpened)
+    async def _session_opened(self, message: SessionOpened) -> None:
+        self._close_session()
+        self.server = ServerView()
+        self.bench_view = BenchView()
+        await self._open(message.session)
+        self.main.say(f"✓ profile {message.session.profile.name}: {message.session.setup.model.name} on {message.session.setup.hardware}")
+
+    @on(LaunchRequested)
+    def _launch_requested(self, message: LaunchRequested) -> None:
+        try:
+            self.request_launch(message.layout)
+        except CockpitError as exc:
+            self.main.say(str(exc), error=True)
+
+    # -- the prompt -------------------------------------------------------------------------
+
+    @on(Input.Submitted, "#prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip().lstrip(":/").strip()
+        if not text:
+            self.action_leave_prompt()
+            return
+        self.history.add(text)
+        try:
+            self.run_command(text)
+        except CockpitError as exc:
+            self.main.say(str(exc), error=True)  # the text stays in the bar, to be fixed
+            return
+        self.main.prompt.value = ""
+        self.main.focus_view()
+
+    def run_command(self, text: str) -> None:
+        """Parse and run one prompt line; a CockpitError (changing nothing) is the one-line error to show."""
+        command = parse_command(text)
+        handler = {
+            Try: self.cmd_try,
+            Bench: self.cmd_bench,
+            Stop: self.cmd_stop,
+            Plan: self.cmd_plan,
+            Sweep: self.cmd_sweep,
+            Results: self.cmd_results,
+            Export: self.cmd_export,
+            Use: self.cmd_use,
+            Help: self.cmd_help,
+            Quit: self.cmd_quit,
+        }[type(command)]
+        handler(command)
+
+    def cmd_try(self, command: Try) -> None:
+        self.request_launch(command.layout)
+
+    def request_launch(self, layout: Layout) -> None:
+        """Launch a layout; one the planner says fails asks first, one that cannot run is refused."""
+        if self.control.sweeping:
+            raise CockpitError("a sweep is running: `stop` ends it first")
+        verdict = self.session.verdict(layout)
+        engine = self.session.setup.engine.label
+        suggestion = self.session.suggest(verdict)
+        if verdict.placement is None:
+            raise CockpitError(f"{verdict.reasons[0]}" + (f"; {suggestion}" if suggestion and "nearest" not in str(verdict.reasons[0]) else ""))
+        count = self.session.setup.hardware.count
+        if verdict.gpus_used > count:
+            raise CockpitError(f"{layout} needs {verdict.gpus_used} GPUs and this box has {count}" + (f": {suggestion}" if suggestion else ""))
+        if verdict.verdict == FAILS:
+            reasons = "\n".join(f"✗ {r}" for r in verdict.reasons)
+            body = f"The planner says {layout} fails on {engine}:\n{reasons}"
+            if suggestion:
+                body += f"\n→ {suggestion}"
+            body += "\n\nLaunching it costs a load and shows the engine's own error."
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._launch(layout, force=True)
+                else:
+                    self.main.say(f"{layout} not launched")
+
+            self.push_screen(ConfirmScreen(f"Launch {layout} anyway?", body, yes="Launch anyway", no="Cancel"), answered)
+            return
+        self._launch(layout, force=False)
+
+    def _launch(self, layout: Layout, force: bool) -> None:
+        self.main.say(f"launching {layout}" + (" (forced)" if force else "") + ("; stopping the running server first" if self.control.has_server else ""))
+        self.control.launch(layout, force=force)
+        self.main.show_view("log")
+
+    def cmd_bench(self, command: Bench) -> None:
+        if self.control.benching:
+            raise CockpitError("a benchmark is running: wait for it, or `stop`")
+        if self.control.sweeping:
+            raise CockpitError("a sweep is running: it benches each layout itself")
+        if self.server.state != "ready" or self.session.launcher.handle is None:
+            raise CockpitError("no server is ready: `try <layout>` first, then `bench`")
+        levels = command.concurrency or self.session.levels
+        self.bench_view.start(self.server.experiment, self.server.layout, levels)
+        self.main.bench.show_live(self.bench_view)
+        self.control.bench(command)
+        self.main.show_view("bench")
+        self.main.say(f"bench {self.server.layout}: C={','.join(map(str, levels))} in a child `cockpit bench --jsonl`")
+
+    def cmd_stop(self, command: Stop | None = None) -> None:
+        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+            raise CockpitError("no server is running")
+        self.main.say(f"stopping {self.server.layout or 'the server'} …")
+        self.control.stop()
+
+    def cmd_plan(self, command: Plan) -> None:
+        self.main.show_view("layouts")
+        if command.layout is not None:
+            verdict = self.session.verdict(command.layout)
+            if not self.main.picker.select(str(verdict.layout)):
+                self.main.picker.show(verdict)
+            self.main.say(f"{verdict}")
+        self.main.picker.table.focus()
+
+    def cmd_sweep(self, command: Sweep) -> None:
+        if self.control.sweeping or self.control.benching:
+            raise CockpitError("a sweep or benchmark is running: `stop` ends it first")
+        for layout in command.layouts:
+            verdict = self.session.verdict(layout)
+            if verdict.placement is None:
+                raise CockpitError(f"{layout}: {verdict.reasons[0]}")
+        bench = Bench()
+        self.control.sweep(command.layouts, bench)
+        names = ", ".join(map(str, command.layouts))
+        self.main.say(f"sweep {names}: each is launched, benched at C={','.join(map(str, self.session.levels))}, stopped")
+        self.main.show_view("log")
+
+    def cmd_results(self, command: Results | None = None) -> None:
+        self.refresh_results()
+        self.main.show_view("bench")
+        self.main.bench.results_table.focus()
+
+    def cmd_export(self, command: Export) -> None:
+        try:
+            path = self.session.export(command.fmt)
+        except OSError as exc:
+            raise CockpitError(f"could not write the {command.fmt} file: {exc.strerror or exc}") from None
+        self.main.say(f"✓ wrote {_shown_path(path)}")
+
+    def cmd_use(self, command: Use) -> None:
+        if self.control.has_server or self.control.sweeping:
+            raise CockpitError(f"a server of profile {self.session.profile.name} is running: `stop` it before `use`")
+        find_profile(command.profile)  # an unknown name fails here, in one line
+        self.main.say(f"opening profile {command.profile} …")
+        self.open_profile(command.profile)
+
+    def cmd_help(self, command: Help | None = None) -> None:
+        self.action_help()
+
+    def cmd_quit(self, command: Quit | None = None) -> None:
+        self.action_quit()
+
+    # -- workers for short jobs -------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="profile")
+    def open_profile(self, name: str) -> None:
+        try:
+            session = Session.open(name, sim=self.session.sim, interval=self.session.monitor.interval)
+        except CockpitError as exc:
+            self.call_from_thread(self.main.say, str(exc), True)
+            return
+        self.post_message(SessionOpened(session))
+
+    @work(thread=True, exclusive=True, group="servers")
+    def find_live_servers(self) -> None:
+        live = self.session.live_servers()
+        if live:
+            self.call_from_thread(self._offer_live_servers, live)
+
+    def _offer_live_servers(self, live) -> None:
+        lines = [str(entry) for entry in live]
+
+        def answered(choice: str | None) -> None:
+            if choice == "attach":
+                entry = live[0]
+                record = self.session.journal.experiment(entry.experiment)
+                gpus = record.gpus if record else ()
+                self.server = ServerView(layout=entry.layout, experiment=entry.experiment, state="starting", pid=entry.pid, gpus=gpus)
+                self.main.log_pane.begin(entry.layout, f"re-attached to pid {entry.pid}")
+                self.control.attach(entry)
+            elif choice == "stop":
+                self.main.say(f"stopping {len(live)} server(s) left running …")
+                self.control.stop_entries(live)
+
+        self.push_screen(servers_screen(lines), answered)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A dialog has the keys to itself: the screen's keys wait until it is answered."""
+        if isinstance(self.screen, ModalScreen) and action in SCREEN_ACTIONS:
+            return False
+        return True
+
+    def action_focus_prompt(self) -> None:
+        self.main.prompt.focus()
+
+    def action_leave_prompt(self) -> None:
+        if self.focused is self.main.prompt:
+            self.main.say("")
+            self.main.focus_view()
+
+    def action_view(self, view: str) -> None:
+        self.main.show_view(view, focus=True)
+
+    def action_results(self) -> None:
+        self.cmd_results()
+
+    def action_help(self) -> None:
+        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.show]
+        keys += [("Enter", "launch the highlighted layout"), ("Esc", "leave the prompt or a dialog"), ("ctrl+q", "quit")]
+        self.push_screen(HelpScreen(keys))
+
+    def action_stop(self) -> None:
+        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+            self.main.say("no server is running", error=True)
+            return
+        what = self._server_words()
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.cmd_stop()
+
+        self.push_screen(ConfirmScreen(f"Stop {self.server.layout or 'the server'}?", f"{what} will be stopped (SIGTERM to its process group).", yes="Stop it"), answered)
+
+    def action_quit(self) -> None:
+        if not (self.control.has_server or self.control.sweeping):
+            self.exit()
+            return
+
+        def answered(choice: str | None) -> None:
+            if choice == "stop":
+                self._quitting = True
+                self.main.say("stopping the server, then quitting …")
+                self.control.stop("cockpit quit")
+            elif choice == "detach":
+                handle = self.session.launcher.handle
+                if handle is not None:
+                    self.exit(message=f"left running: pid {handle.pid} at {handle.url}; `cockpit stop {handle.pid}` stops it")
+                else:
+                    self.exit()
+
+        self.push_screen(quit_screen(self._server_words()), answered)
+
+    def _server_words(self) -> str:
+        handle = self.session.launcher.handle
+        pid = f" (pid {handle.pid})" if handle is not None else ""
+        gpus = ",".join(map(str, self.server.gpus)) or "?"
+        return f"{self.server.layout or 'the server'}{pid} on GPUs {gpus}"
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,321 @@
+"""Runs the Launcher's blocking work off the event loop and hands back what happened.
+
+The Launcher's generators block (they follow a log file and poll /health), and stopping a
+server waits for its GPU memory to be released, so every job runs on a thread of its own.
+Those threads are daemon threads on purpose: a server left running on quit may stay silent
+for minutes, and a thread following it must not hold the process open (Textual's thread
+workers run in the loop's executor, which is joined at exit).
+
+Log lines go to a `LogBuffer` that the screen drains on a timer (never one message per line);
+every other event goes to `emit`, which the app turns into a message (thread-safe, non-blocking).
+No Textual here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from cockpit.commands import Bench
+from cockpit.journal import FAILED, STOPPED
+from cockpit.layout import Layout
+from cockpit.runner.events import BenchDone, Failed, LogLine, Phase, Ready, Stopped
+from cockpit.runner.phases import ANSI_ESCAPE
+from cockpit.runner.registry import ServerEntry
+
+PHASE_MARK = "» "  # a log line that moved the engine to a new phase (a mark, not only a colour)
+JOIN_TIMEOUT_S = 20.0
+SETTLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """A job raised: one line for the person, the job's name for context."""
+
+    job: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.job} failed: {self.error}"
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    index: int  # 1-based
+    total: int
+    layout: str
+
+    def __str__(self) -> str:
+        return f"sweep {self.index}/{self.total}: {self.layout}"
+
+
+@dataclass(frozen=True)
+class SweepDone:
+    done: int
+    total: int
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class StopFinished:
+    """A stop job is over, whether or not there was a server to stop (quitting waits for it)."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One line for the status bar from a job."""
+
+    text: str
+    error: bool = False
+
+
+class LogBuffer:
+    """Lines from the job threads, waiting for the screen's next flush. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self.total = 0
+
+    def append(self, line: str) -> None:
+        line = ANSI_ESCAPE.sub("", line)
+        with self._lock:
+            self._pending.append(line)
+            self.total += 1
+
+    def mark_last(self, prefix: str = PHASE_MARK) -> None:
+        with self._lock:
+            if self._pending and not self._pending[-1].startswith(prefix):
+                self._pending[-1] = prefix + self._pending[-1]
+
+    def drain(self) -> list[str]:
+        with self._lock:
+            lines, self._pending = self._pending, []
+        return lines
+
+
+class Control:
+    """One server at a time: launch, bench, stop, sweep, re-attach, each on its own thread."""
+
+    def __init__(self, session, emit: Callable[[object], None], log: LogBuffer) -> None:
+        self.session = session
+        self.emit = emit
+        self.log = log
+        self._lock = threading.Lock()
+        self._server_thread: threading.Thread | None = None  # follows the current launch
+        self._bench_thread: threading.Thread | None = None
+        self._stop_thread: threading.Thread | None = None
+        self._sweep_thread: threading.Thread | None = None
+        self._stopping: set[int] = set()  # experiments the person asked to stop
+        self._abort_sweep = threading.Event()
+        self._closed = threading.Event()
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def launcher(self):
+        return self.session.launcher
+
+    @staticmethod
+    def _alive(thread: threading.Thread | None) -> bool:
+        return thread is not None and thread.is_alive()
+
+    @property
+    def launching(self) -> bool:
+        return self._alive(self._server_thread)
+
+    @property
+    def benching(self) -> bool:
+        return self._alive(self._bench_thread)
+
+    @property
+    def sweeping(self) -> bool:
+        return self._alive(self._sweep_thread)
+
+    @property
+    def stopping(self) -> bool:
+        return self._alive(self._stop_thread)
+
+    @property
+    def has_server(self) -> bool:
+        """A server of ours runs or loads."""
+        return self.launcher.handle is not None or self.launching
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        def guarded() -> None:
+            try:
+                target()
+            except Exception as exc:  # a job's bug must reach the screen, not vanish with the thread
+                self.emit(JobFailed(name, f"{type(exc).__name__}: {exc}"))
+
+        thread = threading.Thread(target=guarded, name=f"cockpit-{name}", daemon=True)
+        thread.start()
+        return thread
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def launch(self, layout: Layout, force: bool = False) -> None:
+        """Stop what runs (if anything), then launch `layout` and follow it to Ready or Failed."""
+
+        with self._lock:
+            previous = self._server_thread
+
+            def job() -> None:
+                self._stop_current("replaced by a new launch", previous)
+                self._run(layout, force)
+
+            self._server_thread = self._spawn("launch", job)
+
+    def attach(self, entry: ServerEntry) -> None:
+        """Follow a server an earlier cockpit started, as if we had launched it."""
+
+        def job() -> None:
+            handle = self.launcher.supervisor.attach(entry)
+            self.launcher.experiment = entry.experiment
+            record = self.session.journal.experiment(entry.experiment)
+            self.session.monitor.track(entry.experiment, record.gpus if record else ())
+            self._consume(self.launcher.follow(handle))
+
+        with self._lock:
+            self._server_thread = self._spawn("attach", job)
+
+    def bench(self, bench: Bench) -> None:
+        with self._lock:
+            self._bench_thread = self._spawn("bench", lambda: self._consume(self.launcher.bench(bench)))
+
+    def stop(self, reason: str = "stopped by the user") -> None:
+        """Stop the bench (if any) and the server; ends a sweep after its current step."""
+        self._abort_sweep.set()
+
+        def job() -> None:
+            try:
+                self._stop_current(reason)
+            finally:
+                self.emit(StopFinished())
+
+        with self._lock:
+            self._stop_thread = self._spawn("stop", job)
+
+    def stop_entries(self, entries: Iterable[ServerEntry]) -> None:
+        """Stop servers an earlier cockpit left running (found in the registry at start)."""
+
+        def job() -> None:
+            supervisor = self.launcher.supervisor
+            for entry in entries:
+                how = supervisor.stop(supervisor.attach(entry))
+                self.emit(Notice(f"✓ stopped {entry}: {how}"))
+
+        self._spawn("stop-left-running", job)
+
+    def sweep(self, layouts: Iterable[Layout], bench: Bench) -> None:
+        """Each layout in turn: launch, bench, stop; a layout that fails is journaled and skipped."""
+        layouts = tuple(layouts)
+        self._abort_sweep.clear()
+
+        def job() -> None:
+            self._stop_current("replaced by a sweep")
+            done = 0
+            for index, layout in enumerate(layouts, 1):
+                if self._abort_sweep.is_set() or self._closed.is_set():
+                    break
+                self.emit(SweepStep(index, len(layouts), str(layout)))
+                outcome = self._run(layout, force=False)
+                if isinstance(outcome, Ready) and not self._abort_sweep.is_set():
+                    self._consume(self.launcher.bench(bench))
+                # Stopped by the person or not, a server this step launched goes down here.
+                self._stop_current("sweep: next layout" if index < len(layouts) else "sweep done")
+                done += 1
+            self.emit(SweepDone(done, len(layouts), stopped=self._abort_sweep.is_set()))
+
+        with self._lock:
+            self._sweep_thread = self._spawn("sweep", job)
+
+    def close(self) -> None:
+        """The screen is going away: end our bench child; a server keeps running (detached)."""
+        self._closed.set()
+        self._abort_sweep.set()
+        interrupt_bench_children()
+
+    def wait(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """Wait for the jobs that are running (tests, and quitting with "stop it")."""
+        for thread in (self._stop_thread, self._sweep_thread, self._bench_thread, self._server_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
+
+    # -- inside the threads -----------------------------------------------------------------
+
+    def _run(self, layout: Layout, force: bool):
+        return self._consume(self.launcher.run(layout, force=force))
+
+    def _consume(self, events):
+        """Hand every event on; log lines to the buffer. Returns the last event."""
+        last = None
+        for event in events:
+            last = event
+            if isinstance(event, LogLine):
+                self.log.append(event.text)
+                continue
+            if isinstance(event, Phase):
+                self.log.mark_last()
+            if isinstance(event, Failed) and event.experiment in self._stopping:
+                continue  # it died because we stopped it: the stop job says so
+            self.emit(event)
+            if self._closed.is_set() and isinstance(event, (Ready, Failed, BenchDone)):
+                break
+        return last
+
+    def _stop_current(self, reason: str, follower: threading.Thread | None = None) -> None:
+        """Stop the bench and the server, wait for the threads that follow them, journal `stopped`."""
+        launcher = self.launcher
+        interrupt_bench_children()  # a bench of ours (its own job, or a sweep's step) ends first
+        self._join(self._bench_thread)
+        followers = [t for t in (follower or self._server_thread, self._sweep_thread) if t is not None]
+        handle = launcher.handle
+        deadline = time.monotonic() + SETTLE_S
+        settling = self._server_thread is not threading.current_thread() and self.launching
+        while handle is None and settling and self.launching and time.monotonic() < deadline:
+            time.sleep(0.05)  # a launch still planning: let its server start, then stop it
+            handle = launcher.handle
+        if handle is None:
+            return
+        exp = handle.entry.experiment
+        self._stopping.add(exp)
+        stopped = launcher.stop(reason)
+        for thread in followers:
+            self._join(thread)
+        record = self.session.journal.experiment(exp)
+        if record is not None and record.outcome == FAILED:
+            self.session.journal.set_outcome(exp, STOPPED)  # it died of our SIGTERM, not of its own
+        self.emit(stopped or Stopped(exp, reason))
+
+    @staticmethod
+    def _join(thread: threading.Thread | None) -> None:
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_TIMEOUT_S)
+
+
+_BENCH_CHILD = re.compile(r"\bcockpit\.cli\b.*\bbench\b.*--jsonl")
+
+
+def interrupt_bench_children() -> int:
+    """SIGINT our `cockpit bench --jsonl` children: they journal what they finished and exit."""
+    count = 0
+    try:
+        children = psutil.Process(os.getpid()).children()
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            if _BENCH_CHILD.search(" ".join(child.cmdline())):
+                child.send_signal(signal.SIGINT)
+                count += 1
+        except psutil.Error:
+            continue
+    return count

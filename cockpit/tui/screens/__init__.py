@@ -1,0 +1,1 @@
+"""The main screen and the modal screens (confirm, quit, help, live servers)."""

@@ -1,0 +1,46 @@
+"""Help, written from the command registry and the app's key bindings."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from cockpit.commands import COMMANDS
+
+
+def help_table(bindings: list[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    table.add_row("Commands", "type `:` or `/` to reach the prompt, Tab completes, ↑/↓ history")
+    for spec in COMMANDS:  # Text, not str: `[c=1,32,64]` is not markup
+        table.add_row(Text(f"  {spec.usage}"), Text(spec.summary))
+    table.add_row("", "")
+    table.add_row("Keys", "")
+    for key, description in bindings:
+        table.add_row(Text(f"  {key}"), Text(description))
+    table.add_row("", "")
+    table.add_row("Marks", "✓ fits  ~ tight  ✗ fails · ▶ GPU of the running layout  · idle  ★ best of a column")
+    table.add_row("", "» a log line that starts a phase · ○ no server ◐ loading ● ready ■ stopped")
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,f1,question_mark", "close", "Close")]
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.bindings_help = bindings
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog help"):
+            yield Static("cockpit help  (Esc closes)", classes="dialog-title")
+            yield Static(help_table(self.bindings_help))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,163 @@
+"""What one open profile needs, outside any widget: setup, verdicts, journal, GPU monitor, launcher.
+
+No Textual here: the screen reads a Session, `cockpit run` builds the same parts in
+`cockpit.headless`. Opening one costs a few tens of milliseconds (YAML, the model's
+config, the plan); closing it stops the monitor thread and closes the journal.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import time
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cockpit.headless import gpu_source, use_sim
+from cockpit.journal import Comparison, Journal, comparison, format_comparison
+from cockpit.layout import Layout
+from cockpit.perfmodel import predict_tok_s
+from cockpit.planner import Verdict, plan_layout
+from cockpit.profile import Profile, profile_names
+from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.runner.experiment import Launcher
+from cockpit.runner.registry import Registry, ServerEntry
+from cockpit.runner.supervisor import Supervisor
+from cockpit.telemetry.base import GpuSource
+from cockpit.telemetry.monitor import Monitor
+
+EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
+
+
+@dataclass
+class Session:
+    profile: Profile
+    setup: object  # cockpit.planner.Setup
+    sim: bool
+    journal: Journal
+    source: GpuSource
+    monitor: Monitor
+    launcher: Launcher
+    registry: Registry
+    verdicts: list[Verdict]  # in picker order: the profile's layouts first, then the plan's
+
+    @classmethod
+    def open(cls, profile: str | None = None, *, sim: bool = False, interval: float = 1.0) -> Session:
+        """Resolve the profile, plan every layout, open the journal; the monitor is not started yet."""
+        setup, prof = build_setup(SetupOverrides(profile=profile))
+        sim = use_sim(sim)
+        source = gpu_source(setup.hardware, sim)
+        journal = Journal()
+        monitor = Monitor(source, interval=interval)
+        registry = Registry()
+        launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim)
+        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [])
+        session.verdicts = session._ordered(launcher.verdicts())
+        return session
+
+    def close(self) -> None:
+        self.monitor.stop()
+        self.source.close()
+        self.journal.close()
+
+    # -- the plan ---------------------------------------------------------------------------
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return tuple(self.profile.bench.concurrency)
+
+    def _predicted(self, verdict: Verdict) -> Verdict:
+        bench = self.profile.bench
+        return replace(verdict, predicted_tok_s=predict_tok_s(self.setup, verdict, self.levels, bench.input_len, bench.output_len))
+
+    def _ordered(self, verdicts: list[Verdict]) -> list[Verdict]:
+        by_name = {str(v.layout): v for v in verdicts}
+        first = []
+        for text in self.profile.layouts:
+            try:
+                verdict = plan_layout(self.setup, text)
+            except Exception:  # a profile's odd layout must not keep the screen from opening
+                continue
+            by_name.pop(str(verdict.layout), None)
+            if str(verdict.layout) not in {str(v.layout) for v in first}:
+                first.append(verdict)
+        return [self._predicted(v) for v in [*first, *by_name.values()]]
+
+    def verdict(self, layout: Layout) -> Verdict:
+        for v in self.verdicts:
+            if v.layout == layout:
+                return v
+        return self._predicted(plan_layout(self.setup, layout))
+
+    def layout_names(self) -> tuple[str, ...]:
+        return tuple(str(v.layout) for v in self.verdicts)
+
+    @staticmethod
+    def profile_names() -> tuple[str, ...]:
+        return tuple(profile_names())
+
+    def argv_text(self, verdict: Verdict) -> str:
+        """The exact command line cockpit would run for this layout (simulated engine prefix included)."""
+        if verdict.placement is None:
+            return ""
+        return shlex.join(self.launcher.argv(verdict))
+
+    def suggest(self, verdict: Verdict) -> str:
+        return self.launcher.suggest(verdict)
+
+    # -- what the header shows --------------------------------------------------------------
+
+    def describe(self) -> dict[str, str]:
+        hw = self.setup.hardware
+        model = self.setup.model
+        name = model.name.rsplit("/", 1)[-1]
+        sim = " (sim)" if self.sim else ""
+        return {
+            "profile": self.profile.name,
+            "engine": self.setup.engine.label,
+            "model": f"{name} {model.quant.label}",
+            "model_short": f"{name} {model.quant.label.split()[0]}",
+            "gpus": f"{hw.count}× {hw.gpu.label}{sim}",
+            "gpus_short": f"{hw.count}×{hw.gpu.key}{sim}",
+        }
+
+    # -- servers from earlier runs ----------------------------------------------------------
+
+    def live_servers(self) -> list[ServerEntry]:
+        return self.registry.live()
+
+    # -- results ----------------------------------------------------------------------------
+
+    def comparison(self) -> Comparison:
+        return comparison(self.journal, self.profile.name)
+
+    def export(self, fmt: str, folder: Path | None = None, now: float | None = None) -> Path:
+        """Write the comparison table as markdown or CSV in `folder` (the cwd, else the data folder)."""
+        text = format_comparison(self.comparison(), "markdown" if fmt == "md" else fmt) + "\n"
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        name = f"cockpit-{self.profile.name}-{stamp}.{EXPORT_SUFFIX[fmt]}"
+        folders = [folder] if folder is not None else [Path.cwd(), _data_dir() / "exports"]
+        error: OSError | None = None
+        for where in folders:
+            try:
+                where.mkdir(parents=True, exist_ok=True)
+                path = where / name
+                path.write_text(text)
+                return path
+            except OSError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+def _data_dir() -> Path:
+    import platformdirs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Path(platformdirs.user_data_dir("cockpit"))
+
+
+def hostname() -> str:
+    return socket.gethostname().split(".")[0]

@@ -1,0 +1,153 @@
+"""What the screen knows about the server and the benchmark, folded from events. No Textual here.
+
+Each view is a small dataclass with `apply(event)`: the widgets render from it, the tests read it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from cockpit.runner.events import (
+    BenchDone,
+    BenchLevel,
+    BenchTick,
+    Diagnosis,
+    Failed,
+    Launching,
+    Phase,
+    Planned,
+    Ready,
+    Stopped,
+)
+from cockpit.tui.format import duration
+
+NONE, STARTING, LOADING, READY, FAILED, STOPPED = "none", "starting", "loading", "ready", "failed", "stopped"
+PHASE_WORDS = {
+    "starting": "starting",
+    "loading": "loading",
+    "loaded": "weights loaded",
+    "kv_cache": "sizing KV cache",
+    "cuda_graphs": "capturing CUDA graphs",
+    "serving": "warming up",
+}
+
+
+@dataclass
+class ServerView:
+    layout: str = ""
+    experiment: int | None = None
+    state: str = NONE
+    phase: str = ""
+    progress: float | None = None
+    gpus: tuple[int, ...] = ()
+    pid: int | None = None
+    url: str = ""
+    log_path: str = ""
+    ready_at: float | None = None  # the clock's time when it became ready
+    load_seconds: float | None = None
+    diagnosis: Diagnosis | None = None
+    stop_reason: str = ""
+
+    @property
+    def active(self) -> bool:
+        """Loading or serving: a process of ours holds GPUs."""
+        return self.state in (STARTING, LOADING, READY)
+
+    def apply(self, event: object, now: float) -> bool:
+        """Fold one event in; False when it belongs to another experiment (a stale one)."""
+        if isinstance(event, Planned):
+            self.__init__(layout=event.layout, experiment=event.experiment, state=STARTING, gpus=tuple(event.gpus))
+            return True
+        if getattr(event, "experiment", None) != self.experiment:
+            return False
+        if isinstance(event, Launching):
+            self.pid, self.log_path = event.pid, event.log_path
+        elif isinstance(event, Phase):
+            self.state = LOADING
+            self.phase = event.name
+            if event.name == "loading" and event.progress is not None:
+                self.progress = event.progress
+        elif isinstance(event, Ready):
+            self.state, self.url, self.ready_at, self.load_seconds = READY, event.url, now, event.load_seconds
+        elif isinstance(event, Failed):
+            self.state, self.diagnosis = FAILED, event.diagnosis
+        elif isinstance(event, Stopped):
+            self.state, self.stop_reason = STOPPED, event.reason
+        return True
+
+    def label(self, now: float) -> str:
+        """The header's words for the state, each with a mark: ○ ◐ ● ✗ ■."""
+        if self.state == NONE:
+            return "○ no server"
+        name = self.layout
+        if self.state == STARTING:
+            return f"◐ {name} starting"
+        if self.state == LOADING:
+            if self.phase == "loading" and self.progress is not None:
+                return f"◐ {name} loading {self.progress:.0%}"
+            return f"◐ {name} {PHASE_WORDS.get(self.phase, self.phase)}"
+        if self.state == READY:
+            return f"● {name} ready {duration(now - (self.ready_at or now))}"
+        if self.state == FAILED:
+            return f"✗ {name} failed"
+        return f"■ {name} stopped"
+
+
+@dataclass
+class BenchView:
+    experiment: int | None = None
+    layout: str = ""
+    running: bool = False
+    level: int | None = None  # the concurrency being measured
+    levels_done: int = 0
+    tok_s: float | None = None  # the latest tick
+    ticks: deque = field(default_factory=lambda: deque(maxlen=600))  # tok/s, one a tick
+    last: dict | None = None  # the last finished level's JSON
+    error: str = ""
+    interrupted: bool = False
+
+    def start(self, experiment: int | None, layout: str, levels: tuple[int, ...]) -> None:
+        self.__init__(experiment=experiment, layout=layout, running=True, level=levels[0] if levels else None)
+
+    def apply(self, event: object) -> bool:
+        if isinstance(event, BenchTick):
+            self.running, self.level, self.tok_s = True, event.concurrency, event.tok_s
+            self.experiment = event.experiment
+            self.ticks.append(event.tok_s)
+        elif isinstance(event, BenchLevel):
+            self.levels_done += 1
+            self.last = event.result
+        elif isinstance(event, BenchDone):
+            self.running = False
+            self.error, self.interrupted = event.error, event.interrupted
+        else:
+            return False
+        return True
+
+    def status(self) -> str:
+        if self.running:
+            now = f" · {self.tok_s:,.0f} tok/s now" if self.tok_s is not None else ""
+            level = f"C={self.level}" if self.level is not None else "starting"
+            return f"▶ bench {self.layout} {level} running · {self.levels_done} level(s) done{now}"
+        if self.error:
+            return f"✗ bench failed: {self.error}"
+        if self.experiment is None:
+            return "no benchmark yet: `bench` once a server is ready"
+        how = "interrupted" if self.interrupted else "done"
+        return f"■ bench {self.layout} {how}: {self.levels_done} level(s) journaled"
+
+    def latency(self) -> str:
+        if not self.last:
+            return ""
+        data = self.last
+
+        def ms(metric: str, stat: str) -> str:
+            value = (data.get(metric) or {}).get(stat)
+            return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+        return (
+            f"C={data.get('concurrency')}: {data.get('output_tok_s', 0):,.1f} tok/s · "
+            f"TTFT p50 {ms('ttft_ms', 'p50')} p99 {ms('ttft_ms', 'p99')} ms · "
+            f"ITL p50 {ms('itl_ms', 'p50')} p99 {ms('itl_ms', 'p99')} ms"
+        )

@@ -1,0 +1,97 @@
+"""The benchmark pane: the running level, live tok/s, TTFT and ITL, the comparison table and chart.
+
+The live part folds `BenchView`; the table and the chart come from `journal.comparison` and
+are redrawn only when the journal changed (a level finished, `results`), never per tick.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Sparkline, Static
+
+from cockpit.journal import Comparison, format_tok_s
+from cockpit.tui.chart import render_chart
+from cockpit.tui.state import BenchView
+
+BEST = " ★"  # the best of a column: a mark, not only a colour
+CAUSE_WIDTH = 18
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class ResultsChart(Static):
+    """plotext's text chart of tok/s against concurrency; empty when the pane is too small."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.series: list = []
+
+    def plot(self, series: list) -> None:
+        self.series = series
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        text = render_chart(self.series, self.content_size.width, self.content_size.height)
+        self.update(Text.from_ansi(text) if text else "")
+
+
+class BenchPane(Vertical):
+    def compose(self) -> ComposeResult:
+        yield Static(id="bench-status", markup=False)
+        yield Sparkline([], id="bench-spark")
+        yield Static(id="bench-latency", markup=False)
+        yield DataTable(id="results-table", cursor_type="row", show_cursor=False)
+        yield ResultsChart(id="bench-chart")
+
+    @property
+    def sparkline(self) -> Sparkline:
+        return self.query_one("#bench-spark", Sparkline)
+
+    @property
+    def results_table(self) -> DataTable:
+        return self.query_one("#results-table", DataTable)
+
+    def show_live(self, view: BenchView) -> None:
+        self.query_one("#bench-status", Static).update(view.status())
+        self.sparkline.data = list(view.ticks)  # a new list: Sparkline redraws on assignment only
+        self.sparkline.display = bool(view.ticks)
+        latency = view.latency()
+        self.query_one("#bench-latency", Static).update(latency)
+        self.query_one("#bench-latency", Static).display = bool(latency)
+
+    def show_comparison(self, comp: Comparison) -> None:
+        table = self.results_table
+        table.clear(columns=True)
+        table.add_columns("layout", *(f"C={c}" for c in comp.levels), "peak")
+        for row in comp.rows:
+            if row.peak is None:
+                cause = _clip(row.diagnosis or "no cause recorded", CAUSE_WIDTH)
+                failed = [Text("✗ failed", style="red"), *([""] * (len(comp.levels) - 1))] if comp.levels else []
+                table.add_row(row.layout, *failed, Text(cause if comp.levels else f"✗ failed: {cause}", style="red"))
+                continue
+            cells = []
+            for level in comp.levels:
+                point = row.cells.get(level)
+                if point is None:
+                    cells.append("-")
+                    continue
+                best = comp.best.get(level) == row.layout
+                cells.append(Text(format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""))
+            best_peak = comp.best_peak == row.layout
+            peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
+            table.add_row(row.layout, *cells, Text(peak, style="bold green" if best_peak else ""))
+        if not comp.rows:
+            table.add_row("no results yet", *([""] * len(comp.levels)), "")
+        series = [
+            (row.layout, sorted(row.cells), [row.cells[c].output_tok_s for c in sorted(row.cells)])
+            for row in comp.rows
+            if row.cells
+        ]
+        self.query_one(ResultsChart).plot(series)

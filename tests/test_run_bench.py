@@ -1,0 +1,77 @@
+"""Benchmarks through `cockpit run --bench` and `cockpit bench`: journaled, comparable, interruptible."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cockpit.journal import Journal
+
+from simproc import SimProcess, free_port
+from test_run import cockpit, fast_sim  # noqa: F401  (the fixture sets up the sim, journal and state dirs)
+
+
+def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
+    profile, _ = profile_file("kimi-k2.6")
+    for layout in ("tp8", "pp8", "tp8 ep8"):
+        result = cockpit("run", f"try {layout}", "--profile", profile, "--sim", "--quiet",
+                         "--bench", "c=1,32,64 in=32 out=8 t=2", timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "bench     done: 3 level(s) journaled" in result.stdout
+    table = cockpit("results", "--profile", "kimi-k2.6", "--format", "markdown").stdout.splitlines()
+    assert table[0].startswith("| Layout | C=1 tok/s | C=32 | C=64 | Peak |")
+    rows = [line for line in table[2:] if line.startswith("|")]
+    assert [row.split("|")[1].strip() for row in rows] == ["tp8", "pp8", "tp8 ep8"]
+    assert all(row.count("|") == 6 for row in rows)
+    assert any("**" in row for row in rows)  # the best of each column is marked
+    data = json.loads(cockpit("results", "--profile", "kimi-k2.6", "--format", "json").stdout)
+    points = [p for p in data if p.get("concurrency")]
+    assert {p["layout"] for p in points} == {"tp8", "pp8", "tp8 ep8"}
+    for point in points:
+        assert {"concurrency", "output_tok_s", "ttft_ms_p50", "itl_ms_p50"} <= set(point)
+        assert point["output_tok_s"] > 0
+
+
+def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path):
+    port = free_port()
+    sim = SimProcess("vllm", ["serve", "qwen3-30b-a3b-fp8", "--tensor-parallel-size", "2", "--port", str(port)],
+                     tmp_path / "simbox")
+    try:
+        sim.wait_ready(f"http://127.0.0.1:{port}")
+        with Journal() as journal:
+            exp = journal.start_experiment(profile="p", model="qwen3-30b-a3b-fp8", engine="vllm", layout="tp2",
+                                           argv=["vllm", "serve"])
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "cockpit.cli", "bench", "--url", f"http://127.0.0.1:{port}", "--jsonl",
+             "-c", "1,8", "--input-len", "16", "--output-len", "4", "--requests", "4", "--experiment", str(exp)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        # Level C=8 asks for long outputs: interrupt it once C=1 is done and C=8 has started.
+        for line in bench.stdout:
+            event = json.loads(line)
+            if event["type"] == "level_start" and event["concurrency"] == 8:
+                break
+        bench.send_signal(signal.SIGINT)
+        out, err = bench.communicate(timeout=30)
+        assert bench.returncode == 130, err
+        assert "finished levels kept: C=1" in err
+        with Journal() as journal:
+            assert [p.concurrency for p in journal.points(exp)] == [1]
+    finally:
+        sim.stop()
+
+
+def test_bench_errors_are_one_line(capsys):
+    from cockpit.cli import main
+
+    assert main(["bench", "--url", "localhost:8000"]) == 2
+    assert "--url must start with http://" in capsys.readouterr().err
+    assert main(["bench", "--url", "http://127.0.0.1:1", "-c", "0"]) == 2
+    assert "concurrency levels must be 1 or more" in capsys.readouterr().err
+    assert main(["bench", "--url", "http://127.0.0.1:1", "--experiment", "999"]) == 2
+    assert "no experiment 999" in capsys.readouterr().err

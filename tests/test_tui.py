@@ -1,0 +1,315 @@
+"""The cockpit screen driven with Textual's Pilot, on the simulated box with real engine processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import yaml
+
+from cockpit.journal import Journal
+from cockpit.runner.registry import Registry
+from cockpit.tui.app import CockpitApp
+from cockpit.tui.history import PromptHistory, history_path
+from cockpit.tui.screens.choice import ChoiceScreen
+from cockpit.tui.screens.confirm import ConfirmScreen
+from cockpit.tui.screens.main import MainScreen
+
+GIB = 2**30
+SMALL_BENCH = {"concurrency": [1, 4], "input_len": 64, "output_len": 16, "requests": 4}
+
+
+@pytest.fixture(autouse=True)
+def fast_sim(tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
+    monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
+    yield
+    from cockpit.headless import stop_servers
+
+    stop_servers("all", out=lambda _: None)  # a failed test must not leave an engine behind
+
+
+@pytest.fixture
+def minimax(profile_file):
+    """The MiniMax profile on a free port, with a benchmark small enough for a test."""
+    path, _ = profile_file("minimax-m2.5")
+    data = yaml.safe_load(open(path))
+    data["bench"] = SMALL_BENCH
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f)
+    return path
+
+
+def make_app(profile: str) -> CockpitApp:
+    return CockpitApp(profile=profile, sim=True, host="testbox", cursor_blink=False, interval=0.25)
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+async def until(pilot, predicate, timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await pilot.pause(0.05)
+
+
+async def command(pilot, text: str) -> None:
+    """Type a command as a person would: `:` then the keys, then Enter."""
+    await pilot.press("colon", *text, "enter")
+    await pilot.pause(0.05)
+
+
+async def submit(pilot, text: str) -> None:
+    """Enter a command without typing each key (Pilot takes ~0.1 s a key)."""
+    await pilot.press("colon")
+    pilot.app.main.prompt.value = text
+    await pilot.press("enter")
+    await pilot.pause(0.05)
+
+
+async def launch_ready(pilot, app: CockpitApp, layout: str = "tp4", typed: bool = False) -> None:
+    await (command if typed else submit)(pilot, f"try {layout}")
+    await until(pilot, lambda: app.server.state in ("ready", "failed"), what=f"{layout} ready")
+    assert app.server.state == "ready", app.main.log_pane.banner_text
+
+
+async def stop_server(pilot, app: CockpitApp) -> None:
+    await submit(pilot, "stop")
+    await until(pilot, lambda: app.server.state == "stopped" and not app.control.has_server, what="stopped")
+
+
+def status_text(app: CockpitApp) -> str:
+    return str(app.main.status.content)
+
+
+def test_try_tp4_fills_the_panes_of_gpus_0_to_3_and_reaches_ready(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await launch_ready(pilot, app, typed=True)
+            panes = app.main.gpus.panes()
+
+            def filled() -> bool:
+                return all(p.sample and p.sample.memory_used > 50 * GIB for p in panes[:4])
+
+            await until(pilot, filled, what="GPU panes 0-3 over 50 GiB")
+            assert all(p.layout_name == "tp4" and not p.idle for p in panes[:4])
+            assert all(p.idle and p.sample.memory_used < GIB for p in panes[4:])
+            assert "▶ tp4" in str(panes[0].render()) and "· idle" in str(panes[7].render())
+            assert "ready" in app.server.label(app.clock())
+            assert "READY" in app.main.log_pane.banner_text
+            assert app.main.log_pane.log_view.line_count > 10
+            assert any(line.startswith("» ") for line in app.main.log_pane.log_view.lines)  # phase lines marked
+            await pilot.press("s")  # the stop key asks first
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+            await until(pilot, lambda: app.server.state == "stopped", what="stopped")
+        [exp] = Journal().experiments()
+        assert exp.layout == "tp4" and exp.outcome == "ready" and exp.gpus == (0, 1, 2, 3)
+        assert not Registry().live()
+
+    run(scenario())
+
+
+def test_try_tp8_asks_first_then_shows_the_block_n_diagnosis_and_layouts_that_fit(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await command(pilot, "try tp8")
+            assert isinstance(app.screen, ConfirmScreen)
+            assert "block_n = 128" in app.screen.body  # the question says why
+            await pilot.press("y")
+            await until(pilot, lambda: app.server.state == "failed", what="tp8 failed")
+            banner = app.main.log_pane.banner_text
+            assert "FAILED" in banner and "block_n 128" in banner
+            fitting = {str(v.layout) for v in app.session.verdicts if v.verdict != "fails"}
+            suggested = [x for x in fitting if f"`{x}`" in banner]
+            assert "→ next: try" in banner and suggested, banner
+        [exp] = Journal().experiments()
+        assert exp.outcome == "failed" and exp.diagnosis_kind == "fp8-block"
+
+    run(scenario())
+
+
+def test_bench_fills_the_sparkline_and_adds_a_row_to_the_results(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await launch_ready(pilot, app)
+            await submit(pilot, "bench c=1,32 n=8 in=64 out=32")
+            assert app.bench_view.running
+            await until(pilot, lambda: not app.control.benching and not app.bench_view.running, timeout=40, what="bench done")
+            assert not app.bench_view.error, app.bench_view.error
+            assert app.main.bench.sparkline.data and max(app.main.bench.sparkline.data) > 0
+            assert "TTFT p50" in str(app.main.query_one("#bench-latency").content)
+            table = app.main.bench.results_table
+            assert [str(c.label) for c in table.columns.values()] == ["layout", "C=1", "C=32", "peak"]
+            assert table.row_count == 1 and table.get_row_at(0)[0] == "tp4"
+            await stop_server(pilot, app)
+        [exp] = Journal().experiments()
+        assert sorted(p.concurrency for p in Journal().points(exp.id)) == [1, 32]
+
+    run(scenario())
+
+
+def test_sweep_leaves_two_journaled_experiments(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await submit(pilot, "sweep tp4, tp8 ep")
+            await until(pilot, lambda: "sweep done" in status_text(app), timeout=45, what="sweep done")
+            assert not app.control.has_server
+            table = app.main.bench.results_table
+            assert table.row_count == 2
+            assert {table.get_row_at(i)[0] for i in range(2)} == {"tp4", "tp8 ep"}
+            assert any("★" in str(cell) for i in range(2) for cell in table.get_row_at(i))  # best marked
+        journal = Journal()
+        experiments = journal.experiments()
+        assert sorted(e.layout for e in experiments) == ["tp4", "tp8 ep"]
+        for exp in experiments:
+            assert exp.outcome == "ready"
+            assert sorted(p.concurrency for p in journal.points(exp.id)) == [1, 4]
+        assert not Registry().live()
+
+    run(scenario())
+
+
+def test_a_bad_command_and_a_bad_layout_leave_an_error_line_and_launch_nothing(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await command(pilot, "tyr tp4")
+            assert "did you mean 'try'" in status_text(app) and status_text(app).startswith("✗")
+            assert app.main.prompt.value == "tyr tp4"  # kept, to be fixed
+            await pilot.press("ctrl+u")
+            await command(pilot, "try tp4x")
+            assert "did you mean 'tp4'" in status_text(app)
+            await submit(pilot, "try tp4 ep2")  # parses, but vLLM cannot say it
+            assert "tp4 dp2 ep" in status_text(app)
+            await submit(pilot, "try tp16")
+            assert "needs 16 GPUs and this box has 8" in status_text(app)
+            await submit(pilot, "bench")
+            assert "no server is ready" in status_text(app)
+            await pilot.pause(0.3)
+            assert app.server.state == "none" and not app.control.has_server
+            assert isinstance(app.screen, MainScreen)
+        assert Journal().experiments() == []
+
+    run(scenario())
+
+
+def test_q_with_a_running_server_asks_first(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await launch_ready(pilot, app)
+            await pilot.press("q")
+            assert isinstance(app.screen, ChoiceScreen)
+            assert "tp4" in app.screen.body and "GPUs 0,1,2,3" in app.screen.body
+            await pilot.press("c")  # cancel: nothing happens
+            assert isinstance(app.screen, MainScreen) and app.server.state == "ready"
+            await pilot.press("q")
+            await pilot.press("s")  # stop it and quit
+            await until(pilot, lambda: not app.is_running, what="exit")
+        assert not Registry().live()
+        [exp] = Journal().experiments()
+        assert exp.ended is not None
+
+    run(scenario())
+
+
+def test_a_server_left_running_is_offered_for_re_attach_at_start(minimax):
+    async def leave_running():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await launch_ready(pilot, app)
+            await pilot.press("q", "d")  # leave it running
+            await until(pilot, lambda: not app.is_running, what="exit")
+
+    run(leave_running())
+    [entry] = Registry().live()
+
+    async def come_back():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=5, what="the offer")
+            assert f"pid {entry.pid}" in app.screen.body
+            await pilot.press("a")  # re-attach
+            await until(pilot, lambda: app.server.state == "ready", what="re-attached")
+            assert app.server.layout == "tp4" and app.server.gpus == (0, 1, 2, 3)
+            await stop_server(pilot, app)
+
+    run(come_back())
+    assert not Registry().live()
+
+
+def test_q_without_a_server_quits_at_once(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("q")
+            await until(pilot, lambda: not app.is_running, timeout=5, what="exit")
+
+    run(scenario())
+
+
+def test_tab_completes_and_history_is_kept_across_runs(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("colon", "p", "l", "tab")
+            assert app.main.prompt.value == "plan "
+            await pilot.press("t", "p", "8", "space", "e", "tab")
+            assert app.main.prompt.value.startswith("plan tp8 ep")
+            await pilot.press("ctrl+u", *"try tp", "tab")
+            assert "Tab:" in status_text(app) and "tp4" in status_text(app)  # many: listed under the bar
+            await pilot.press("ctrl+u", *"plan tp8", "enter")
+            assert app.main.view == "layouts" and "tp8" in status_text(app)
+        assert history_path().read_text().splitlines()[-1] == "plan tp8"
+
+        again = make_app(minimax)
+        async with again.run_test(size=(80, 24)) as pilot:
+            await pilot.press("colon", "up")
+            assert again.main.prompt.value == "plan tp8"
+            await pilot.press("down")
+            assert again.main.prompt.value == ""
+
+    run(scenario())
+
+
+def test_export_writes_the_results_and_use_opens_another_profile(minimax, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await submit(pilot, "export csv")
+            assert "✓ wrote cockpit-" in status_text(app)
+            await submit(pilot, "export pdf")
+            assert "md or csv" in status_text(app)
+            await submit(pilot, "use no-such-profile")
+            assert "no profile named 'no-such-profile'" in status_text(app)
+            await submit(pilot, "use kimi-k2.6")
+            await until(pilot, lambda: app.session.profile.name == "kimi-k2.6", timeout=10, what="kimi opened")
+            assert app.session.setup.engine.name == "sglang" and "tp8 ep8" in app.main.picker.verdicts
+
+    run(scenario())
+    [written] = list(tmp_path.glob("cockpit-*.csv"))
+    assert written.read_text().startswith("layout,engine,experiment")
+
+
+def test_history_keeps_the_draft():
+    history = PromptHistory(path=None)
+    history.entries = ["try tp4", "bench"]
+    history._cursor = 2
+    assert history.previous("pl") == "bench"
+    assert history.previous("bench") == "try tp4"
+    assert history.previous("try tp4") is None
+    assert history.next() == "bench"
+    assert history.next() == "pl"
