@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     gpus.add_argument("--sim", action="store_true", help="read the simulated box")
     gpus.add_argument("--dcgm", metavar="URL", help="read an NVIDIA dcgm-exporter endpoint, e.g. http://node1:9400/metrics")
 
+    web = commands.add_parser("web", help="the same screen in a browser (textual-serve; no authentication)")
+    web.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765)")
+    web.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by SSH tunnel)")
+    web.add_argument("--profile", metavar="NAME|FILE", help="the profile to open")
+    web.add_argument("--sim", action="store_true", help="use the simulated box")
+
     commands.add_parser("servers", help="list servers cockpit started that still run")
     stop = commands.add_parser("stop", help="stop a server cockpit started (by PID, or all)")
     stop.add_argument("pid", metavar="PID|all")
@@ -90,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "results": cmd_results,
             "bench": cmd_bench,
             "gpus": cmd_gpus,
+            "web": cmd_web,
         }
         return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
@@ -119,7 +127,8 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
         why = "--sim given" if args.sim else "no NVIDIA driver found"
         print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
+    if not served and not (sys.stdin.isatty() and sys.stdout.isatty()):
         plan_args = argparse.Namespace(
             profile=args.profile, model=None, engine=None, gpus=None, gpu=None, gpu_mem=None,
             layout=None, concurrency=None, json=False,
@@ -210,6 +219,28 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if not samples:
         raise CockpitError(f"no GPUs answered from {source.name}: check the address or the driver")
     print("\n".join(gpu_lines(samples)))
+    return 0
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the app to a browser. textual-serve starts one app per browser tab from a command
+    line that it hands to a shell, so the line is built from an argv list with shlex quoting."""
+    import shlex
+
+    from cockpit.runner.supervisor import busy_port
+
+    holder = busy_port(args.host, args.port)
+    if holder is not None:
+        raise CockpitError(f"port {args.port} is already in use by {holder}: pick another with --port")
+    argv = [sys.executable, "-m", "cockpit.cli"]
+    if args.profile:
+        argv += ["--profile", args.profile]
+    if args.sim:
+        argv.append("--sim")
+    from textual_serve.server import Server
+
+    print(f"cockpit web on http://{args.host}:{args.port} (no authentication: reach it through an SSH tunnel)")
+    Server(shlex.join(argv), host=args.host, port=args.port, title="cockpit").serve()
     return 0
 
 

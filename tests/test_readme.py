@@ -12,7 +12,7 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"
     assert test_command in readme and test_command in ci
-    assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/cockpit" in readme
+    assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/cockpit\n" in readme
 
 
 def test_every_package_is_installed():

@@ -132,7 +132,8 @@ class Client:
                     raise _Failed(f"HTTP {resp.status}: {await _error_message(resp)}")
                 kind = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in kind:
-                    raise _Failed(f"HTTP 200 without a stream ({kind or 'no content type'}): the server ignored stream=true")
+                    kind = kind or "no content type"
+                    raise _Failed(f"HTTP 200 without a stream ({kind}): the server ignored stream=true")
                 await self._read_stream(resp, record)
         except asyncio.CancelledError:
             record.cancelled = True

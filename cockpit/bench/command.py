@@ -8,7 +8,6 @@ finished level is written to the journal at once: Ctrl-C in the middle keeps wha
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -96,7 +95,7 @@ def _ms(data: dict, metric: str, stat: str) -> str:
 
 
 def run_bench(args: argparse.Namespace, out: Print = print) -> int:
-    from cockpit.bench.loadgen import LevelDone, run_sweep
+    from cockpit.bench.loadgen import LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
     journal = None
@@ -121,7 +120,7 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
         sys.stdout.flush()
 
     try:
-        asyncio.run(run_sweep(cfg, on_event))
+        run(run_sweep(cfg, on_event))
     except KeyboardInterrupt:
         kept = ", ".join(f"C={r.concurrency}" for r in done) or "none"
         print(f"cockpit bench: interrupted; finished levels kept: {kept}", file=sys.stderr)

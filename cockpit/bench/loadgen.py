@@ -45,10 +45,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One sweep. ``requests`` and ``duration_s`` size the measured window of every level; with
-    neither, a level measures max(2*C, 8) completions (after C of warm-up: three "rounds" of C
-    in all, at least 8 samples at C=1). ``warmup`` defaults to C completions and is never less
-    than C in closed loop; in open loop it defaults to ~10 s of arrivals, at most C."""
+    """One sweep. ``requests`` and ``duration_s`` size the measured window of every level
+    (whichever comes first); with neither, a level measures max(2*C, 8) completions: after C of
+    warm-up, three whole "rounds" of C in all (with fixed lengths a closed loop runs in waves,
+    and whole waves average them fairly), and at least 8 samples at C=1. ``warmup`` defaults to
+    C completions and is never less than C in closed loop; in open loop it defaults to ~10 s of
+    arrivals, at most C. A level whose first 8 (and at least ``warmup``) requests all fail is
+    not measured: its result carries the errors."""
 
     url: str
     model: str | None = None  # None: the first id of GET /v1/models
@@ -485,7 +488,8 @@ class _Level:
             now, tokens = perf_counter(), progress.tokens
             tok_s = (tokens - last_tokens) / (now - last_time) if now > last_time else 0.0
             last_time, last_tokens = now, tokens
-            self.on_event(Tick(self.concurrency, now - self.window_start, tok_s, self.done, self.in_flight, self.failed))
+            elapsed = now - self.window_start
+            self.on_event(Tick(self.concurrency, elapsed, tok_s, self.done, self.in_flight, self.failed))
 
     # -- the result ------------------------------------------------------------------------------
 

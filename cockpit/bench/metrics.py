@@ -225,7 +225,9 @@ def errors_in(records: Iterable[RequestRecord], window: Window) -> Counter[str]:
     return Counter(r.error for r in records if r.error is not None and window.start < r.end <= window.end)
 
 
-def series(records: Iterable[RequestRecord], window: Window, bucket_s: float = 1.0, fallback: float = 1.0) -> list[float]:
+def series(
+    records: Iterable[RequestRecord], window: Window, bucket_s: float = 1.0, fallback: float = 1.0
+) -> list[float]:
     """tok/s in consecutive bucket_s buckets of the window, for sparklines.
 
     A last bucket shorter than half a bucket is dropped (too noisy); a longer one is its rate.
