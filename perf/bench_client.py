@@ -19,7 +19,7 @@ window (``/stats?since=&until=``), and reads CPU 1's busy time from /proc/stat o
 client CPU includes every worker process, and start-up/imports are excluded). Prints one markdown
 table per test and a JSON dump (also written to ``--json-out``).
 
-Run (~6-8 min with every client, ~2 min for cockpit + minimal):
+Run (~7.5 min with every client, ~2.5 min for cockpit + minimal on a 2-vCPU machine):
     .venv/bin/python perf/bench_client.py --pubclients-venv /tmp/pubclients-venv
     .venv/bin/python perf/bench_client.py --clients cockpit,minimal --levels 1,256
 Published clients go into a throwaway venv outside the repo (see perf/README.md).
@@ -130,18 +130,27 @@ class CpuSampler(threading.Thread):
         self.watched: tuple | None = None
 
     def watch(self, pid: int) -> None:
+        self.watched = (pid, [None], {}, [[], 0.0])  # the psutil handle is made by the sampling thread
+
+    @staticmethod
+    def _handle(pid: int):
         try:
             import psutil
 
-            self.watched = (pid, psutil.Process(pid), {}, [[], 0.0])
+            return psutil.Process(pid)
         except Exception:  # no psutil, or gone already
-            self.watched = None
+            return None
 
     def tree_cpu(self) -> tuple[int, float] | None:
         watched = self.watched
         if watched is None:
             return None
-        pid, root, seen, kids = watched
+        pid, handle, seen, kids = watched
+        if handle[0] is None:
+            handle[0] = self._handle(pid)
+            if handle[0] is None:
+                return None
+        root = handle[0]
         if time.time() - kids[1] > 1.0:  # scanning for children is the costly part: once a second
             try:
                 kids[0] = root.children(recursive=True)
