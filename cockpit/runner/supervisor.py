@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-import httpx
 import psutil
 
 from cockpit.runner.diagnose import diagnose, diagnose_exit
@@ -184,6 +183,8 @@ class Supervisor:
         reader = LogTail(Path(handle.entry.log_path))
         error_at: float | None = None
         next_health = 0.0
+        import httpx  # here, not at the top: the screen's first frame does not wait for it
+
         with httpx.Client(timeout=1.0) as http:
             while True:
                 lines = reader.read()
@@ -231,7 +232,9 @@ class Supervisor:
                 time.sleep(poll)
 
     @staticmethod
-    def _ready(http: httpx.Client, url: str, paths: Sequence[str]) -> bool:
+    def _ready(http, url: str, paths: Sequence[str]) -> bool:
+        import httpx
+
         try:
             for path in paths:
                 if http.get(url + path).status_code != 200:
