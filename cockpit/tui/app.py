@@ -18,6 +18,7 @@ from pathlib import Path
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Input
 
@@ -178,10 +179,13 @@ class CockpitApp(App):
         self.main.bench.show_comparison(self.session.comparison())
 
     def refresh_gpus(self) -> None:
-        if self._last_samples:
-            self.main.gpus.show(
-                self._last_samples, self.session.monitor.history, self.server.layout, self.server.gpus, self.server.active
-            )
+        if not self._last_samples:
+            return
+        try:
+            grid = self.main.gpus
+        except NoMatches:  # samples from the monitor thread can land while the screen is built or torn down
+            return
+        grid.show(self._last_samples, self.session.monitor.history, self.server.layout, self.server.gpus, self.server.active)
 
     # -- messages from the threads ----------------------------------------------------------
 
