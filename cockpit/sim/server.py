@@ -12,7 +12,8 @@ import json
 import math
 import time
 import uuid
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +38,34 @@ class _Served:
     model_path: str | None
     created: int
     prompt_tokens_total: int = 0
+    truth: "_Truth" = field(default_factory=lambda: _Truth())
+
+
+class _Truth:
+    """What the engine really did, per request: request received to first token written (TTFT)
+    and the gaps between a stream's writes (ITL). Clients are checked against it."""
+
+    def __init__(self, keep: int = 100_000):
+        self.ttft_s: deque[float] = deque(maxlen=keep)
+        self.gaps_s: deque[float] = deque(maxlen=keep)
+
+    def summary(self) -> dict[str, Any]:
+        return {"ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.gaps_s)}
+
+    def reset(self) -> None:
+        self.ttft_s.clear()
+        self.gaps_s.clear()
+
+
+def _summary(values: deque[float]) -> dict[str, Any]:
+    ordered = sorted(v * 1e3 for v in values)
+    if not ordered:
+        return {"n": 0}
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"n": len(ordered), "mean": sum(ordered) / len(ordered), "p50": pct(0.5), "p99": pct(0.99)}
 
 
 STATE = web.AppKey("cockpit_sim_served", _Served)
@@ -79,6 +108,7 @@ def make_app(
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/cockpit/truth", _truth)
     if engine == "sglang":
         app.router.add_get("/get_model_info", _model_info)
     app.on_shutdown.append(_close_batcher)
@@ -196,7 +226,17 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
+async def _truth(request: web.Request) -> web.Response:
+    """The simulator's own timings (not an engine endpoint); ``?reset=1`` starts a new window."""
+    truth = request.app[STATE].truth
+    body = truth.summary()
+    if request.query.get("reset"):
+        truth.reset()
+    return web.json_response(body)
+
+
 async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    received = time.perf_counter()
     served = request.app[STATE]
     ask = _validate(await _json_body(request), served, chat=chat)
     try:
@@ -207,7 +247,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     chunks = _Chunks(ask, served.model_id)
     async with seq:  # leaving, for whatever reason (a client gone), frees the batch slot
         if ask.stream:
-            return await _stream(request, seq, ask, chunks)
+            return await _stream(request, seq, ask, chunks, served.truth, received)
         return await _whole(seq, ask, chunks)
 
 
@@ -309,15 +349,24 @@ def _check_context(served: _Served, prompt_tokens: int, max_tokens: int) -> None
         )
 
 
-async def _stream(request: web.Request, seq: Sequence, ask: _Ask, chunks: _Chunks) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, seq: Sequence, ask: _Ask, chunks: _Chunks, truth: _Truth, received: float
+) -> web.StreamResponse:
     """SSE as vLLM writes it: one event per token, then usage if asked, then [DONE]."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await response.prepare(request)
+    last = None
     try:
         if ask.chat:
             await response.write(chunks.role())
         async for position in seq:
             await response.write(chunks.token(position))
+            now = time.perf_counter()
+            if last is None:
+                truth.ttft_s.append(now - received)
+            else:
+                truth.gaps_s.append(now - last)
+            last = now
         if ask.include_usage:
             await response.write(chunks.usage())
         await response.write(b"data: [DONE]\n\n")
