@@ -248,3 +248,28 @@ def test_run_needs_a_try_command(profile_file):
     assert result.returncode == 2 and "cockpit run takes a layout to try" in result.stderr
     result = cockpit("run", "try tq4")
     assert result.returncode == 2 and "did you mean 'tp4'" in result.stderr
+
+
+def test_a_launcher_that_does_not_exist_is_one_line(profile_file, tmp_path):
+    """On a real box the profile names the engine's launcher; a wrong path fails clearly."""
+    from cockpit.hardware import parse_box
+    from cockpit.layout import parse_layout
+    from cockpit.profile import load_profile
+    from cockpit.resolve import setup_for
+    from cockpit.runner.events import Failed
+    from cockpit.runner.experiment import Launcher
+    from cockpit.runner.supervisor import Supervisor
+    from cockpit.sim.box import SimBox
+    from cockpit.telemetry.monitor import Monitor
+    from cockpit.telemetry.simbox import SimBoxSource
+
+    path, _ = profile_file("minimax-m2.5", command=["/nonexistent/venv/bin/vllm", "serve"])
+    profile = load_profile(path)
+    source = SimBoxSource(SimBox(parse_box("8xrtx-pro-6000"), root=tmp_path / "simbox").create())
+    with Journal() as journal:
+        launcher = Launcher(profile, setup_for(profile), journal, Supervisor(source=source), Monitor(source), sim=False)
+        events = list(launcher.run(parse_layout("tp4")))
+        failed = events[-1]
+        assert isinstance(failed, Failed) and failed.diagnosis.kind == "launch-error"
+        assert failed.diagnosis.cause.startswith("cannot start `/nonexistent/venv/bin/vllm`")
+        assert journal.experiments()[0].outcome == "failed"

@@ -128,16 +128,26 @@ class Launcher:
         argv = self.argv(verdict)
         env = self.environment(gpus)
         log_path = new_log_path(exp, str(layout))
-        self.handle = self.supervisor.start(
-            experiment=exp,
-            argv=argv,
-            env=env,
-            port=self.profile.port,
-            log_path=log_path,
-            engine=self.setup.engine.name,
-            profile=self.profile.name,
-            layout=str(layout),
-        )
+        try:
+            self.handle = self.supervisor.start(
+                experiment=exp,
+                argv=argv,
+                env=env,
+                port=self.profile.port,
+                log_path=log_path,
+                engine=self.setup.engine.name,
+                profile=self.profile.name,
+                layout=str(layout),
+            )
+        except OSError as exc:  # no such launcher, not executable
+            failure = Diagnosis(
+                "launch-error",
+                f"cannot start `{argv[0]}`: {exc.strerror or exc}",
+                "set server.command in the profile to the engine's launcher, e.g. [/path/to/venv/bin/vllm, serve]",
+            )
+            self.journal.set_outcome(exp, "failed", diagnosis=failure)
+            yield Failed(exp, failure)
+            return
         self.journal.update_experiment(exp, log_path=str(log_path), pid=self.handle.pid, port=self.profile.port)
         if self.monitor:
             self.monitor.track(exp, gpus)
