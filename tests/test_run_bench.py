@@ -75,3 +75,15 @@ def test_bench_errors_are_one_line(capsys):
     assert "concurrency levels must be 1 or more" in capsys.readouterr().err
     assert main(["bench", "--url", "http://127.0.0.1:1", "--experiment", "999"]) == 2
     assert "no experiment 999" in capsys.readouterr().err
+
+
+def test_bench_against_a_dead_server_says_why_and_fails(capsys):
+    from cockpit.cli import main
+
+    port = free_port()
+    assert main(["bench", "--url", f"http://127.0.0.1:{port}", "--model", "m", "-c", "1", "--requests", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "errors" in captured.out and "x " in captured.out  # the commonest reason, counted
+    assert "no level got a token back" in captured.err
+    assert main(["bench", "--url", f"http://127.0.0.1:{port}", "-c", "1"]) == 2
+    assert "is the server up?" in capsys.readouterr().err

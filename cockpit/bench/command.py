@@ -84,6 +84,10 @@ def describe_level(result) -> str:
         f"ITL p50 {_ms(data, 'itl_ms', 'p50')} p99 {_ms(data, 'itl_ms', 'p99')}  "
         f"errors {data['errors']}"
     )
+    reasons = data.get("error_reasons") or {}
+    if reasons:
+        reason, count = max(reasons.items(), key=lambda item: item[1])
+        line += f" ({count}x {reason})"
     if data.get("client_limited"):
         line += f"  [client-limited: {data.get('client_note', '')}]"
     return line
@@ -128,7 +132,11 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
     finally:
         if journal is not None:
             journal.close()
-    return 0 if done else 1
+    served = [r for r in done if r.output_tok_s > 0]
+    if not served:
+        print("cockpit bench: no level got a token back: see the errors above", file=sys.stderr)
+        return 1
+    return 0
 
 
 def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
