@@ -16,7 +16,9 @@ import time
 import pytest
 from aiohttp import web
 
-from cockpit.bench.client import Client, RequestRecord, new_session
+from cockpit.bench import client as aiohttp_client
+from cockpit.bench import rawclient
+from cockpit.bench.client import Client, RequestRecord
 from cockpit.bench.metrics import Window, itl
 
 STEP_S = 0.02
@@ -195,18 +197,30 @@ def server():
     srv.stop()
 
 
-def fetch(server: Server, name: str, *, read_timeout_s: float = 5.0, request_timeout_s: float = 10.0) -> RequestRecord:
+TRANSPORTS = {"aiohttp": aiohttp_client, "raw": rawclient}
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def transport(request) -> str:
+    """Every misbehaving-server test runs against both transports: aiohttp and the raw protocol."""
+    return request.param
+
+
+def fetch(server: Server, name: str, transport: str = "aiohttp", *, read_timeout_s: float = 5.0,
+          request_timeout_s: float = 10.0) -> RequestRecord:
+    module = TRANSPORTS[transport]
+
     async def go() -> RequestRecord:
-        async with new_session() as session:
-            client = Client(session, f"{server.url}/{name}/v1/completions", request_timeout_s=request_timeout_s,
+        async with module.new_session() as session:
+            client = module.Client(session, f"{server.url}/{name}/v1/completions", request_timeout_s=request_timeout_s,
                             read_timeout_s=read_timeout_s)
             return await client.request(b'{"prompt": "hi", "stream": true}')
 
     return asyncio.run(go())
 
 
-def test_a_well_behaved_stream_counts_every_token(server):
-    record = fetch(server, "good")
+def test_a_well_behaved_stream_counts_every_token(server, transport):
+    record = fetch(server, "good", transport)
     assert record.error is None and record.ok and record.status == 200
     assert record.chunks == 5 and record.output_tokens == 5 and not record.token_mismatch
     assert record.usage_prompt_tokens == 7
@@ -216,8 +230,8 @@ def test_a_well_behaved_stream_counts_every_token(server):
     assert itl([record], EVERYTHING).p50 == pytest.approx(STEP_S * 1e3, abs=10)
 
 
-def test_coalesced_chunks_count_usage_tokens_and_split_their_gap(server):
-    record = fetch(server, "coalesced")
+def test_coalesced_chunks_count_usage_tokens_and_split_their_gap(server, transport):
+    record = fetch(server, "coalesced", transport)
     assert record.error is None
     assert record.chunks == 4 and record.output_tokens == 12
     assert record.token_mismatch  # the server coalesces: usage 12, chunks 4
@@ -226,8 +240,8 @@ def test_coalesced_chunks_count_usage_tokens_and_split_their_gap(server):
     assert gaps.p50 == pytest.approx(STEP_S * 1e3, abs=8)  # a chunk every 3 steps, 3 tokens each
 
 
-def test_continuous_usage_tells_each_chunks_tokens(server):
-    record = fetch(server, "continuous")
+def test_continuous_usage_tells_each_chunks_tokens(server, transport):
+    record = fetch(server, "continuous", transport)
     assert record.error is None
     assert record.chunks == 3 and record.output_tokens == 6
     assert list(record.tokens_in_chunk) == [1, 3, 2]
@@ -236,89 +250,89 @@ def test_continuous_usage_tells_each_chunks_tokens(server):
     assert gaps.p50 == pytest.approx(STEP_S * 1e3, abs=8)
 
 
-def test_without_usage_tokens_are_counted_from_chunks(server):
-    record = fetch(server, "no-usage")
+def test_without_usage_tokens_are_counted_from_chunks(server, transport):
+    record = fetch(server, "no-usage", transport)
     assert record.error is None
     assert record.usage_completion_tokens is None
     assert record.output_tokens == record.chunks == 4 and not record.token_mismatch
 
 
-def test_chat_role_chunk_is_not_a_token(server):
-    record = fetch(server, "chat")
+def test_chat_role_chunk_is_not_a_token(server, transport):
+    record = fetch(server, "chat", transport)
     assert record.error is None and record.chunks == 2 and record.output_tokens == 2
     assert record.first_token - record.start >= STEP_S * 0.8  # timed from " hi", not the role chunk
 
 
-def test_crlf_separated_events_are_read(server):
-    record = fetch(server, "crlf")
+def test_crlf_separated_events_are_read(server, transport):
+    record = fetch(server, "crlf", transport)
     assert record.error is None and record.chunks == 2
 
 
 @pytest.mark.parametrize("name", ["malformed", "malformed-like-a-token"])
-def test_malformed_json_mid_stream_is_a_counted_error(server, name):
-    record = fetch(server, name)
+def test_malformed_json_mid_stream_is_a_counted_error(server, name, transport):
+    record = fetch(server, name, transport)
     assert record.error is not None and record.error.startswith("malformed JSON in stream: ")
     assert record.chunks == 2 and not record.ok
 
 
-def test_an_error_event_in_the_stream_is_an_error(server):
-    record = fetch(server, "error-event")
+def test_an_error_event_in_the_stream_is_an_error(server, transport):
+    record = fetch(server, "error-event", transport)
     assert record.error == "error in stream: engine died"
 
 
-def test_dropped_connection_is_an_error_with_the_chunks_it_got(server):
-    record = fetch(server, "dropped")
+def test_dropped_connection_is_an_error_with_the_chunks_it_got(server, transport):
+    record = fetch(server, "dropped", transport)
     assert record.error == "connection dropped after 3 chunks"
     assert record.chunks == 3
 
 
-def test_stream_without_done_is_an_error(server):
-    assert fetch(server, "no-done").error == "stream ended without [DONE]"
+def test_stream_without_done_is_an_error(server, transport):
+    assert fetch(server, "no-done", transport).error == "stream ended without [DONE]"
 
 
-def test_http_errors_carry_status_and_message(server):
-    limited = fetch(server, "429")
+def test_http_errors_carry_status_and_message(server, transport):
+    limited = fetch(server, "429", transport)
     assert limited.status == 429 and limited.error == "HTTP 429: Rate limit reached for requests"
-    failed = fetch(server, "500")
+    failed = fetch(server, "500", transport)
     assert failed.status == 500 and failed.error == "HTTP 500: Internal server error"
     assert failed.chunks == 0 and failed.first_token is None
 
 
-def test_a_json_answer_to_a_stream_request_is_an_error(server):
-    record = fetch(server, "not-streamed")
+def test_a_json_answer_to_a_stream_request_is_an_error(server, transport):
+    record = fetch(server, "not-streamed", transport)
     assert record.error.startswith("HTTP 200 without a stream (application/json")
 
 
 @pytest.mark.parametrize("name, chunks", [("silent", 0), ("stalls", 2)])
-def test_a_silent_server_times_out_as_a_counted_error(server, name, chunks):
+def test_a_silent_server_times_out_as_a_counted_error(server, name, chunks, transport):
     started = time.perf_counter()
-    record = fetch(server, name, read_timeout_s=0.3)
+    record = fetch(server, name, transport, read_timeout_s=0.3)
     assert time.perf_counter() - started < 1.5
     assert record.error == "timed out after 0.3 s (no bytes)"
     assert record.chunks == chunks
 
 
-def test_the_request_limit_bounds_a_slow_stream(server):
-    record = fetch(server, "stalls", read_timeout_s=5, request_timeout_s=0.3)
+def test_the_request_limit_bounds_a_slow_stream(server, transport):
+    record = fetch(server, "stalls", transport, read_timeout_s=5, request_timeout_s=0.3)
     assert record.error == "timed out after 0.3 s (request limit)"
 
 
-def test_a_refused_connection_is_an_error():
+def test_a_refused_connection_is_an_error(transport):
     async def go() -> RequestRecord:
-        async with new_session() as session:
+        async with TRANSPORTS[transport].new_session() as session:
             from simproc import free_port
 
-            client = Client(session, f"http://127.0.0.1:{free_port()}/v1/completions")
+            client = TRANSPORTS[transport].Client(session, f"http://127.0.0.1:{free_port()}/v1/completions")
             return await client.request(b"{}")
 
     record = asyncio.run(go())
     assert record.error.startswith("cannot connect: ") and record.status is None
 
 
-def test_a_cancelled_request_keeps_what_it_received(server):
+def test_a_cancelled_request_keeps_what_it_received(server, transport):
     async def go() -> RequestRecord:
-        async with new_session() as session:
-            client = Client(session, f"{server.url}/stalls/v1/completions")
+        async with TRANSPORTS[transport].new_session() as session:
+            client = TRANSPORTS[transport].Client(session, f"{server.url}/stalls/v1/completions")
             record = RequestRecord()
             task = asyncio.create_task(client.request(b"{}", record))
             await asyncio.sleep(0.2)
@@ -339,6 +353,21 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown():
     assert "sk-secret" not in repr(cfg)
     client = Client(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
     assert client.headers["Authorization"] == "Bearer sk-secret"
+    raw = rawclient.Client(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
+    assert b"Authorization: Bearer sk-secret\r\n" in raw.head
+
+
+def test_the_raw_transport_keeps_its_connections_alive(server):
+    async def go() -> list[RequestRecord]:
+        async with rawclient.new_session() as session:
+            client = rawclient.Client(session, f"{server.url}/no-usage/v1/completions")
+            records = [await client.request(b"{}") for _ in range(3)]
+            assert len(session.open) == 1  # one connection, reused by each request in turn
+            bad = await rawclient.Client(session, f"{server.url}/500/v1/completions").request(b"{}")
+            assert bad.error == "HTTP 500: Internal server error" and not session.open  # it took that one, closed it
+            return records
+
+    assert [r.chunks for r in asyncio.run(go())] == [4, 4, 4]
 
 
 # -- what the client sends ---------------------------------------------------------------------------
@@ -407,11 +436,12 @@ def test_plain_tokens_skip_the_parse_only_when_that_changes_nothing():
 # -- a sweep against servers that fail ------------------------------------------------------------
 
 
-def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server):
+def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transport):
     from cockpit.bench.loadgen import BenchConfig, LevelDone, run_sweep
 
     events: list = []
-    cfg = BenchConfig(url=f"{server.url}/429", model="m", concurrency=(2, 4), input_len=4, output_len=4, requests=3)
+    cfg = BenchConfig(url=f"{server.url}/429", model="m", concurrency=(2, 4), input_len=4, output_len=4, requests=3,
+                      transport=transport)
     started = time.perf_counter()
     results = asyncio.run(run_sweep(cfg, events.append))
     assert time.perf_counter() - started < 2
@@ -423,11 +453,11 @@ def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server):
     assert sum(isinstance(e, LevelDone) for e in events) == 2
 
 
-def test_a_sweep_mixing_good_and_failing_requests_counts_both(server):
+def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport):
     """Every other stream drops mid-way: the window still closes, both kinds are counted."""
     from cockpit.bench.loadgen import BenchConfig, run_sweep
 
-    cfg = BenchConfig(url=f"{server.url}/flaky", model="m", concurrency=(2,), requests=8)
+    cfg = BenchConfig(url=f"{server.url}/flaky", model="m", concurrency=(2,), requests=8, transport=transport)
     [result] = asyncio.run(run_sweep(cfg, lambda event: None))
     assert result.requests + result.errors == 8
     assert result.requests >= 2 and result.errors >= 2

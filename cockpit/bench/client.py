@@ -147,45 +147,11 @@ class Client:
         return record
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        times = record.chunk_times
-        progress = self.progress
-        stream = _Stream(record)
-        pending = b""
-        crlf = False
+        reader = SseReader(record, self.progress)
+        feed = reader.feed
         async for data in resp.content.iter_any():
-            now = perf_counter()  # before any parsing: every event of this read arrived now
-            record.reads += 1
-            progress.reads += 1
-            if crlf or b"\r" in data:
-                crlf = True
-                data = data.replace(b"\r\n", b"\n")
-            if pending:
-                data = pending + data
-            events = data.split(b"\n\n")
-            pending = events.pop()
-            progress.events += len(events)
-            for event in events:
-                if event[:6] == b"data: " and b"\n" not in event:
-                    payload = event[6:]
-                else:
-                    payload = _data_field(event)
-                    if payload is None:
-                        continue  # a comment or keep-alive
-                if stream.is_plain_token(payload):
-                    times.append(now)
-                    progress.tokens += 1
-                    record.last_token = now
-                    if record.tokens_in_chunk is not None:
-                        record.tokens_in_chunk.append(-1)
-                elif stream.parse(payload, now):
-                    progress.tokens += 1
-        if pending.strip():
-            raise _Failed(f"stream ended inside an event after {len(times)} chunks")
-        if not stream.done:
-            raise _Failed("stream ended without [DONE]")
-        if record.usage_completion_tokens is not None:
-            progress.tokens += record.usage_completion_tokens - len(times)
-        _check_chunk_tokens(record)
+            feed(data, perf_counter())  # stamped before any parsing: every event of this read arrived now
+        reader.finish()
 
     def _reason(self, exc: Exception, record: RequestRecord) -> str:
         """One line for a failure aiohttp raised."""
@@ -204,6 +170,64 @@ class Client:
         if isinstance(exc, aiohttp.ClientError):
             return f"{type(exc).__name__}: {_first_line(str(exc))}"
         return f"client bug: {type(exc).__name__}: {_first_line(str(exc))}"
+
+
+class SseReader:
+    """Splits a stream's bytes into SSE events and records them: shared by both transports.
+
+    ``feed`` takes one read's bytes and the time they arrived (taken before any parsing);
+    ``finish`` checks the stream ended cleanly. Both raise ``_Failed`` with a one-line reason.
+    """
+
+    __slots__ = ("record", "progress", "stream", "pending", "crlf")
+
+    def __init__(self, record: RequestRecord, progress: Progress) -> None:
+        self.record = record
+        self.progress = progress
+        self.stream = _Stream(record)
+        self.pending = b""
+        self.crlf = False
+
+    def feed(self, data: bytes, now: float) -> None:
+        record = self.record
+        progress = self.progress
+        stream = self.stream
+        times = record.chunk_times
+        record.reads += 1
+        progress.reads += 1
+        if self.crlf or b"\r" in data:
+            self.crlf = True
+            data = data.replace(b"\r\n", b"\n")
+        if self.pending:
+            data = self.pending + data
+        events = data.split(b"\n\n")
+        self.pending = events.pop()
+        progress.events += len(events)
+        for event in events:
+            if event[:6] == b"data: " and b"\n" not in event:
+                payload = event[6:]
+            else:
+                payload = _data_field(event)
+                if payload is None:
+                    continue  # a comment or keep-alive
+            if stream.is_plain_token(payload):
+                times.append(now)
+                progress.tokens += 1
+                record.last_token = now
+                if record.tokens_in_chunk is not None:
+                    record.tokens_in_chunk.append(-1)
+            elif stream.parse(payload, now):
+                progress.tokens += 1
+
+    def finish(self) -> None:
+        record = self.record
+        if self.pending.strip():
+            raise _Failed(f"stream ended inside an event after {record.chunks} chunks")
+        if not self.stream.done:
+            raise _Failed("stream ended without [DONE]")
+        if record.usage_completion_tokens is not None:
+            self.progress.tokens += record.usage_completion_tokens - record.chunks
+        _check_chunk_tokens(record)
 
 
 class _Stream:
@@ -334,10 +358,15 @@ async def _error_message(resp: aiohttp.ClientResponse) -> str:
         raw = await resp.content.read(ERROR_BODY_LIMIT)
     except Exception:  # noqa: BLE001 - the status alone is still a reason
         return resp.reason or "no body"
+    return error_text(raw, resp.reason)
+
+
+def error_text(raw: bytes, reason: str | None) -> str:
+    """One line from an error body (see ``_error_message``); the reason phrase if it has none."""
     try:
         obj = json.loads(raw)
     except ValueError:
-        return _first_line(raw.decode("utf-8", "replace")) or resp.reason or "no body"
+        return _first_line(raw.decode("utf-8", "replace")) or reason or "no body"
     return _message(obj) or _first_line(raw.decode("utf-8", "replace"))
 
 

@@ -28,7 +28,9 @@ from time import perf_counter
 from typing import Any, TypeVar
 
 from cockpit.bench import metrics
-from cockpit.bench.client import Client, Progress, RequestRecord, new_session
+from cockpit.bench import client as aiohttp_client
+from cockpit.bench import rawclient
+from cockpit.bench.client import Client, Progress, RequestRecord
 from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
 from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
@@ -37,6 +39,7 @@ from cockpit.errors import CockpitError
 TICK_S = 1.0
 GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
 MAX_CONCURRENCY = 65536
+TRANSPORTS = ("auto", "aiohttp", "raw")
 T = TypeVar("T")
 
 
@@ -68,10 +71,16 @@ class BenchConfig:
     read_timeout_s: float = 120.0
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never shown
     seed: int = 0
+    # "auto": the raw asyncio.Protocol client (rawclient) for http://, aiohttp for https://
+    transport: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise CockpitError(f"the server URL must start with http:// or https://, got '{self.url}'")
+        if self.transport not in TRANSPORTS:
+            raise CockpitError(f"transport must be one of {', '.join(TRANSPORTS)}, got '{self.transport}'")
+        if self.transport == "raw" and not self.url.startswith("http://"):
+            raise CockpitError("the raw transport speaks http:// only: use transport 'aiohttp' for https://")
         if self.endpoint not in ENDPOINTS:
             raise CockpitError(f"endpoint must be one of {', '.join(ENDPOINTS)}, got '{self.endpoint}'")
         if not self.concurrency or any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
@@ -84,6 +93,13 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise CockpitError(f"{name} must be above 0, got {value}")
+
+    @property
+    def resolved_transport(self) -> str:
+        """The transport this sweep uses: "raw" or "aiohttp"."""
+        if self.transport == "auto":
+            return "raw" if self.url.startswith("http://") else "aiohttp"
+        return self.transport
 
     @property
     def base_url(self) -> str:
@@ -240,8 +256,9 @@ async def run_sweep(
     progress = Progress()
     results: list[LevelResult] = []
     try:
-        async with new_session() as session:
-            client = Client(
+        module = rawclient if cfg.resolved_transport == "raw" else aiohttp_client
+        async with module.new_session() as session:
+            client = module.Client(
                 session,
                 cfg.base_url + workload.path,
                 api_key=cfg.api_key,

@@ -1,0 +1,445 @@
+"""The streaming hot path on a bare ``asyncio.Protocol``: HTTP/1.1, plain http:// only.
+
+Why not aiohttp here: at C=256 an engine step hands the client 256 SSE chunks at the same
+instant, and aiohttp wakes one task and runs one ``iter_any`` read per chunk (20-40 us each),
+so a step blocks the loop for 5-10 ms and the later chunks are stamped late. Here every chunk
+is stamped (``perf_counter()``, first thing) and parsed inside ``data_received``, the loop's own
+callback: no task wake-up, no queue; the request's task is woken once, when the stream ends.
+
+Same contract as ``client.Client``: the same ``RequestRecord`` fields, the same one-line error
+texts and the same two timeouts (no bytes for ``read_timeout_s``; ``request_timeout_s`` for the
+whole request, connecting included). Keep-alive connections, one per request in flight, are
+reused across requests; chunked transfer coding is decoded by hand; the SSE split and the
+template fast path for plain token events are the shared ``client.SseReader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from time import perf_counter
+from urllib.parse import urlsplit
+
+from cockpit.bench.client import ERROR_BODY_LIMIT, Progress, RequestRecord, SseReader, _Failed, _first_line, error_text
+
+_HEADERS, _BODY, _DONE = 0, 1, 2  # response phases
+_SIZE, _DATA, _CRLF, _TRAILER = 0, 1, 2, 3  # chunked decoding states
+
+
+class RawSession:
+    """Idle keep-alive connections, by (host, port); one per request in flight, never shared."""
+
+    def __init__(self) -> None:
+        self.idle: dict[tuple[str, int], list[_Conn]] = {}
+        self.open: set[_Conn] = set()
+
+    async def __aenter__(self) -> RawSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for conn in list(self.open):
+            conn.close()
+        self.open.clear()
+        self.idle.clear()
+        await asyncio.sleep(0)  # let the transports close
+
+    def take(self, key: tuple[str, int]) -> _Conn | None:
+        pool = self.idle.get(key)
+        while pool:
+            conn = pool.pop()
+            if conn.usable():
+                return conn
+        return None
+
+    def give(self, key: tuple[str, int], conn: _Conn) -> None:
+        if conn.usable():
+            self.idle.setdefault(key, []).append(conn)
+        else:
+            conn.close()
+
+
+def new_session() -> RawSession:
+    return RawSession()
+
+
+class _Dropped(Exception):
+    """The connection closed before the response was complete."""
+
+    def __init__(self, got_bytes: bool) -> None:
+        super().__init__("dropped")
+        self.got_bytes = got_bytes
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection, and the response it is reading now (at most one)."""
+
+    def __init__(self, session: RawSession) -> None:
+        self.session = session
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.session.open.add(self)
+
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        self.closed = True
+        self.session.open.discard(self)
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.session.open.discard(self)
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.phase == _BODY and self.until_eof:
+            self._end_body()  # a body without a length ends with the connection
+            return
+        self._fail(_Dropped(self.got_bytes))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    # -- one request -----------------------------------------------------------------------------
+
+    def start(self, request: bytes, record: RequestRecord, reader: SseReader, read_timeout: float,
+              deadline: float) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        self.waiter = loop.create_future()
+        self.record = record
+        self.reader = reader
+        self.phase = _HEADERS
+        self.head = b""
+        self.got_bytes = False
+        self.status = 0
+        self.reason = ""
+        self.keep_alive = True
+        self.chunked = False
+        self.until_eof = False
+        self.left = 0  # content-length bytes still to come
+        self.cstate = _SIZE
+        self.cbuf = b""
+        self.error_body: bytes | None = None  # collecting an error response's body
+        self.read_timeout = read_timeout
+        self.deadline = deadline
+        self.last_read = perf_counter()
+        self.loop = loop
+        self._arm(min(self.last_read + read_timeout, deadline))
+        assert self.transport is not None
+        self.transport.write(request)
+        return self.waiter
+
+    def _arm(self, at: float) -> None:
+        # perf_counter and loop.time() are both monotonic but may differ in origin: convert.
+        self.timer = self.loop.call_later(max(0.0, at - perf_counter()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.waiter is None or self.waiter.done():
+            return
+        now = perf_counter()
+        if now >= self.deadline:
+            self._fail(asyncio.TimeoutError("request limit"))
+        elif now - self.last_read >= self.read_timeout:
+            self._fail(_Failed(f"timed out after {self.read_timeout:g} s (no bytes)"))
+        else:
+            self._arm(min(self.last_read + self.read_timeout, self.deadline))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.close()
+        self._settle(exc)
+
+    def _settle(self, exc: BaseException | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+    def abandon(self) -> None:
+        """The request was cancelled (or timed out): close, so the server aborts it."""
+        self.close()
+        self._settle(None)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter()  # before any parsing: every event in these bytes arrived now
+        if self.waiter is None or self.waiter.done():
+            self.close()  # bytes with no request: the connection is out of step
+            return
+        self.last_read = now
+        self.got_bytes = True
+        try:
+            if self.phase == _HEADERS:
+                data = self._headers(data)
+                if self.phase != _BODY:
+                    return
+                if not data and not (self.left == 0 and not self.chunked and not self.until_eof):
+                    return
+            if self.chunked:
+                self._chunked(data, now)
+            elif self.until_eof:
+                self._body(data, now)
+            else:
+                take = data[: self.left]
+                self.left -= len(take)
+                if take:
+                    self._body(take, now)
+                if self.left == 0 and self.phase == _BODY:
+                    self._end_body()
+        except _Failed as failure:
+            self._fail(failure)
+        except Exception as exc:  # noqa: BLE001 - a bug or a broken response: one record's error
+            self._fail(exc)
+
+    def _headers(self, data: bytes) -> bytes:
+        head = self.head + data if self.head else data
+        while True:
+            end = head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(head) > 65536:
+                    raise _Failed("response headers over 64 KiB")
+                self.head = head
+                return b""
+            lines = head[:end].decode("latin-1").split("\r\n")
+            rest = head[end + 4 :]
+            parts = lines[0].split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+                raise _Failed(f"not an HTTP response: {_first_line(lines[0])}")
+            status = int(parts[1])
+            if 100 <= status < 200:
+                head = rest  # 100 Continue and friends: the real response follows
+                continue
+            break
+        self.head = b""
+        self.status = status
+        self.reason = parts[2] if len(parts) > 2 else ""
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        self.record.status = status
+        self.keep_alive = parts[0] != "HTTP/1.0" and "close" not in headers.get("connection", "").lower()
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        if self.chunked:
+            pass
+        elif length is not None and length.isdigit():
+            self.left = int(length)
+        else:
+            self.until_eof = True
+            self.keep_alive = False
+        if status != 200:
+            self.error_body = b""
+            self.keep_alive = False
+        else:
+            kind = headers.get("content-type", "")
+            if "text/event-stream" not in kind:
+                kind = kind or "no content type"
+                raise _Failed(f"HTTP 200 without a stream ({kind}): the server ignored stream=true")
+        self.phase = _BODY
+        return rest
+
+    def _chunked(self, data: bytes, now: float) -> None:
+        buf = self.cbuf + data if self.cbuf else data
+        out: list[bytes] = []
+        at, size = 0, len(buf)
+        while at < size and self.phase == _BODY:
+            state = self.cstate
+            if state == _DATA:
+                take = min(self.left, size - at)
+                out.append(buf[at : at + take])
+                at += take
+                self.left -= take
+                if self.left == 0:
+                    self.cstate = _CRLF
+            elif state == _CRLF:
+                if size - at < 2:
+                    break
+                if buf[at : at + 2] != b"\r\n":
+                    raise _Failed("broken chunked encoding")
+                at += 2
+                self.cstate = _SIZE
+            elif state == _SIZE:
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    if size - at > 1024:
+                        raise _Failed("broken chunked encoding")
+                    break
+                line = buf[at:end].split(b";", 1)[0].strip()
+                try:
+                    self.left = int(line, 16)
+                except ValueError:
+                    raise _Failed("broken chunked encoding") from None
+                at = end + 2
+                self.cstate = _DATA if self.left else _TRAILER
+            else:  # _TRAILER: optional trailer lines, then an empty line
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    break
+                empty = end == at
+                at = end + 2
+                if empty:
+                    if out:
+                        self._body(b"".join(out), now)
+                        out = []
+                    self._end_body()
+        self.cbuf = buf[at:] if at < size else b""
+        if out and self.phase == _BODY:
+            self._body(out[0] if len(out) == 1 else b"".join(out), now)
+
+    def _body(self, data: bytes, now: float) -> None:
+        if self.error_body is not None:
+            self.error_body += data
+            if len(self.error_body) >= ERROR_BODY_LIMIT:
+                self._end_body()
+            return
+        self.reader.feed(data, now)
+
+    def _end_body(self) -> None:
+        if self.phase != _BODY:
+            return
+        self.phase = _DONE
+        if self.error_body is not None:
+            message = error_text(self.error_body[:ERROR_BODY_LIMIT], self.reason)
+            self._fail(_Failed(f"HTTP {self.status}: {message}"))
+            return
+        try:
+            self.reader.finish()
+        except _Failed as failure:
+            self._fail(failure)
+            return
+        if not self.keep_alive:
+            self.close()
+        self._settle(None)
+
+
+class Client:
+    """Sends streaming requests to one http:// URL and records them (``client.Client``'s twin)."""
+
+    def __init__(
+        self,
+        session: RawSession,
+        url: str,
+        *,
+        api_key: str | None = None,
+        request_timeout_s: float = 600.0,
+        read_timeout_s: float = 120.0,
+        progress: Progress | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http":
+            raise ValueError(f"the raw transport speaks http:// only, got {url}")
+        self.session = session
+        self.url = url
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or 80
+        self.key = (self.host, self.port)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        host = self.host if parts.port is None else f"{self.host}:{self.port}"
+        lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "User-Agent: cockpit-bench",
+                 *(f"{k}: {v}" for k, v in self.headers.items())]
+        self.head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        self.request_timeout_s = request_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.progress = progress if progress is not None else Progress()
+
+    async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
+        """Send ``body`` and read its stream into ``record``; only cancellation propagates."""
+        record = record if record is not None else RequestRecord()
+        record.start = perf_counter()
+        deadline = record.start + self.request_timeout_s
+        conn: _Conn | None = None
+        try:
+            message = self.head + str(len(body)).encode() + b"\r\n\r\n" + body
+            for attempt in (0, 1):
+                conn = self.session.take(self.key)
+                if conn is None:
+                    conn = await self._connect(deadline)
+                    reused = False
+                else:
+                    reused = True
+                reader = SseReader(record, self.progress)
+                try:
+                    await conn.start(message, record, reader, self.read_timeout_s, deadline)
+                except _Dropped as dropped:
+                    if reused and not dropped.got_bytes and attempt == 0:
+                        continue  # the server had closed that idle connection: once more, on a new one
+                    raise
+                break
+            self.session.give(self.key, conn)
+        except asyncio.CancelledError:
+            record.cancelled = True
+            if conn is not None:
+                conn.abandon()
+            raise
+        except _Failed as failure:
+            record.error = str(failure)
+        except Exception as exc:  # noqa: BLE001 - one request must never end the benchmark
+            if conn is not None:
+                conn.abandon()
+            record.error = self._reason(exc, record)
+        finally:
+            record.end = perf_counter()
+        return record
+
+    async def _connect(self, deadline: float) -> _Conn:
+        # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that lands as the connect
+        # fails, and a closed-loop worker against a dead server then never stops.
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(loop.create_connection(lambda: _Conn(self.session), self.host, self.port))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - perf_counter()))
+        except asyncio.CancelledError:
+            task.cancel()
+            task.add_done_callback(_close_if_connected)
+            raise
+        if not done:
+            task.cancel()
+            task.add_done_callback(_close_if_connected)
+            raise _Failed(f"timed out after {self.request_timeout_s:g} s (connecting)")
+        try:
+            _, conn = task.result()
+        except OSError as exc:
+            raise _Failed(f"cannot connect: {exc.strerror or exc}") from None
+        return conn
+
+    def _reason(self, exc: Exception, record: RequestRecord) -> str:
+        if isinstance(exc, asyncio.TimeoutError):
+            return f"timed out after {self.request_timeout_s:g} s (request limit)"
+        if isinstance(exc, (_Dropped, ConnectionError)):
+            if record.status is None:
+                return "connection dropped before the response"
+            return f"connection dropped after {record.chunks} chunks"
+        return f"client bug: {type(exc).__name__}: {_first_line(str(exc))}"
+
+
+def _close_if_connected(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result()[0].close()
