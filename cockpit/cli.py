@@ -161,7 +161,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from cockpit.report import plan_table
 
     setup, profile = build_setup(_overrides(args))
-    levels = _levels(args.concurrency) if args.concurrency is not None else list(profile.bench.concurrency)
+    from cockpit.commands import parse_levels
+
+    levels = parse_levels(args.concurrency, "--concurrency") if args.concurrency is not None else profile.bench.concurrency
     verdicts = [
         replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, profile.bench.input_len, profile.bench.output_len))
         for v in plan_all(setup, args.layout or None)
@@ -273,16 +275,6 @@ def cmd_results(args: argparse.Namespace) -> int:
     with Journal() as journal:
         print(format_comparison(comparison(journal, args.profile), args.format))
     return 0
-
-
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise CockpitError(f"--concurrency takes numbers separated by commas, like 1,32,64; got '{text}'") from None
-    if not levels or min(levels) < 1:
-        raise CockpitError(f"--concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
-    return levels
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -138,6 +138,17 @@ def parse_command(text: str) -> Command:
         raise CockpitError(f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`") from None
 
 
+def parse_levels(text: str, flag: str) -> tuple[int, ...]:
+    """Concurrency levels like ``1,32,64``; ``flag`` names where they were typed, for the error."""
+    try:
+        levels = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise CockpitError(f"{flag} takes concurrency levels like 1,32,64; got '{text}'") from None
+    if not levels or min(levels) < 1:
+        raise CockpitError(f"{flag}: concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
+    return levels
+
+
 def _bench(rest: str) -> Bench:
     values: dict = {}
     for token in rest.replace(" =", "=").replace("= ", "=").split():
@@ -147,10 +158,7 @@ def _bench(rest: str) -> Bench:
             raise CockpitError(f"bench takes c=1,32,64 in=N out=N n=N or t=S; '{token}' is not one of them")
         try:
             if field_name == "concurrency":
-                levels = tuple(int(x) for x in value.split(",") if x)
-                if not levels or min(levels) < 1:
-                    raise ValueError
-                values[field_name] = levels
+                values[field_name] = parse_levels(value, "bench c=")
             elif field_name == "duration_s":
                 values[field_name] = float(value.rstrip("s"))
             else:

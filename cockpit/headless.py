@@ -8,7 +8,6 @@ from typing import Callable
 from cockpit.commands import Bench, Try, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
-from cockpit.profile import Profile
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
 from cockpit.runner.experiment import Launcher, check_startup_timeout

@@ -11,6 +11,7 @@ profile can override any of them for its own box.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
@@ -141,17 +142,15 @@ class PerfModel:
 
         For a pipeline it is one stage's step for a microbatch of ``batch``.
         """
-        model, p, cal, hw = self.model, self.placement, self.calibration, self.hardware
+        p, cal = self.placement, self.calibration
         replicas = max(1, p.attn_replicas // self.independent_replicas)  # attention groups sharing MoE
         local = math.ceil(batch / replicas)  # sequences on one attention replica
-        stage = max(stage_weights(model, p), key=lambda s: sum(v for k, v in s.items() if not k.startswith("_")))
+        stage = self._busiest_stage
         layers = int(stage["_stage_layers"])
         dense_bytes = stage["attention"] + stage["dense+shared"] + stage["other"]
-        lm_bytes = model.class_bytes("lm_head") / p.vocab_tp if with_lm_head else 0.0
         expert_bytes = stage["experts"] * self._coverage(batch) / self._moe_efficiency(batch)
         kv_bytes = local * context * self.memory.kv_bytes_per_token
-        bandwidth = hw.gpu.mem_bw_gbs * 1e9 * cal.eta_bw
-        t_mem = (dense_bytes + lm_bytes + expert_bytes + kv_bytes) / bandwidth
+        t_mem = (dense_bytes + expert_bytes + kv_bytes) / self._bandwidth + (self._lm_head_s if with_lm_head else 0.0)
         t_cmp = self._compute_time(batch, layers)
         t_coll = layers * self._layer_collectives(batch, local)
         floors = layers * cal.t_layer_us * 1e-6 + cal.t_sched_ms * 1e-3 / max(1, p.pp)
@@ -171,7 +170,7 @@ class PerfModel:
         microbatches = min(per_replica, p.pp)
         micro = math.ceil(per_replica / microbatches)
         t_stage = self.step(micro, context, with_lm_head=False).total
-        t_lm = self.step(micro, context).memory - self.step(micro, context, with_lm_head=False).memory
+        t_lm = self._lm_head_s
         hops = (p.pp - 1) * self._hop(micro)
         if microbatches == 1:
             return max(floor, p.pp * t_stage + t_lm + hops)
@@ -201,6 +200,24 @@ class PerfModel:
         return self.prefill_time_s(input_len) + self.step_time_s(running, input_len)
 
     # -- pieces --------------------------------------------------------------------------------
+
+    @cached_property
+    def _busiest_stage(self) -> dict[str, float]:
+        """One GPU of the heaviest pipeline stage, by byte group (fixed for a placement: computed once,
+        since the simulated engine asks for a step time every decode step)."""
+        return max(
+            stage_weights(self.model, self.placement),
+            key=lambda s: sum(v for k, v in s.items() if not k.startswith("_")),
+        )
+
+    @cached_property
+    def _bandwidth(self) -> float:
+        return self.hardware.gpu.mem_bw_gbs * 1e9 * self.calibration.eta_bw
+
+    @cached_property
+    def _lm_head_s(self) -> float:
+        """Reading lm_head once a step (on the last stage)."""
+        return self.model.class_bytes("lm_head") / self.placement.vocab_tp / self._bandwidth
 
     def _moe_efficiency(self, batch: int) -> float:
         """Expert slices (MoE-TP >= 4) run less efficient GEMMs once each expert sees tokens.

@@ -186,7 +186,7 @@ class CpuSampler(threading.Thread):
         inside = [s for s in self.samples if t0 - 0.13 <= s[0] <= t1 + 0.13]
         if len(inside) < 2:
             return None
-        (ta, a, _), (tb, b, _) = inside[0], inside[-1]
+        (_, a, _), (_, b, _) = inside[0], inside[-1]
         return [(b[i][0] - a[i][0]) / max(1, b[i][1] - a[i][1]) for i in range(min(len(a), len(b)))]
 
     def client_cores(self, t0: float, t1: float) -> float | None:
@@ -650,7 +650,7 @@ def main(argv=None) -> int:
     sampler = SAMPLER
     sampler.start()
     servers = {t: MockServer(server_py, TESTS[t]["delay_ms"], args.max_seconds) for t in tests}
-    log(f"servers: " + "; ".join(s.banner for s in servers.values()))
+    log("servers: " + "; ".join(s.banner for s in servers.values()))
     records: list[dict] = []
     started = time.time()
     try:

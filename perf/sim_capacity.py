@@ -66,7 +66,6 @@ async def level(url: str, concurrency: int, seconds: float) -> tuple[float, floa
         stop = time.perf_counter() + seconds
         counted = 0
         warm_until = time.perf_counter() + min(2.0, seconds / 4)
-        start_count: list[float] = []
 
         async def worker() -> None:
             nonlocal counted

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from cockpit.commands import parse_levels
 from cockpit.errors import CockpitError
 
 Print = Callable[[str], None]
@@ -36,16 +37,6 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     return bench
 
 
-def parse_levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise CockpitError(f"-c takes concurrency levels like 1,32,64; got '{text}'") from None
-    if not levels or min(levels) < 1:
-        raise CockpitError(f"concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
-    return levels
-
-
 def config_from_args(args: argparse.Namespace):
     from cockpit.bench.loadgen import BenchConfig
 
@@ -63,7 +54,7 @@ def config_from_args(args: argparse.Namespace):
         url=args.url.rstrip("/"),
         model=args.model,
         endpoint="chat" if args.chat else "completions",
-        concurrency=parse_levels(args.concurrency),
+        concurrency=parse_levels(args.concurrency, "-c"),
         input_len=args.input_len,
         output_len=args.output_len,
         requests=args.requests,

@@ -161,7 +161,7 @@ class Launcher:
         exp = handle.entry.experiment
         for event in self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=self.setup.engine.ready_paths):
             if isinstance(event, Failed):
-                event = Failed(exp, self._with_next_step(event.diagnosis))
+                event = Failed(exp, self._with_next_step(event.diagnosis, handle.entry.layout))
                 self.journal.set_outcome(exp, "failed", diagnosis=event.diagnosis)
                 self._record_peaks(exp)
                 self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
@@ -202,11 +202,11 @@ class Launcher:
         if verdict.placement is None:
             return Diagnosis("inexpressible", verdict.reasons[0].message, self.suggest(verdict))
         if verdict.verdict == FAILS and not force:
-            reason = verdict.reasons[0]
+            suggestion = self.suggest(verdict)
             return Diagnosis(
                 "planned-failure",
-                f"not launched: the planner says {verdict.layout} fails: {reason}",
-                (self.suggest(verdict) + "; " if self.suggest(verdict) else "") + "--force launches it anyway",
+                f"not launched: the planner says {verdict.layout} fails: {verdict.reasons[0]}",
+                (suggestion + "; " if suggestion else "") + "--force launches it anyway",
             )
         holder = busy_port("127.0.0.1", self.profile.port)
         if holder is not None:
@@ -224,14 +224,14 @@ class Launcher:
             )
         return None
 
-    def _with_next_step(self, diagnosis: Diagnosis) -> Diagnosis:
-        if diagnosis.kind in _LAYOUT_KINDS:
-            layout = self.journal.experiment(self.handle.entry.experiment).layout if self.handle else None
-            if layout:
-                suggestion = self.suggest(plan_layout(self.setup, layout))
-                if suggestion:
-                    return replace(diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else ""))
-        return diagnosis
+    def _with_next_step(self, diagnosis: Diagnosis, layout: str) -> Diagnosis:
+        """Put the layouts that fit in front of a failure a different layout can cure."""
+        if diagnosis.kind not in _LAYOUT_KINDS or not layout:
+            return diagnosis
+        suggestion = self.suggest(plan_layout(self.setup, layout))
+        if not suggestion:
+            return diagnosis
+        return replace(diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else ""))
 
     def _record_peaks(self, exp: int) -> None:
         if self.monitor:

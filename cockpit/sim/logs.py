@@ -10,7 +10,7 @@ import os
 import time
 from typing import Callable, Sequence
 
-from cockpit.planner import GiB, Reason, Setup, Verdict
+from cockpit.planner import Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
 
 Out = Callable[[str], None]
@@ -213,7 +213,7 @@ class SGLangLog(EngineLog):
 
     def ready(self, args: EngineArgs) -> None:
         self.out(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
-        self.out(f'INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        self.out('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
         self.line("The server is fired up and ready to roll!")
 
 
