@@ -137,7 +137,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     from cockpit.tui.app import CockpitApp
     from cockpit.tui.session import Session
 
-    app = CockpitApp(Session.open(args.profile, sim=sim))
+    app = CockpitApp(Session.open(args.profile, sim=args.sim))  # it finds the driver missing itself, and says so
     app.run()
     return app.return_code or 0
 
@@ -158,7 +158,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
-    from cockpit.report import plan_table
+    from cockpit.report import plan_table, terminal_width
 
     setup, profile = build_setup(_overrides(args))
     from cockpit.commands import parse_levels
@@ -172,7 +172,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
         print(f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  (profile {profile.name})")
-        print(plan_table(verdicts, levels))
+        print(plan_table(verdicts, levels, width=terminal_width()))
         print(
             f"tok/s: predicted decode throughput at each concurrency (input {profile.bench.input_len}, "
             f"output {profile.bench.output_len} tokens), from the performance model"
@@ -212,8 +212,11 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         from cockpit.headless import gpu_source, use_sim
 
         sim = use_sim(args.sim)
-        setup, _ = build_setup(SetupOverrides(profile=args.profile))
+        setup, profile = build_setup(SetupOverrides(profile=args.profile))
         source = gpu_source(setup.hardware, sim)
+        if sim:
+            why = "--sim given" if args.sim else "no NVIDIA driver found"
+            print(f"{why}: these are the simulated box's GPUs ({setup.hardware}, profile {profile.name})", file=sys.stderr)
     try:
         samples = source.sample()
     finally:
@@ -234,7 +237,9 @@ def cmd_web(args: argparse.Namespace) -> int:
     holder = busy_port(args.host, args.port)
     if holder is not None:
         raise CockpitError(f"port {args.port} is already in use by {holder}: pick another with --port")
-    argv = [sys.executable, "-m", "cockpit.cli"]
+    from cockpit.children import python_module
+
+    argv = python_module("cockpit.cli")
     if args.profile:
         argv += ["--profile", args.profile]
     if args.sim:
@@ -270,11 +275,48 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
+    """The comparison of one profile; without --profile the newest experiment's, and it says so
+    (on stderr for csv and json, so stdout stays machine-readable)."""
     from cockpit.journal import Journal, comparison, format_comparison
+    from cockpit.report import markdown_report
 
     with Journal() as journal:
-        print(format_comparison(comparison(journal, args.profile), args.format))
+        comp = comparison(journal, _journal_profile(args.profile) if args.profile else None)
+        picked = args.profile is None and comp.profile is not None
+        if picked:
+            note = f"profile {comp.profile} (the newest experiment's; --profile NAME picks another)"
+            print(note, file=sys.stdout if args.format == "table" else sys.stderr)
+        if args.format == "markdown" and comp.rows:
+            note = "the newest experiment's" if picked else ""
+            text = markdown_report(comp, _results_context(journal, comp, args.profile or comp.profile, note))
+        else:
+            text = format_comparison(comp, args.format)
+    print(text)
     return 0
+
+
+def _journal_profile(text: str) -> str:
+    """The name the journal files a profile under (a YAML path's `name:` or stem), so
+    `results --profile path/x.yaml` finds what `run --profile path/x.yaml` wrote; a name that
+    no longer loads (a deleted profile) is taken as it is."""
+    from cockpit.profile import load_profile
+
+    try:
+        return load_profile(text).name
+    except CockpitError:
+        return text
+
+
+def _results_context(journal, comp, profile: str, note: str):
+    """The report's context from the profile when it still resolves, else from the journal."""
+    from cockpit.report import context_from_journal, context_from_setup
+
+    try:
+        setup, _ = build_setup(SetupOverrides(profile=profile))
+    except CockpitError:
+        experiments = [journal.experiment(row.experiment) for row in comp.rows]
+        return context_from_journal([e for e in experiments if e is not None], comp, note=note)
+    return context_from_setup(setup, comp.profile, comp, note=note)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,6 +40,7 @@ class Plan:
 @dataclass(frozen=True)
 class Sweep:
     layouts: tuple[Layout, ...] = field(default_factory=tuple)
+    bench: Bench = Bench()  # the benchmark each layout gets: `bench`'s own words
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ COMMANDS = (
     CommandSpec("bench", "bench [c=1,32,64] [in=N] [out=N] [n=N|t=S]", "run a concurrency sweep on the server"),
     CommandSpec("stop", "stop", "stop the running server"),
     CommandSpec("plan", "plan [<layout>]", "show the verdict for one layout, or for all"),
-    CommandSpec("sweep", "sweep <layout>, <layout>, ...", "launch, bench, stop each layout in turn"),
+    CommandSpec("sweep", "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S]", "launch, bench, stop each layout in turn"),
     CommandSpec("results", "results", "show the comparison table of this profile"),
     CommandSpec("export", "export md|csv", "write the comparison table to a file"),
     CommandSpec("use", "use <profile>", "switch to another profile"),
@@ -91,6 +92,7 @@ COMMANDS = (
 )
 NAMES = tuple(c.name for c in COMMANDS)
 EXPORT_FORMATS = ("md", "csv")
+_LAYOUT_KEYS = {"tp", "pp", "dp", "ep"}  # `tp=4` is a layout's word
 _BENCH_KEYS = {"c": "concurrency", "in": "input_len", "out": "output_len", "n": "requests", "t": "duration_s"}
 
 
@@ -112,10 +114,7 @@ def parse_command(text: str) -> Command:
     if word == "plan":
         return Plan(parse_layout(rest) if rest else None)
     if word == "sweep":
-        layouts = tuple(parse_layout(part) for part in rest.split(",") if part.strip())
-        if not layouts:
-            raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8`")
-        return Sweep(layouts)
+        return _sweep(rest)
     if word == "export":
         fmt = (rest or "md").lower()
         fmt = "md" if fmt in ("markdown", "md") else fmt
@@ -149,26 +148,58 @@ def parse_levels(text: str, flag: str) -> tuple[int, ...]:
     return levels
 
 
-def _bench(rest: str) -> Bench:
+def _is_bench_token(token: str) -> bool:
+    key, eq, _ = token.partition("=")
+    return bool(eq) and key.lower() in _BENCH_KEYS
+
+
+def _sweep(rest: str) -> Sweep:
+    """`sweep tp4, tp8 ep c=1,8 out=64`: layouts separated by commas, then `bench`'s words.
+
+    A word is the bench's when its key is one of bench's (c=, in=, out=, n=, t=); `tp=4`
+    stays a layout's."""
+    words = _joined_equals(rest).split()
+    for word in words:
+        key, eq, _ = word.partition("=")
+        if eq and key.lower() not in _BENCH_KEYS and key.lower() not in _LAYOUT_KEYS:
+            raise CockpitError(f"sweep: '{word}' is neither a layout nor a bench setting (c=, in=, out=, n=, t=)")
+    bench_words = [w for w in words if _is_bench_token(w)]
+    layout_text = " ".join(w for w in words if not _is_bench_token(w))
+    layouts = tuple(parse_layout(part) for part in layout_text.split(",") if part.strip())
+    if not layouts:
+        raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8 c=1,32`")
+    return Sweep(layouts, _bench(" ".join(bench_words), command="sweep"))
+
+
+def _joined_equals(text: str) -> str:
+    """`c = 1,32` and `c= 1,32` read as `c=1,32`."""
+    return text.replace(" =", "=").replace("= ", "=")
+
+
+def _bench(rest: str, command: str = "bench") -> Bench:
+    """`c=1,32,64 in=N out=N n=N|t=S`; an error echoes the word as it was typed."""
     values: dict = {}
-    for token in rest.replace(" =", "=").replace("= ", "=").split():
+    for token in _joined_equals(rest).split():
         key, eq, value = token.partition("=")
         field_name = _BENCH_KEYS.get(key.lower())
         if not eq or field_name is None:
-            raise CockpitError(f"bench takes c=1,32,64 in=N out=N n=N or t=S; '{token}' is not one of them")
+            raise CockpitError(f"{command} takes c=1,32,64 in=N out=N n=N or t=S; '{token}' is not one of them")
+        if field_name == "concurrency":  # its own message, which names the token
+            values[field_name] = parse_levels(value, f"'{token}'")
+            continue
         try:
-            if field_name == "concurrency":
-                values[field_name] = parse_levels(value, "bench c=")
-            elif field_name == "duration_s":
+            if field_name == "duration_s":
                 values[field_name] = float(value.rstrip("s"))
+                if values[field_name] <= 0:
+                    raise ValueError
             else:
                 values[field_name] = int(value)
                 if values[field_name] < 1:
                     raise ValueError
         except ValueError:
-            raise CockpitError(f"bench {key}= needs positive numbers, got '{value}': e.g. `bench c=1,32,64 n=200`") from None
+            raise CockpitError(f"'{token}': {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`") from None
     if "requests" in values and "duration_s" in values:
-        raise CockpitError("bench takes n= (requests) or t= (seconds), not both")
+        raise CockpitError(f"{command} takes n= (requests) or t= (seconds), not both")
     return Bench(**values)
 
 

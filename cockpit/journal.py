@@ -441,13 +441,15 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
         profile = newest[0].profile if newest else None
     served: dict[str, tuple[Experiment, list[BenchPoint]]] = {}
     failed: dict[str, Experiment] = {}
+    seen: set[str] = set()
     for exp in journal.experiments(profile) if profile is not None else []:  # newest first
         if exp.layout in served:
             continue
         if points := journal.points(exp.id):
             served[exp.layout] = (exp, points)
-        elif exp.outcome == FAILED:
-            failed.setdefault(exp.layout, exp)
+        elif exp.outcome == FAILED and exp.layout not in seen:
+            failed[exp.layout] = exp  # only while no later launch of the layout went better
+        seen.add(exp.layout)
 
     rows = []
     for exp, points in served.values():

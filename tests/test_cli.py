@@ -28,7 +28,7 @@ def test_plan_table_for_the_minimax_profile():
     assert "✓ fits" in rows["tp8 ep"] and "✓ fits" in rows["tp4"]
     assert "✗ fails" in rows["tp8"] and "block_n = 128" in rows["tp8"]
     assert "✗ fails" in rows["tp6"] and "KV heads" in rows["tp6"]
-    assert "CUDA OOM at load" in rows["tp2 ep"]
+    assert "CUDA out of memory. Tried to allocate" in rows["tp2 ep"] and "weights need" in rows["tp2 ep"]
     first_fail = next(i for i, line in enumerate(lines) if "✗ fails" in line)
     assert all("✗ fails" in line for line in lines[first_fail:-1])
     assert lines[-1].startswith("tok/s: predicted")
@@ -110,6 +110,16 @@ def test_gpus_on_the_simulated_box(capsys, tmp_path, monkeypatch):
     assert main(["gpus", "--sim"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 8 and lines[0].startswith("GPU 0  NVIDIA RTX PRO 6000") and lines[0].endswith("idle")
+
+
+def test_gpus_without_a_driver_says_they_are_simulated(capsys, monkeypatch):
+    import cockpit.telemetry.nvml as nvml
+
+    monkeypatch.setattr(nvml, "driver_present", lambda: False)
+    assert main(["gpus"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("no NVIDIA driver found: these are the simulated box's GPUs (8 x RTX PRO 6000")
+    assert len(captured.out.splitlines()) == 8  # stdout stays one line per GPU
 
 
 def test_gpus_from_an_unreachable_dcgm_endpoint(capsys):

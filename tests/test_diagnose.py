@@ -254,3 +254,21 @@ def test_exit_without_an_error_names_the_signal_and_the_phase():
 
 def test_exit_with_an_error_is_that_error():
     assert diagnose_exit(log("sim_vllm_tp8.log"), 1, "loading").kind == "fp8-block"
+
+
+def test_exit_with_a_usage_error_shows_the_engines_last_error_line():
+    lines = [
+        "usage: vllm serve [model_tag] [options]",
+        "vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'four'",
+    ]
+    found = diagnose_exit(lines, 2, None)
+    assert found.kind == "exited"
+    assert found.cause == (
+        "the server exited with code 2: vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'four'"
+    )
+    assert "printed no error" not in found.cause
+
+
+def test_exit_of_its_own_without_an_error_word_shows_its_last_line():
+    lines = ["INFO 11-30 10:00:00 starting", "cockpit.sim: model 'x/y' not found: give a config.json", ""]
+    assert diagnose_exit(lines, 2, None).cause == "the server exited with code 2: cockpit.sim: model 'x/y' not found: give a config.json"

@@ -269,3 +269,12 @@ def test_empty_journal_prints_a_hint(journal):
 @pytest.mark.parametrize("value, text", [(26.3, "26.3"), (577.8, "577.8"), (999.94, "999.9"), (3982.4, "3,982")])
 def test_tok_s_numbers(value, text):
     assert format_tok_s(value) == text
+
+
+def test_a_failure_a_later_launch_of_the_same_layout_got_past_is_not_shown(journal):
+    refused = launch(journal, "tp4")
+    journal.set_outcome(refused, "failed", diagnosis=Diagnosis("port-in-use", "port 8000 is already in use"))
+    launch(journal, "tp4")  # the next try came up (not benchmarked yet)
+    still = launch(journal, "tp8")
+    journal.set_outcome(still, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of 128"))
+    assert [(r.layout, r.outcome) for r in comparison(journal, KIMI).rows] == [("tp8", "failed")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -23,8 +24,11 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
         assert result.returncode == 0, result.stdout + result.stderr
         assert "bench     done: 3 level(s) journaled" in result.stdout
     table = cockpit("results", "--profile", "kimi-k2.6", "--format", "markdown").stdout.splitlines()
-    assert table[0].startswith("| Layout | C=1 tok/s | C=32 | C=64 | Peak |")
-    rows = [line for line in table[2:] if line.startswith("|")]
+    assert table[0] == "## Kimi-K2.6 on 8 × RTX PRO 6000 Blackwell · SGLang"  # the report's title and context
+    assert "- Request lengths: input 32 tokens, output 8 tokens" in table
+    head = next(i for i, line in enumerate(table) if line.startswith("| Layout |"))
+    assert table[head].startswith("| Layout | C=1 tok/s | C=32 | C=64 | Peak |")
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), table[head + 2:]))
     assert [row.split("|")[1].strip() for row in rows] == ["tp8", "pp8", "tp8 ep8"]
     assert all(row.count("|") == 6 for row in rows)
     assert any("**" in row for row in rows)  # the best of each column is marked

@@ -2,90 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-import pytest
-import yaml
-
 from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
-from cockpit.tui.app import CockpitApp
 from cockpit.tui.history import PromptHistory, history_path
 from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
+from tuipilot import fast_sim, minimax  # noqa: F401  (fixtures)
+from tuipilot import command, launch_ready, make_app, run, status_text, stop_server, submit, until
 
 GIB = 2**30
-SMALL_BENCH = {"concurrency": [1, 4], "input_len": 64, "output_len": 16, "requests": 4}
-
-
-@pytest.fixture(autouse=True)
-def fast_sim(tmp_path, monkeypatch):
-    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
-    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
-    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
-    monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
-    yield
-    from cockpit.headless import stop_servers
-
-    stop_servers("all", out=lambda _: None)  # a failed test must not leave an engine behind
-
-
-@pytest.fixture
-def minimax(profile_file):
-    """The MiniMax profile on a free port, with a benchmark small enough for a test."""
-    path, _ = profile_file("minimax-m2.5")
-    data = yaml.safe_load(open(path))
-    data["bench"] = SMALL_BENCH
-    with open(path, "w") as f:
-        yaml.safe_dump(data, f)
-    return path
-
-
-def make_app(profile: str) -> CockpitApp:
-    return CockpitApp(profile=profile, sim=True, host="testbox", cursor_blink=False, interval=0.25)
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def until(pilot, predicate, timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await pilot.pause(0.05)
-
-
-async def command(pilot, text: str) -> None:
-    """Type a command as a person would: `:` then the keys, then Enter."""
-    await pilot.press("colon", *text, "enter")
-    await pilot.pause(0.05)
-
-
-async def submit(pilot, text: str) -> None:
-    """Enter a command without typing each key (Pilot takes ~0.1 s a key)."""
-    await pilot.press("colon")
-    pilot.app.main.prompt.value = text
-    await pilot.press("enter")
-    await pilot.pause(0.05)
-
-
-async def launch_ready(pilot, app: CockpitApp, layout: str = "tp4", typed: bool = False) -> None:
-    await (command if typed else submit)(pilot, f"try {layout}")
-    await until(pilot, lambda: app.server.state in ("ready", "failed"), what=f"{layout} ready")
-    assert app.server.state == "ready", app.main.log_pane.banner_text
-
-
-async def stop_server(pilot, app: CockpitApp) -> None:
-    await submit(pilot, "stop")
-    await until(pilot, lambda: app.server.state == "stopped" and not app.control.has_server, what="stopped")
-
-
-def status_text(app: CockpitApp) -> str:
-    return str(app.main.status.content)
 
 
 def test_try_tp4_fills_the_panes_of_gpus_0_to_3_and_reaches_ready(minimax):
@@ -106,7 +32,7 @@ def test_try_tp4_fills_the_panes_of_gpus_0_to_3_and_reaches_ready(minimax):
             assert "READY" in app.main.log_pane.banner_text
             assert app.main.log_pane.log_view.line_count > 10
             assert any(line.startswith("» ") for line in app.main.log_pane.log_view.lines)  # phase lines marked
-            await pilot.press("s")  # the stop key asks first
+            await pilot.press("escape", "s")  # Escape leaves the prompt; the stop key asks first
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("y")
             await until(pilot, lambda: app.server.state == "stopped", what="stopped")
@@ -209,7 +135,7 @@ def test_q_with_a_running_server_asks_first(minimax):
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
             await launch_ready(pilot, app)
-            await pilot.press("q")
+            await pilot.press("escape", "q")
             assert isinstance(app.screen, ChoiceScreen)
             assert "tp4" in app.screen.body and "GPUs 0,1,2,3" in app.screen.body
             await pilot.press("c")  # cancel: nothing happens
@@ -229,7 +155,7 @@ def test_a_server_left_running_is_offered_for_re_attach_at_start(minimax):
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
             await launch_ready(pilot, app)
-            await pilot.press("q", "d")  # leave it running
+            await pilot.press("escape", "q", "d")  # leave it running
             await until(pilot, lambda: not app.is_running, what="exit")
 
     run(leave_running())
@@ -253,7 +179,7 @@ def test_q_without_a_server_quits_at_once(minimax):
     async def scenario():
         app = make_app(minimax)
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.press("q")
+            await pilot.press("escape", "q")  # the prompt has the keys at start: Escape, then q
             await until(pilot, lambda: not app.is_running, timeout=5, what="exit")
 
     run(scenario())
@@ -290,7 +216,7 @@ def test_export_writes_the_results_and_use_opens_another_profile(minimax, tmp_pa
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
             await submit(pilot, "export csv")
-            assert "✓ wrote cockpit-" in status_text(app)
+            assert f"✓ wrote {tmp_path.resolve()}/cockpit-" in status_text(app)  # the full path
             await submit(pilot, "export pdf")
             assert "md or csv" in status_text(app)
             await submit(pilot, "use no-such-profile")

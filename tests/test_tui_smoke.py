@@ -61,6 +61,8 @@ def test_installed_cockpit_in_tmux_launches_a_layout_and_quits(tmp_path, monkeyp
         shown = screen_until("● tp4 ready")
         assert "GPU0 ▶ tp4" in shown and "GPU7 · idle" in shown
         assert f"serves http://127.0.0.1:{port}" in shown
+        tmux("send-keys", "-t", "ck", "Escape")  # the prompt keeps the keys until Escape
+        time.sleep(0.3)  # apart, or the terminal reads Escape then q as alt+q
         tmux("send-keys", "-t", "ck", "q")
         screen_until("Quit cockpit?")
         tmux("send-keys", "-t", "ck", "s")

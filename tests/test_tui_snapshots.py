@@ -1,4 +1,5 @@
-"""Snapshots of the main screen in a fixed state: idle simulated box, two journaled layouts, no process.
+"""Snapshots of the main screen in fixed states: the idle simulated box with two journaled layouts,
+and a busy one (a server of 7-digit PID ready on GPUs 0-3, a benchmark level done).
 
 Update them with `pytest tests/test_tui_snapshots.py --snapshot-update` and look at the SVGs
 (tests/__snapshots__/test_tui_snapshots/) before committing.
@@ -6,15 +7,19 @@ Update them with `pytest tests/test_tui_snapshots.py --snapshot-update` and look
 
 from __future__ import annotations
 
+import re
 import sys
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from cockpit.journal import BenchPoint, Journal
-from cockpit.runner.events import Diagnosis
+from cockpit.runner.events import BenchLevel, BenchTick, Diagnosis, Launching, Planned, Ready
+from cockpit.telemetry.base import GpuProcess
 from cockpit.tui.app import CockpitApp
-from cockpit.tui.messages import GpuSamples
+from cockpit.tui.messages import GpuSamples, RunnerEvent
+from tuipilot import run, screen_text
 
 FIXED_CLOCK = 1_800_000_000.0
 RESULTS = {  # layout -> {concurrency: tok/s}, numbers of the seed's shape
@@ -63,6 +68,40 @@ async def idle_box(pilot) -> None:
     await pilot.pause(0.1)
 
 
+GIB = 2**30
+PID = 4194301  # Linux's PIDs reach 7 digits (pid_max 4194304)
+LEVEL = {
+    "concurrency": 64,
+    "output_tok_s": 1512.94,
+    "ttft_ms": {"p50": 104.25, "p99": 7712.5},
+    "itl_ms": {"p50": 11.25, "p99": 38.5},
+}
+
+
+async def busy_box(pilot) -> None:
+    """tp4 ready on GPUs 0-3 (a 7-digit PID holding 86 GiB on each), C=64 measured, C=256 running."""
+    app = pilot.app
+    samples = []
+    for s in app.session.monitor.sample_now():
+        if s.index < 4:
+            s = replace(s, memory_used=86 * GIB, processes=(GpuProcess(PID, "vllm", 86 * GIB),))
+        samples.append(s)
+    exp = 99
+    for event in (
+        Planned(exp, "tp4", "fits", "4 of 8 GPUs", (0, 1, 2, 3)),
+        Launching(exp, ("vllm", "serve"), PID, "/tmp/tp4.log"),
+        Ready(exp, "http://127.0.0.1:8000", 42.0, FIXED_CLOCK - 100.0),
+    ):
+        app.post_message(RunnerEvent(event))
+    app.bench_view.start(exp, "tp4", (1, 64, 256))
+    for event in (BenchLevel(exp, 64, LEVEL, "C=64"), BenchTick(exp, 256, 3.0, 3982.4)):
+        app.post_message(RunnerEvent(event))
+    app.post_message(GpuSamples(samples))
+    await pilot.pause(0.2)
+    app.main.show_view("bench")
+    await pilot.pause(0.1)
+
+
 def test_main_screen_120x40(snap_compare, fixed_app):
     assert snap_compare(fixed_app, terminal_size=(120, 40), run_before=idle_box)
 
@@ -77,3 +116,37 @@ def test_results_view_80x24(snap_compare, fixed_app):
         await pilot.press("r")
 
     assert snap_compare(fixed_app, terminal_size=(80, 24), run_before=results)
+
+
+def test_busy_screen_120x40(snap_compare, fixed_app):
+    assert snap_compare(fixed_app, terminal_size=(120, 40), run_before=busy_box)
+
+
+def test_busy_screen_80x24(snap_compare, fixed_app):
+    assert snap_compare(fixed_app, terminal_size=(80, 24), run_before=busy_box)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_pids_and_numbers_are_never_cut(fixed_app, size):
+    """Every PID on the screen is the whole PID; the bench summary's numbers keep their units."""
+
+    async def scenario():
+        async with fixed_app.run_test(size=size) as pilot:
+            await busy_box(pilot)
+            text = screen_text(fixed_app)
+            pids = re.findall(r"pid (\d+)", text)
+            assert pids and set(pids) == {str(PID)}, text
+            status = str(fixed_app.main.query_one("#bench-status").content)
+            latency = fixed_app.main.query_one("#bench-latency")
+            assert "C=256 running" in status and "3,982 tok/s now" in status
+            for number in ("1,512.9 tok/s", "TTFT p50 104.2 p99 7,712 ms", "ITL p50 11.2 p99 38.5 ms"):
+                assert number in str(latency.content), number
+            for widget in (fixed_app.main.query_one("#bench-status"), latency):  # wrapped whole, never cut
+                lines = widget.content_size.height
+                assert lines >= 1 and len(str(widget.content)) <= lines * widget.content_size.width, (lines, widget.content)
+            for word in re.findall(r"\S+", status + " " + str(latency.content)):
+                if re.search(r"\d", word):
+                    assert word in text, (word, text)  # each number stands whole on one line
+
+    run(scenario())
+

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from cockpit.children import python_module
 from cockpit.commands import parse_levels
 from cockpit.errors import CockpitError
 
@@ -133,7 +134,7 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
 def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
                requests: int | None = None, duration: float | None = None, experiment: int | None = None) -> list[str]:
     """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it)."""
-    argv = [sys.executable, "-m", "cockpit.cli", "bench", "--url", url, "--jsonl",
+    argv = [*python_module("cockpit.cli"), "bench", "--url", url, "--jsonl",
             "-c", ",".join(map(str, levels)), "--input-len", str(input_len), "--output-len", str(output_len)]
     if model:
         argv += ["--model", model]

@@ -230,7 +230,12 @@ def diagnose_exit(lines: Sequence[str], returncode: int, phase: str | None) -> D
     phase = phase or _phase_from_log(lines, [log_message(line) for line in lines], len(lines))
     when = f" {PHASE_WORDS[phase]}" if phase in PHASE_WORDS else ""
     killer = _signal_name(returncode)
-    if killer:
+    last_error = _last_error_line(lines, any_line=not killer)
+    if last_error:
+        how = f"was killed by {killer} (exit code {returncode})" if killer else f"exited with code {returncode}"
+        cause = f"the server {how}{when}: {last_error}"
+        next_step = "read the full server log for the lines above it"
+    elif killer:
         cause = f"the server was killed by {killer} (exit code {returncode}){when} and printed no error"
         next_step = (
             "nothing in the log: if no one stopped it, the host may have run out of RAM (check dmesg for the OOM killer)"
@@ -241,6 +246,18 @@ def diagnose_exit(lines: Sequence[str], returncode: int, phase: str | None) -> D
         cause = f"the server exited with code {returncode}{when} and printed no error"
         next_step = "run the server command by hand to see its full output"
     return Diagnosis("exited", cause, next_step, phase=phase)
+
+
+def _last_error_line(lines: Sequence[str], any_line: bool) -> str:
+    """The engine's last word: its last error-looking line, or (for an exit of its own, such as
+    argparse's usage error, exit 2) its last non-blank line."""
+    cleaned = [strip_ansi(line).strip() for line in lines]
+    for line in reversed(cleaned):
+        if line and ERROR_LOOKING.search(line):
+            return line
+    if any_line:
+        return next((line for line in reversed(cleaned) if line), "")
+    return ""
 
 
 def _traceback_above(messages: list[str], index: int, reach: int = 80) -> list[str]:

@@ -75,6 +75,11 @@ class Ready:
     experiment: int
     url: str
     load_seconds: float
+    started: float | None = None  # wall-clock time the server started: ready since started + load_seconds
+
+    @property
+    def ready_at(self) -> float | None:
+        return None if self.started is None else self.started + self.load_seconds
 
     def __str__(self) -> str:
         return f"ready     {self.url} after {self.load_seconds:.1f} s"

@@ -6,11 +6,11 @@ Both faces use this: ``cockpit run`` prints the events, the TUI turns them into 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
+from cockpit.children import python_module
 from cockpit.commands import Bench
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
@@ -33,7 +33,7 @@ _LAYOUT_KINDS = {"oom", "fp8-block", "attention-heads", "kv-heads", "world-size"
 
 def sim_command(engine: str, default_command: Sequence[str]) -> tuple[str, ...]:
     """The launcher that runs the simulated engine in place of the real one."""
-    return (sys.executable, "-m", "cockpit.sim", engine, "--", *default_command)
+    return (*python_module("cockpit.sim"), engine, "--", *default_command)
 
 
 def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:
@@ -71,6 +71,7 @@ class Launcher:
     handle: ServerHandle | None = None
     experiment: int | None = None
     _verdicts: list[Verdict] | None = field(default=None, repr=False)
+    _stopping: set[int] = field(default_factory=set, repr=False)  # experiments we are stopping
 
     # -- before launch ----------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class Launcher:
                 port=self.profile.port,
                 log_path=log_path,
                 engine=self.setup.engine.name,
-                profile=self.profile.name,
+                profile=self.profile.path or self.profile.name,  # its file: a re-attach opens the same one
                 layout=str(layout),
             )
         except OSError as exc:  # no such launcher, not executable
@@ -160,13 +161,22 @@ class Launcher:
         self.handle = handle
         exp = handle.entry.experiment
         for event in self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=self.setup.engine.ready_paths):
+            if isinstance(event, Failed) and exp in self._stopping:
+                return  # it died of our own SIGTERM: `stop` journals and reports that
             if isinstance(event, Failed):
                 event = Failed(exp, self._with_next_step(event.diagnosis, handle.entry.layout))
                 self.journal.set_outcome(exp, "failed", diagnosis=event.diagnosis)
                 self._record_peaks(exp)
                 self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
+                self._forget(handle)
             elif isinstance(event, Ready):
-                self.journal.set_outcome(exp, "ready", load_seconds=event.load_seconds)
+                record = self.journal.experiment(exp)
+                if record is not None and record.outcome == "ready" and record.load_seconds is not None:
+                    # Re-attached to a server that was ready before: its load time is the journaled
+                    # one, not the time from its start until we looked again.
+                    event = replace(event, load_seconds=record.load_seconds)
+                else:
+                    self.journal.set_outcome(exp, "ready", load_seconds=event.load_seconds)
                 self._record_peaks(exp)
             yield event
 
@@ -182,19 +192,26 @@ class Launcher:
         self._record_peaks(exp)
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
-        if self.handle is None:
+        handle = self.handle
+        if handle is None:
             return None
-        exp = self.handle.entry.experiment
+        exp = handle.entry.experiment
+        self._stopping.add(exp)  # before the signal: the exit it causes is ours, not a failure
         self._record_peaks(exp)
-        how = self.supervisor.stop(self.handle)
+        how = self.supervisor.stop(handle)
         record = self.journal.experiment(exp)
         if record is not None and record.outcome == "launching":
             self.journal.set_outcome(exp, "stopped")
         self.journal.update_experiment(exp, ended=time.time())
-        if self.monitor:
-            self.monitor.untrack(exp)
-        self.handle = None
+        self._forget(handle)
         return Stopped(exp, f"{reason}: {how}")
+
+    def _forget(self, handle: ServerHandle) -> None:
+        """The server is gone: no handle, no peaks tracked for it."""
+        if self.monitor:
+            self.monitor.untrack(handle.entry.experiment)
+        if self.handle is handle:
+            self.handle = None
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ class ServerEntry:
     log_path: str
     experiment: int
     engine: str = ""
-    profile: str = ""
+    profile: str = ""  # the profile's file (a bare name in entries of older cockpits)
     layout: str = ""
     url: str = ""
     started: float = 0.0

@@ -215,7 +215,7 @@ class Supervisor:
                 if now >= next_health:
                     next_health = now + HEALTH_EVERY_S
                     if self._ready(http, handle.url, ready_paths):
-                        yield Ready(experiment, handle.url, now - handle.started)
+                        yield Ready(experiment, handle.url, now - handle.started, handle.entry.started or None)
                         return
                 if now - handle.started > timeout:
                     where = tracker.phase or "startup"

@@ -354,9 +354,9 @@ async def _stream(
 ) -> web.StreamResponse:
     """SSE as vLLM writes it: one event per token, then usage if asked, then [DONE]."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-    await response.prepare(request)
     last = None
     try:
+        await response.prepare(request)  # a client gone before the headers is a client gone, not a traceback
         if ask.chat:
             await response.write(chunks.role())
         async for position in seq:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from textual import on, work
 from textual.app import App
@@ -50,11 +49,13 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
+from cockpit.runner.registry import ServerEntry
 from cockpit.tui.control import Control, JobFailed, LogBuffer, Notice, StopFinished, SweepDone, SweepStep
 from cockpit.tui.history import PromptHistory
 from cockpit.tui.messages import GpuSamples, LaunchRequested, RunnerEvent, SessionOpened
 from cockpit.tui.screens.choice import quit_screen, servers_screen
 from cockpit.tui.screens.confirm import ConfirmScreen
+from cockpit.tui.screens.dialog import TypedPast
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.main import MainScreen
 from cockpit.tui.session import Session, hostname
@@ -113,6 +114,7 @@ class CockpitApp(App):
         self._unsubscribe: Callable[[], None] | None = None
         self._quitting = False
         self._last_samples: list = []
+        self._bench_levels: tuple[int, ...] = ()  # the levels of the bench or sweep running
 
     # -- life -------------------------------------------------------------------------------
 
@@ -123,7 +125,9 @@ class CockpitApp(App):
         self.set_interval(HEADER_TICK_S, self._tick_header)
         if self.look_for_servers:
             self.find_live_servers()
-        self.main.picker.table.focus()
+        self.main.prompt.focus()  # typed words go to the prompt, never to the pane keys
+        if self.session.sim:
+            self.main.say(f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs")
 
     def on_unmount(self) -> None:
         self.control.close()
@@ -140,6 +144,7 @@ class CockpitApp(App):
         self.refresh_results()
         main.bench.show_live(self.bench_view)
         main.log_pane.hide_banner()
+        main.prompt.placeholder = session.prompt_hint()
         self._unsubscribe = session.monitor.subscribe(lambda samples: self.post_message(GpuSamples(samples)))
         if self.poll:
             session.monitor.start()
@@ -220,6 +225,7 @@ class CockpitApp(App):
         if not self.server.apply(event, self.clock()):
             return  # an earlier experiment's late event
         if isinstance(event, Planned):
+            self.flush_log()  # the last launch's lines stay above this one's separator
             main.log_pane.begin(event.layout, f"{event.verdict}; {event.placement}")
             self.refresh_gpus()
         elif isinstance(event, Launching):
@@ -228,7 +234,7 @@ class CockpitApp(App):
             self.flush_log()
             main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
             if not self.control.sweeping:
-                main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` (or s) stops it")
+                main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
         elif isinstance(event, Failed):
             self.flush_log()
             main.log_pane.show_failure(self.server.layout, event.diagnosis)
@@ -240,6 +246,8 @@ class CockpitApp(App):
         elif isinstance(event, Stopped):
             self.flush_log()
             main.log_pane.show_stopped(self.server.layout, event.reason)
+            if not self.control.sweeping:
+                main.say(f"■ {self.server.layout} stopped: {event.reason}")
             self.refresh_gpus()
         elif isinstance(event, Phase) and event.name == "loading" and event.progress is None:
             main.show_view("log")
@@ -248,7 +256,7 @@ class CockpitApp(App):
     def _bench_event(self, event) -> None:
         view = self.bench_view
         if view.experiment != event.experiment or (isinstance(event, BenchTick) and not view.running):
-            view.start(event.experiment, self.server.layout, ())
+            view.start(event.experiment, self.server.layout, self._bench_levels)
         view.apply(event)
         self.main.bench.show_live(view)
         if isinstance(event, (BenchLevel, BenchDone)):
@@ -261,6 +269,17 @@ class CockpitApp(App):
         self.bench_view = BenchView()
         await self._open(message.session)
         self.main.say(f"✓ profile {message.session.profile.name}: {message.session.setup.model.name} on {message.session.setup.hardware}")
+        if message.attach is not None:
+            self._attach(message.attach)
+
+    @on(TypedPast)
+    def _typed_past(self, message: TypedPast) -> None:
+        """A question was cancelled by typing: the keys go to the prompt, and the bar says so."""
+        prompt = self.main.prompt
+        prompt.focus()
+        if not (message.character in ":/" and not prompt.value):
+            prompt.insert_text_at_cursor(message.character)
+        self.main.say(f"“{message.title}” cancelled: what you type goes to the prompt")
 
     @on(LaunchRequested)
     def _launch_requested(self, message: LaunchRequested) -> None:
@@ -283,8 +302,7 @@ class CockpitApp(App):
         except CockpitError as exc:
             self.main.say(str(exc), error=True)  # the text stays in the bar, to be fixed
             return
-        self.main.prompt.value = ""
-        self.main.focus_view()
+        self.main.prompt.value = ""  # the prompt keeps the keyboard: Escape leaves it for the pane keys
 
     def run_command(self, text: str) -> None:
         """Parse and run one prompt line; a CockpitError (changing nothing) is the one-line error to show."""
@@ -347,7 +365,7 @@ class CockpitApp(App):
             raise CockpitError("a sweep is running: it benches each layout itself")
         if self.server.state != "ready" or self.session.launcher.handle is None:
             raise CockpitError("no server is ready: `try <layout>` first, then `bench`")
-        levels = command.concurrency or self.session.levels
+        levels = self._bench_levels = command.concurrency or self.session.levels
         self.bench_view.start(self.server.experiment, self.server.layout, levels)
         self.main.bench.show_live(self.bench_view)
         self.control.bench(command)
@@ -362,12 +380,13 @@ class CockpitApp(App):
 
     def cmd_plan(self, command: Plan) -> None:
         self.main.show_view("layouts")
-        if command.layout is not None:
-            verdict = self.session.verdict(command.layout)
-            if not self.main.picker.select(str(verdict.layout)):
-                self.main.picker.show(verdict)
-            self.main.say(f"{verdict}")
-        self.main.picker.table.focus()
+        if command.layout is None:
+            self.main.say(self.session.plan_summary())
+            return
+        verdict = self.session.verdict(command.layout)
+        if not self.main.picker.select(str(verdict.layout)):
+            self.main.picker.show(verdict)
+        self.main.say(f"{verdict}")
 
     def cmd_sweep(self, command: Sweep) -> None:
         if self.control.sweeping or self.control.benching:
@@ -376,23 +395,22 @@ class CockpitApp(App):
             verdict = self.session.verdict(layout)
             if verdict.placement is None:
                 raise CockpitError(f"{layout}: {verdict.reasons[0]}")
-        bench = Bench()
-        self.control.sweep(command.layouts, bench)
+        self._bench_levels = command.bench.concurrency or self.session.levels
+        self.control.sweep(command.layouts, command.bench)
         names = ", ".join(map(str, command.layouts))
-        self.main.say(f"sweep {names}: each is launched, benched at C={','.join(map(str, self.session.levels))}, stopped")
+        self.main.say(f"sweep {names}: each is launched, benched at C={','.join(map(str, self._bench_levels))}, stopped")
         self.main.show_view("log")
 
     def cmd_results(self, command: Results | None = None) -> None:
         self.refresh_results()
         self.main.show_view("bench")
-        self.main.bench.results_table.focus()
 
     def cmd_export(self, command: Export) -> None:
         try:
             path = self.session.export(command.fmt)
         except OSError as exc:
             raise CockpitError(f"could not write the {command.fmt} file: {exc.strerror or exc}") from None
-        self.main.say(f"✓ wrote {_shown_path(path)}")
+        self.main.say(f"✓ wrote {path.resolve()}")
 
     def cmd_use(self, command: Use) -> None:
         if self.control.has_server or self.control.sweeping:
@@ -410,13 +428,18 @@ class CockpitApp(App):
     # -- workers for short jobs -------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="profile")
-    def open_profile(self, name: str) -> None:
+    def open_profile(self, name: str, attach: ServerEntry | None = None) -> None:
+        """Open a profile off the loop; with `attach`, follow that server once it is open."""
         try:
             session = Session.open(name, sim=self.session.sim, interval=self.session.monitor.interval)
         except CockpitError as exc:
+            if attach is not None:  # its profile is gone: follow it under the open one
+                self.call_from_thread(self.main.say, f"{exc}; following pid {attach.pid} under profile {self.session.profile.name}", True)
+                self.call_from_thread(self._attach, attach)
+                return
             self.call_from_thread(self.main.say, str(exc), True)
             return
-        self.post_message(SessionOpened(session))
+        self.post_message(SessionOpened(session, attach))
 
     @work(thread=True, exclusive=True, group="servers")
     def find_live_servers(self) -> None:
@@ -424,22 +447,33 @@ class CockpitApp(App):
         if live:
             self.call_from_thread(self._offer_live_servers, live)
 
-    def _offer_live_servers(self, live) -> None:
-        lines = [str(entry) for entry in live]
+    def _offer_live_servers(self, live: list[ServerEntry]) -> None:
+        lines = [f"{entry}: {self.session.server_state(entry, self.clock())}" for entry in live]
 
         def answered(choice: str | None) -> None:
             if choice == "attach":
-                entry = live[0]
-                record = self.session.journal.experiment(entry.experiment)
-                gpus = record.gpus if record else ()
-                self.server = ServerView(layout=entry.layout, experiment=entry.experiment, state="starting", pid=entry.pid, gpus=gpus)
-                self.main.log_pane.begin(entry.layout, f"re-attached to pid {entry.pid}")
-                self.control.attach(entry)
+                self._reattach(live[0])
             elif choice == "stop":
                 self.main.say(f"stopping {len(live)} server(s) left running …")
                 self.control.stop_entries(live)
 
         self.push_screen(servers_screen(lines), answered)
+
+    def _reattach(self, entry: ServerEntry) -> None:
+        """Follow a server left running, under its own profile (header, model, guard, results)."""
+        if self.session.is_profile(entry.profile) or not entry.profile:
+            self._attach(entry)
+            return
+        self.main.say(f"opening profile {entry.profile} of pid {entry.pid} …")
+        self.open_profile(entry.profile, attach=entry)
+
+    def _attach(self, entry: ServerEntry) -> None:
+        record = self.session.journal.experiment(entry.experiment)
+        gpus = record.gpus if record else ()
+        self.server = ServerView(layout=entry.layout, experiment=entry.experiment, state="starting", pid=entry.pid, gpus=gpus)
+        self.main.log_pane.begin(entry.layout, f"re-attached to pid {entry.pid}")
+        self.control.attach(entry)
+        self.refresh_header()
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -462,6 +496,7 @@ class CockpitApp(App):
 
     def action_results(self) -> None:
         self.cmd_results()
+        self.main.bench.results_table.focus()
 
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.show]
@@ -505,9 +540,3 @@ class CockpitApp(App):
         gpus = ",".join(map(str, self.server.gpus)) or "?"
         return f"{self.server.layout or 'the server'}{pid} on GPUs {gpus}"
 
-
-def _shown_path(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

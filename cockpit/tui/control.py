@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import psutil
 
 from cockpit.commands import Bench
-from cockpit.journal import FAILED, STOPPED
 from cockpit.layout import Layout
 from cockpit.runner.events import BenchDone, Failed, LogLine, Phase, Ready, Stopped
 from cockpit.runner.phases import ANSI_ESCAPE
@@ -113,7 +112,6 @@ class Control:
         self._bench_thread: threading.Thread | None = None
         self._stop_thread: threading.Thread | None = None
         self._sweep_thread: threading.Thread | None = None
-        self._stopping: set[int] = set()  # experiments the person asked to stop
         self._abort_sweep = threading.Event()
         self._closed = threading.Event()
 
@@ -264,8 +262,6 @@ class Control:
                 continue
             if isinstance(event, Phase):
                 self.log.mark_last()
-            if isinstance(event, Failed) and event.experiment in self._stopping:
-                continue  # it died because we stopped it: the stop job says so
             self.emit(event)
             if self._closed.is_set() and isinstance(event, (Ready, Failed, BenchDone)):
                 break
@@ -286,13 +282,9 @@ class Control:
         if handle is None:
             return
         exp = handle.entry.experiment
-        self._stopping.add(exp)
         stopped = launcher.stop(reason)
         for thread in followers:
             self._join(thread)
-        record = self.session.journal.experiment(exp)
-        if record is not None and record.outcome == FAILED:
-            self.session.journal.set_outcome(exp, STOPPED)  # it died of our SIGTERM, not of its own
         self.emit(stopped or Stopped(exp, reason))
 
     @staticmethod

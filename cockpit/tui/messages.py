@@ -29,11 +29,13 @@ class RunnerEvent(Message):
 
 
 class SessionOpened(Message):
-    """`use <profile>` opened a new session on a thread; the screen swaps to it."""
+    """`use <profile>` (or a re-attach) opened a new session on a thread; the screen swaps to it,
+    then follows `attach`, the server that was left running, if there is one."""
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: object, attach: object | None = None) -> None:
         super().__init__()
         self.session = session
+        self.attach = attach
 
 
 class LaunchRequested(Message):

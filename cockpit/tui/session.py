@@ -18,7 +18,7 @@ from cockpit.headless import gpu_source, use_sim
 from cockpit.journal import Comparison, Journal, comparison, format_comparison
 from cockpit.layout import Layout
 from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import Verdict, plan_layout
+from cockpit.planner import FAILS, FITS, TIGHT, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.runner.experiment import Launcher
@@ -26,6 +26,7 @@ from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.supervisor import Supervisor
 from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
+from cockpit.tui.format import duration
 
 EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
 
@@ -41,18 +42,20 @@ class Session:
     launcher: Launcher
     registry: Registry
     verdicts: list[Verdict]  # in picker order: the profile's layouts first, then the plan's
+    sim_reason: str = ""  # why the box is simulated: "--sim given" or "no NVIDIA driver found"
 
     @classmethod
     def open(cls, profile: str | None = None, *, sim: bool = False, interval: float = 1.0) -> Session:
         """Resolve the profile, plan every layout, open the journal; the monitor is not started yet."""
         setup, prof = build_setup(SetupOverrides(profile=profile))
+        reason = "--sim given" if sim else "no NVIDIA driver found"
         sim = use_sim(sim)
         source = gpu_source(setup.hardware, sim)
         journal = Journal()
         monitor = Monitor(source, interval=interval)
         registry = Registry()
         launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim)
-        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [])
+        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [], reason if sim else "")
         session.verdicts = session._ordered(launcher.verdicts())
         return session
 
@@ -97,6 +100,42 @@ class Session:
     def profile_names() -> tuple[str, ...]:
         return tuple(profile_names())
 
+    def plan_summary(self) -> str:
+        """`plan` alone: how many layouts fit, and the fastest predicted of those."""
+        counts = {mark: sum(v.verdict == mark for v in self.verdicts) for mark in (FITS, TIGHT, FAILS)}
+        runnable = [v for v in self.verdicts if v.verdict != FAILS and v.predicted_tok_s]
+        best = max(runnable, key=lambda v: max(v.predicted_tok_s.values()), default=None)
+        text = f"{len(self.verdicts)} layouts on {self.setup.engine.label}: {counts[FITS]} fit, {counts[TIGHT]} tight, {counts[FAILS]} fail"
+        if best is not None:
+            text += f"; fastest predicted: {best.layout} ({max(best.predicted_tok_s.values()):,.0f} tok/s)"
+        return text + " · ↑↓ in the picker shows each one's reasons"
+
+    def prompt_hint(self) -> str:
+        """The prompt's placeholder, with layouts this engine can say and this box can hold."""
+        runnable = [str(v.layout) for v in self.verdicts if v.verdict != FAILS]
+        first = next((x for x in runnable if "ep" in x), runnable[0] if runnable else "tp2")
+        second = next((x for x in runnable if x != first), first)
+        return f":  try {first} · bench c=1,32 · sweep {second}, {first} · help"  # Tab and ↑ are in help
+
+    def is_profile(self, name_or_path: str) -> bool:
+        """Whether a registry entry's profile (a file, or a name in older entries) is the open one."""
+        if name_or_path == self.profile.name:
+            return True
+        try:
+            return bool(self.profile.path) and Path(name_or_path).resolve() == Path(self.profile.path).resolve()
+        except OSError:
+            return False
+
+    def server_state(self, entry: ServerEntry, now: float) -> str:
+        """What a server left running is doing, from the journal: loading, or ready since when."""
+        record = self.journal.experiment(entry.experiment)
+        if record is None or record.outcome == "launching":
+            return f"loading (started {duration(now - entry.started)} ago)" if entry.started else "loading"
+        if record.outcome == "ready":
+            since = f" for {duration(now - entry.started - (record.load_seconds or 0))}" if entry.started else ""
+            return f"ready{since} (loaded in {record.load_seconds or 0:.0f} s)"
+        return record.outcome
+
     def argv_text(self, verdict: Verdict) -> str:
         """The exact command line cockpit would run for this layout (simulated engine prefix included)."""
         if verdict.placement is None:
@@ -112,14 +151,13 @@ class Session:
         hw = self.setup.hardware
         model = self.setup.model
         name = model.name.rsplit("/", 1)[-1]
-        sim = " (sim)" if self.sim else ""
         return {
             "profile": self.profile.name,
             "engine": self.setup.engine.label,
             "model": f"{name} {model.quant.label}",
             "model_short": f"{name} {model.quant.label.split()[0]}",
-            "gpus": f"{hw.count}× {hw.gpu.label}{sim}",
-            "gpus_short": f"{hw.count}×{hw.gpu.key}{sim}",
+            "gpus": f"{hw.count}× {hw.gpu.label}" + (" (simulated)" if self.sim else ""),
+            "gpus_short": f"{hw.count}×{hw.gpu.key}" + (" (sim)" if self.sim else ""),
         }
 
     # -- servers from earlier runs ----------------------------------------------------------
@@ -133,8 +171,15 @@ class Session:
         return comparison(self.journal, self.profile.name)
 
     def export(self, fmt: str, folder: Path | None = None, now: float | None = None) -> Path:
-        """Write the comparison table as markdown or CSV in `folder` (the cwd, else the data folder)."""
-        text = format_comparison(self.comparison(), "markdown" if fmt == "md" else fmt) + "\n"
+        """Write the results in `folder` (the cwd, else the data folder): md as a titled report with
+        the context a reader needs (cockpit.report.markdown_report), csv as one record per level."""
+        from cockpit.report import context_from_setup, markdown_report
+
+        comp = self.comparison()
+        if fmt == "md":
+            text = markdown_report(comp, context_from_setup(self.setup, self.profile.name, comp, now=now)) + "\n"
+        else:
+            text = format_comparison(comp, fmt) + "\n"
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         name = f"cockpit-{self.profile.name}-{stamp}.{EXPORT_SUFFIX[fmt]}"
         folders = [folder] if folder is not None else [Path.cwd(), _data_dir() / "exports"]

@@ -20,6 +20,7 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
+from cockpit.report import format_ms
 from cockpit.tui.format import duration
 
 NONE, STARTING, LOADING, READY, FAILED, STOPPED = "none", "starting", "loading", "ready", "failed", "stopped"
@@ -69,7 +70,9 @@ class ServerView:
             if event.name == "loading" and event.progress is not None:
                 self.progress = event.progress
         elif isinstance(event, Ready):
-            self.state, self.url, self.ready_at, self.load_seconds = READY, event.url, now, event.load_seconds
+            # A re-attached server has been ready since its own start plus its load, not since now.
+            ready_at = event.ready_at if event.ready_at is not None else now
+            self.state, self.url, self.ready_at, self.load_seconds = READY, event.url, min(ready_at, now), event.load_seconds
         elif isinstance(event, Failed):
             self.state, self.diagnosis = FAILED, event.diagnosis
         elif isinstance(event, Stopped):
@@ -99,7 +102,8 @@ class BenchView:
     experiment: int | None = None
     layout: str = ""
     running: bool = False
-    level: int | None = None  # the concurrency being measured
+    levels: tuple[int, ...] = ()  # the sweep's levels, where known
+    level: int | None = None  # the concurrency being measured (or next, between levels)
     levels_done: int = 0
     tok_s: float | None = None  # the latest tick
     ticks: deque = field(default_factory=lambda: deque(maxlen=600))  # tok/s, one a tick
@@ -108,7 +112,7 @@ class BenchView:
     interrupted: bool = False
 
     def start(self, experiment: int | None, layout: str, levels: tuple[int, ...]) -> None:
-        self.__init__(experiment=experiment, layout=layout, running=True, level=levels[0] if levels else None)
+        self.__init__(experiment=experiment, layout=layout, running=True, levels=tuple(levels), level=levels[0] if levels else None)
 
     def apply(self, event: object) -> bool:
         if isinstance(event, BenchTick):
@@ -118,6 +122,9 @@ class BenchView:
         elif isinstance(event, BenchLevel):
             self.levels_done += 1
             self.last = event.result
+            # Between levels nothing runs: the status names the next level, without a stale rate.
+            later = [c for c in self.levels if c > event.concurrency]
+            self.level, self.tok_s = (later[0] if later else None), None
         elif isinstance(event, BenchDone):
             self.running = False
             self.error, self.interrupted = event.error, event.interrupted
@@ -127,9 +134,11 @@ class BenchView:
 
     def status(self) -> str:
         if self.running:
-            now = f" · {self.tok_s:,.0f} tok/s now" if self.tok_s is not None else ""
-            level = f"C={self.level}" if self.level is not None else "starting"
-            return f"▶ bench {self.layout} {level} running · {self.levels_done} level(s) done{now}"
+            done = f"{self.levels_done} level(s) done"
+            if self.tok_s is None:  # starting, or between two levels
+                level = f"C={self.level} starting" if self.level is not None else "starting"
+                return f"▶ bench {self.layout} {level} · {done}"
+            return f"▶ bench {self.layout} C={self.level} running · {done} · {self.tok_s:,.0f} tok/s now"
         if self.error:
             return f"✗ bench failed: {self.error}"
         if self.experiment is None:
@@ -143,8 +152,7 @@ class BenchView:
         data = self.last
 
         def ms(metric: str, stat: str) -> str:
-            value = (data.get(metric) or {}).get(stat)
-            return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+            return format_ms((data.get(metric) or {}).get(stat))
 
         return (
             f"C={data.get('concurrency')}: {data.get('output_tok_s', 0):,.1f} tok/s · "

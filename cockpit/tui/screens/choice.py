@@ -6,18 +6,23 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from cockpit.tui.screens.dialog import Dialog
 
-class ChoiceScreen(ModalScreen[str]):
-    """choices: (key, label, value); Esc answers `cancel`."""
+
+class ChoiceScreen(Dialog[str]):
+    """choices: (key, label, value); Esc answers `cancel`; any other printable key cancels it
+    (None) and goes to the prompt: see `Dialog`."""
 
     BINDINGS = [Binding("escape", "choose('cancel')", "Cancel")]
 
     def __init__(self, title: str, body: str, choices: list[tuple[str, str, str]]) -> None:
-        super().__init__()
-        self.title_text, self.body, self.choices = title, body, choices
+        super().__init__(title)
+        self.body, self.choices = body, choices
+
+    def keys(self) -> frozenset[str]:
+        return frozenset(key for key, _, _ in self.choices)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -36,6 +41,7 @@ class ChoiceScreen(ModalScreen[str]):
                 event.stop()
                 self.dismiss(value)
                 return
+        super().on_key(event)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(str(event.button.id).removeprefix("choice-"))

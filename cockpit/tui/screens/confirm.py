@@ -1,23 +1,27 @@
-"""A yes/no question that names what it is about; y or Enter says yes, n or Esc says no."""
+"""A yes/no question that names what it is about; y says yes, n or Esc says no."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from cockpit.tui.screens.dialog import Dialog
 
-class ConfirmScreen(ModalScreen[bool]):
+
+class ConfirmScreen(Dialog[bool]):
+    """Any other printable key cancels it (None) and goes to the prompt: see `Dialog`."""
+
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
+    answer_keys = frozenset({"y", "n"})
 
     def __init__(self, title: str, body: str, yes: str = "Yes", no: str = "No") -> None:
-        super().__init__()
-        self.title_text, self.body, self.yes, self.no = title, body, yes, no
+        super().__init__(title)
+        self.body, self.yes, self.no = body, yes, no
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):

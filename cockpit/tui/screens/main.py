@@ -113,7 +113,7 @@ class MainScreen(Screen):
         columns = min(columns, count)
         rows = -(-count // columns)
         self.gpus.styles.grid_size_columns = columns
-        self.gpus.styles.height = rows * (1 if compact else 3)
+        self.gpus.styles.height = rows * self.gpus.pane_lines(compact, rows, height)  # panes fill their rows
 
     # -- views ------------------------------------------------------------------------------
 

@@ -7,11 +7,13 @@ are redrawn only when the journal changed (a level finished, `results`), never p
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from cockpit.journal import Comparison, format_tok_s
+from cockpit.journal import Comparison, ComparisonRow, format_tok_s
+from cockpit.report import format_ms
 from cockpit.tui.chart import render_chart
 from cockpit.tui.state import BenchView
 
@@ -43,11 +45,16 @@ class ResultsChart(Static):
 
 
 class BenchPane(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._details: dict[str, str] = {}  # layout -> its row in full
+
     def compose(self) -> ComposeResult:
         yield Static(id="bench-status", markup=False)
         yield Sparkline([], id="bench-spark")
         yield Static(id="bench-latency", markup=False)
-        yield DataTable(id="results-table", cursor_type="row", show_cursor=False)
+        yield DataTable(id="results-table", cursor_type="row")
+        yield Static(id="results-detail", markup=False)
         yield ResultsChart(id="bench-chart")
 
     @property
@@ -70,11 +77,13 @@ class BenchPane(Vertical):
         table = self.results_table
         table.clear(columns=True)
         table.add_columns("layout", *(f"C={c}" for c in comp.levels), "peak")
+        self._details = {row.layout: row_detail(row) for row in comp.rows}
+        self.query_one("#results-detail", Static).update("")
         for row in comp.rows:
-            if row.peak is None:
+            if row.peak is None:  # the cause is cut by rule here; the detail line under the table has it whole
                 cause = _clip(row.diagnosis or "no cause recorded", CAUSE_WIDTH)
                 failed = [Text("✗ failed", style="red"), *([""] * (len(comp.levels) - 1))] if comp.levels else []
-                table.add_row(row.layout, *failed, Text(cause if comp.levels else f"✗ failed: {cause}", style="red"))
+                table.add_row(row.layout, *failed, Text(cause if comp.levels else f"✗ failed: {cause}", style="red"), key=row.layout)
                 continue
             cells = []
             for level in comp.levels:
@@ -86,7 +95,7 @@ class BenchPane(Vertical):
                 cells.append(Text(format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""))
             best_peak = comp.best_peak == row.layout
             peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
-            table.add_row(row.layout, *cells, Text(peak, style="bold green" if best_peak else ""))
+            table.add_row(row.layout, *cells, Text(peak, style="bold green" if best_peak else ""), key=row.layout)
         if not comp.rows:
             table.add_row("no results yet", *([""] * len(comp.levels)), "")
         series = [
@@ -95,3 +104,19 @@ class BenchPane(Vertical):
             if row.cells
         ]
         self.query_one(ResultsChart).plot(series)
+
+    @on(DataTable.RowHighlighted, "#results-table")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        detail = self._details.get(str(event.row_key.value), "") if event.row_key is not None else ""
+        self.query_one("#results-detail", Static).update(detail)
+
+
+def row_detail(row: ComparisonRow) -> str:
+    """One row in full: what the table cuts to fit (a failure's cause) and the latencies it leaves out."""
+    if row.peak is None:
+        return f"{row.layout} (experiment {row.experiment}) failed: {row.diagnosis or 'no cause recorded'}"
+    point = row.peak
+    latency = ""
+    if point.ttft_ms_p50 is not None or point.itl_ms_p50 is not None:
+        latency = f" · TTFT p50 {format_ms(point.ttft_ms_p50)} p99 {format_ms(point.ttft_ms_p99)} ms · ITL p50 {format_ms(point.itl_ms_p50)} p99 {format_ms(point.itl_ms_p99)} ms"
+    return f"{row.layout} (experiment {row.experiment}): peak {format_tok_s(point.output_tok_s)} tok/s at C={point.concurrency}{latency}"

@@ -1,8 +1,10 @@
 """One pane per GPU: memory and power bars with sparklines, utilisation, temperature, who holds it.
 
-A pane renders itself from the last sample and the monitor's history; three lines when it has
-the room, one line otherwise (80x24). Meaning is in marks and words, colour only repeats it:
-`▶ tp4` for a GPU of the current layout, `· idle` for a GPU the layout leaves idle.
+A pane renders itself from the last sample and the monitor's history: four lines when the screen
+has the height (the processes on their own line), three when it is short, one when compact (80x24).
+Every field is shown whole or not at all (format.Field): a pid or a number is never cut, and the
+lower-ranked fields (name, power, temperature) give way first. Meaning is in marks and words,
+colour only repeats it: `▶ tp4` for a GPU of the current layout, `· idle` for a GPU it leaves idle.
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ from rich.text import Text
 from textual.containers import Grid
 from textual.widget import Widget
 
-from cockpit.telemetry.base import GpuSample
-from cockpit.tui.format import GIB, bar, number, sparkline
+from cockpit.telemetry.base import GpuProcess, GpuSample
+from cockpit.tui.format import GIB, Field, bar, line, number, size, sparkline, used_of
 
-VALUE_WIDTH = 10
+VALUE_WIDTH = 9  # "47.2/141G": shorter values are padded so the sparklines line up across panes
+BAR_MIN, SPARK_MIN = 3, 5
+BAR_MIN_COMPACT = 6  # the one-line pane's bar, the pane's main mark
+PANE_LINES_TALL, PANE_LINES, PANE_LINES_COMPACT = 4, 3, 1
+SCREEN_CHROME = 4  # header, prompt, status line, footer
+MAIN_MIN_ROWS = 24  # the picker keeps ten rows of its table over its detail
 
 
 def _level_style(fraction: float | None) -> str:
@@ -29,7 +36,7 @@ class GpuPane(Widget):
     """A GPU's last sample and its recent history; `show()` replaces them and redraws once."""
 
     DEFAULT_CSS = """
-    GpuPane { height: 3; }
+    GpuPane { height: 1fr; }
     GpuPane.-idle { color: $text-muted; }
     """
 
@@ -58,74 +65,115 @@ class GpuPane(Widget):
             return "held"
         return "· free"
 
-    def holder(self) -> str:
+    def processes(self) -> list[GpuProcess]:
+        """Largest memory first: the one named in full is the one that matters."""
         s = self.sample
-        if s is None or not s.processes:
-            return ""
-        first = s.processes[0]
-        more = f" +{len(s.processes) - 1}" if len(s.processes) > 1 else ""
-        return f"pid {first.pid} {first.name}{more}"
+        return sorted(s.processes, key=lambda p: -p.used_bytes) if s is not None else []
+
+    def holder(self, ranks: tuple[int, int, int, int] = (0, 1, 2, 3)) -> list[Field]:
+        """pid 4194304 python3 45.2G +1 as nvitop lists it; ranks of the pid, its memory, +N, the name
+        (the one field shortened, since it is a word)."""
+        procs = self.processes()
+        if not procs:
+            return []
+        first = procs[0]
+        more = f"+{len(procs) - 1}" if len(procs) > 1 else ""
+        pid, used, others, name = ranks
+        return [
+            Field(f"pid {first.pid}", pid, "bold"),
+            Field(first.name, name, word=True),
+            Field(size(first.used_bytes), used),
+            Field(more, others),
+        ]
 
     def render(self) -> Text:
         s = self.sample
         width = self.content_size.width or 30
         if s is None:
-            return Text(f"GPU{self.index} waiting for the first sample", style="dim")
-        if self.content_size.height < 3:
-            return self._one_line(s, width)
-        return self._three_lines(s, width)
+            return line([Field(f"GPU{self.index}", 0, "bold"), Field("waiting for a sample", 1, word=True)], width)
+        height = self.content_size.height
+        if height < PANE_LINES:
+            return self.one_line(s, width)
+        return Text("\n").join(self.lines(s, width, tall=height >= PANE_LINES_TALL))
 
-    def _three_lines(self, s: GpuSample, width: int) -> Text:
-        temp = number(s.temperature_c, "{:.0f}°C")
-        util = number(s.utilization, "{:.0f}%")
-        title = Text.assemble((f"GPU{self.index} ", "bold"), (self.role(), "bold" if self.layout_name else ""))
-        extra = f" {self.holder()}" if self.holder() else ""
-        tail = f"{temp} {util}"
-        room = width - len(title) - len(tail) - 1
-        title.append(extra[: max(0, room)])
-        title.append(" " * max(1, width - len(title) - len(tail)))
-        title.append(tail)
-
-        mem_fraction = s.memory_fraction
-        mem_value = f"{number(s.memory_used_gib, '{:.1f}')}/{number(s.memory_total and s.memory_total / GIB, '{:.0f}')}G"
+    def lines(self, s: GpuSample, width: int, tall: bool) -> list[Text]:
+        """Title, memory, power, and (tall) the processes; a short pane puts the holder in the title."""
         power_fraction = s.power_w / s.power_limit_w if s.power_w is not None and s.power_limit_w else None
-        power_value = f"{number(s.power_w)}/{number(s.power_limit_w)}W"
-        total = s.memory_total
-        mem_line = self._meter(
-            "mem", mem_fraction, mem_value, [h.memory_used for h in self.history], total, width
-        )
-        power_line = self._meter(
-            "pwr", power_fraction, power_value, [h.power_w for h in self.history], s.power_limit_w, width
-        )
-        return Text("\n").join([title, mem_line, power_line])
+        total_gib = s.memory_total and s.memory_total / GIB
+        mem = used_of(s.memory_used_gib, total_gib, "G", "{:.1f}")
+        power = used_of(s.power_w, s.power_limit_w, "W")
+        mem_history = [h.memory_used for h in self.history]
+        power_history = [h.power_w for h in self.history]
+        rows = [
+            self.title(s, width, holder=not tall),
+            self.meter("mem", s.memory_fraction, mem, lambda w: sparkline(mem_history, w, s.memory_total), width),
+            self.meter("pwr", power_fraction, power, lambda w: sparkline(power_history, w, s.power_limit_w, keep="max"), width),
+        ]
+        if tall:
+            rows.append(line(self.holder(), width))
+        return rows
+
+    def title(self, s: GpuSample, width: int, holder: bool) -> Text:
+        """GPU0 ▶ tp4 ... 54°C 87%; with the holder, `held` gives way to the pid it would repeat."""
+        role = self.role()
+        held = holder and bool(s.processes)
+        fields = [Field(f"GPU{self.index}", 0, "bold")]
+        if not (held and role == "held"):
+            fields.append(Field(role, 1, "bold" if self.layout_name else "", word=True))
+        if held:
+            fields += self.holder(ranks=(2, 3, 4, 5))
+        fields += [
+            Field(number(s.temperature_c, "{:.0f}°C"), 7 if held else 3, right=True),
+            Field(number(s.utilization, "{:.0f}%"), 6 if held else 2, right=True),
+        ]
+        return line(fields, width)
 
     @staticmethod
-    def _meter(label: str, fraction: float | None, value: str, history: list, top: float | None, width: int) -> Text:
-        room = width - len(label) - 1 - VALUE_WIDTH - 1
-        spark_width = room // 2 if room >= 10 else 0
-        bar_width = max(3, room - spark_width - (1 if spark_width else 0))
-        line = Text(f"{label} ")
-        line.append(bar(fraction, bar_width), style=_level_style(fraction))
-        line.append(f" {value:<{VALUE_WIDTH}}")
-        if spark_width:
-            line.append(" ")
-            line.append(sparkline(history, spark_width, top), style="cyan")
-        return line
+    def meter(label: str, fraction: float | None, value: str, spark, width: int) -> Text:
+        """mem ████░░ 47.2/141G ▁▂▅▇: the sparkline gives way first, then the label, then the bar; the value stays."""
+        style = _level_style(fraction)
+        return line(
+            [
+                Field(label, 2),
+                Field(bar(fraction, BAR_MIN), 1, style, fill=lambda w: bar(fraction, w)),
+                Field(value.ljust(VALUE_WIDTH), 0),
+                Field(spark(SPARK_MIN), 3, "cyan", fill=spark),
+            ],
+            width,
+        )
 
-    def _one_line(self, s: GpuSample, width: int) -> Text:
+    def one_line(self, s: GpuSample, width: int) -> Text:
+        """0▶ ████░░ 45/141G pid 4194304 +1 87%: the pid whole before power, temperature, utilisation."""
         mark = "▶" if self.layout_name else "·" if self.idle else " "
-        mem = f"{number(s.memory_used_gib, '{:.0f}')}/{number(s.memory_total and s.memory_total / GIB, '{:.0f}')}G"
-        tail = f" {mem:>7} {number(s.power_w, '{:.0f}W'):>5} {number(s.temperature_c, '{:.0f}°'):>3} {number(s.utilization, '{:.0f}%'):>4}"
-        head = f"{self.index}{mark}"
-        bar_width = max(3, width - len(head) - len(tail) - 1)
-        line = Text(head + " ", style="bold" if self.layout_name else "")
-        line.append(bar(s.memory_fraction, bar_width), style=_level_style(s.memory_fraction))
-        line.append(tail)
-        return line
+        fraction = s.memory_fraction
+        mem = used_of(s.memory_used_gib, s.memory_total and s.memory_total / GIB, "G")
+        fields = [
+            Field(f"{self.index}{mark}", 0, "bold" if self.layout_name else ""),
+            Field(bar(fraction, BAR_MIN_COMPACT), 3, _level_style(fraction), fill=lambda w: bar(fraction, w)),
+            Field(f"{mem:>7}", 1),
+        ]
+        fields += self.holder(ranks=(2, 4, 3, 9))  # pid, +N, its memory before utilisation; the name last
+        return line(
+            fields
+            + [
+                Field(f"{number(s.power_w, '{:.0f}W'):>4}", 8, right=True),
+                Field(f"{number(s.temperature_c, '{:.0f}°'):>3}", 7, right=True),
+                Field(f"{number(s.utilization, '{:.0f}%'):>4}", 5, right=True),
+            ],
+            width,
+        )
 
 
 class GpuGrid(Grid):
     """The panes, four to a row where there is room, two in a compact screen."""
+
+    @staticmethod
+    def pane_lines(compact: bool, rows: int, screen_height: int) -> int:
+        """Lines per pane: four (a line for the processes) while the main area keeps MAIN_MIN_ROWS."""
+        if compact:
+            return PANE_LINES_COMPACT
+        room = screen_height - SCREEN_CHROME - rows * PANE_LINES_TALL
+        return PANE_LINES_TALL if room >= MAIN_MIN_ROWS else PANE_LINES
 
     async def set_count(self, count: int) -> None:
         if len(self.panes()) == count:

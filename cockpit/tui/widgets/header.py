@@ -8,7 +8,6 @@ from textual.widgets import Static
 
 from cockpit.tui.state import ServerView
 
-SHORT_BELOW = 110  # columns under which model, quantization and GPU type take their short forms
 STATE_STYLES = {"starting": "bold yellow", "loading": "bold yellow", "ready": "bold green", "failed": "bold red", "stopped": "bold"}
 
 
@@ -18,15 +17,14 @@ class StatusHeader(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._shown: tuple | None = None
+        self.plain = ""
 
     def show(self, host: str, info: dict[str, str], server: ServerView, now: float) -> None:
         self._shown = (host, info, server, now)
-        short = "_short" if self.size.width < SHORT_BELOW else ""
-        left = Text.assemble(
-            (host, "bold"),
-            f" · {info['profile']} · {info['model' + short]} · {info['engine']} · {info['gpus' + short]}",
-        )
         right = Text(server.label(now), style=STATE_STYLES.get(server.state, ""))
+        room = (self.content_size.width or self.size.width or 120) - len(right) - 2
+        left = Text.assemble((host, "bold"), " · " + _fitting(info, room - len(host) - 3))
+        self.plain = f"{left.plain}  {right.plain}"  # what it says, for tests and screen readers
         grid = Table.grid(expand=True)
         grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         grid.add_column(no_wrap=True, justify="right")
@@ -36,3 +34,22 @@ class StatusHeader(Static):
     def on_resize(self) -> None:
         if self._shown is not None:
             self.show(*self._shown)
+
+
+def _fitting(info: dict[str, str], room: int) -> str:
+    """The header's words, dropped whole by rule rather than cut: short forms first, then the
+    profile's name, then the engine (the picker and the argv still say both)."""
+    tries = [
+        [info["profile"], info["model"], info["engine"], info["gpus"]],
+        [info["profile"], info["model_short"], info["engine"], info["gpus"]],
+        [info["profile"], info["model"], info["engine"], info["gpus_short"]],
+        [info["profile"], info["model_short"], info["engine"], info["gpus_short"]],
+        [info["model_short"], info["engine"], info["gpus_short"]],
+        [info["model_short"], info["gpus_short"]],
+    ]
+    for parts in tries:
+        text = " · ".join(parts)
+        if len(text) <= room:
+            return text
+    return text  # the last resort: the grid's ellipsis cuts it
+

@@ -57,8 +57,12 @@ class LaunchLog(Vertical):
         return self.query_one("#log-banner", Static)
 
     def begin(self, layout: str, command: str) -> None:
+        """A separator for a new experiment, brought into view: the log follows the newest launch
+        even if the person had scrolled up in the last one's lines."""
         self.hide_banner()
-        self.log_view.write_line(f"── {layout} ── {command}")
+        log = self.log_view
+        log.write_line(f"── {layout} ── {command}")
+        log.scroll_to(x=0, y=log.max_scroll_y, animate=False, immediate=True)
 
     def write_lines(self, lines: list[str]) -> None:
         self.log_view.write_lines(lines)
@@ -72,7 +76,7 @@ class LaunchLog(Vertical):
         self.banner.display = False
 
     def show_ready(self, layout: str, url: str, load_seconds: float) -> None:
-        self._banner(f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f} s) · next: `bench c=1,32,64`", "-ready")
+        self._banner(f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f}s) · next: `bench c=1,32,64`", "-ready")
 
     def show_failure(self, layout: str, diagnosis: Diagnosis) -> None:
         text = f"✗ FAILED  {layout}: {diagnosis.cause}"
@@ -84,9 +88,13 @@ class LaunchLog(Vertical):
         self._banner(f"■ STOPPED  {layout}: {reason}", "-stopped")
 
     def _banner(self, text: str, kind: str) -> None:
+        log = self.log_view
+        following = log.is_vertical_scroll_end
         self.banner.update(text)
         self.banner.set_classes(kind)
         self.banner.display = True
+        if following:  # the banner takes rows from the log: keep its last lines in view
+            self.call_after_refresh(log.scroll_end, animate=False, x_axis=False)
 
     @property
     def banner_text(self) -> str:

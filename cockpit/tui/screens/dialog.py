@@ -1,0 +1,44 @@
+"""The base of cockpit's questions: a dialog never eats a command typed at it.
+
+A person who does not notice a question and types the next command (`tp4`, `bench`) would
+otherwise lose those keys to the dialog. A printable key that answers nothing cancels the
+question instead, and the key goes on to the prompt (`TypedPast`), where the app says so.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeVar
+
+from textual import events
+from textual.message import Message
+from textual.screen import ModalScreen
+
+T = TypeVar("T")
+
+
+class TypedPast(Message):
+    """A dialog was cancelled by typing: `character` is the first key of the next command."""
+
+    def __init__(self, title: str, character: str) -> None:
+        super().__init__()
+        self.title = title
+        self.character = character
+
+
+class Dialog(ModalScreen[T]):
+    answer_keys: ClassVar[frozenset[str]] = frozenset()  # keys that answer (the subclass's)
+
+    def __init__(self, title: str) -> None:
+        super().__init__()
+        self.title_text = title
+
+    def keys(self) -> frozenset[str]:
+        return self.answer_keys
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key in self.keys() or not event.is_printable or not event.character or event.character == " ":
+            return  # an answer, a move between buttons (Tab, arrows), or Space on a button
+        event.stop()
+        event.prevent_default()
+        self.dismiss(None)
+        self.app.post_message(TypedPast(self.title_text, event.character))
