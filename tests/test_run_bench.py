@@ -51,10 +51,11 @@ def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path):
                                            argv=["vllm", "serve"])
         bench = subprocess.Popen(
             [sys.executable, "-m", "cockpit.cli", "bench", "--url", f"http://127.0.0.1:{port}", "--jsonl",
-             "-c", "1,8", "--input-len", "16", "--output-len", "4", "--requests", "4", "--experiment", str(exp)],
+             "-c", "1,8", "--input-len", "16", "--output-len", "4", "--duration", "3", "--experiment", str(exp)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        # Level C=8 asks for long outputs: interrupt it once C=1 is done and C=8 has started.
+        # Each level runs 3 s: interrupt once C=1 is done and C=8 has started (3 s is room enough
+        # for the signal to land inside C=8 on a loaded machine; a short level could end first).
         for line in bench.stdout:
             event = json.loads(line)
             if event["type"] == "level_start" and event["concurrency"] == 8:
