@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 
 from cockpit.journal import Journal
 
@@ -40,7 +41,10 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
         assert point["output_tok_s"] > 0
 
 
-def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path):
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path, inherited):
+    """Also when the child inherits SIGINT ignored (a cockpit started from a shell's background
+    job): the parent's SIGINT is still how it stops the sweep."""
     port = free_port()
     sim = SimProcess("vllm", ["serve", "qwen3-30b-a3b-fp8", "--tensor-parallel-size", "2", "--port", str(port)],
                      tmp_path / "simbox")
@@ -53,6 +57,7 @@ def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path):
             [sys.executable, "-m", "cockpit.cli", "bench", "--url", f"http://127.0.0.1:{port}", "--jsonl",
              "-c", "1,8", "--input-len", "16", "--output-len", "4", "--duration", "3", "--experiment", str(exp)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=None if inherited == signal.SIG_DFL else lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
         # Each level runs 3 s: interrupt once C=1 is done and C=8 has started (3 s is room enough
         # for the signal to land inside C=8 on a loaded machine; a short level could end first).

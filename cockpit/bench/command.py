@@ -94,6 +94,8 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
     from cockpit.bench.loadgen import LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
+    if args.jsonl:
+        _listen_for_interrupt()
     journal = None
     if args.experiment is not None:
         from cockpit.journal import Journal
@@ -129,6 +131,17 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
         print("cockpit bench: no level got a token back: see the errors above", file=sys.stderr)
         return 1
     return 0
+
+
+def _listen_for_interrupt() -> None:
+    """As cockpit's child (`--jsonl`), SIGINT is how the parent stops the sweep, keeping the
+    levels done. A child started from a shell's background job inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt: it would run on, still sending requests."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
