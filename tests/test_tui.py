@@ -9,7 +9,7 @@ from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
 from tuipilot import fast_sim, minimax  # noqa: F401  (fixtures)
-from tuipilot import command, launch_ready, make_app, run, status_text, stop_server, submit, until
+from tuipilot import command, launch_ready, make_app, run, screen_text, status_text, stop_server, submit, until
 
 GIB = 2**30
 
@@ -77,6 +77,10 @@ def test_bench_fills_the_sparkline_and_adds_a_row_to_the_results(minimax):
             table = app.main.bench.results_table
             assert [str(c.label) for c in table.columns.values()] == ["layout", "C=1", "C=32", "peak"]
             assert table.row_count == 1 and table.get_row_at(0)[0] == "tp4"
+            await pilot.pause(0.2)
+            shown = screen_text(app)
+            for cell in table.get_row_at(0):  # each number whole on the screen (was cut to the header's width)
+                assert str(cell) in shown, (str(cell), shown)
             await stop_server(pilot, app)
         [exp] = Journal().experiments()
         assert sorted(p.concurrency for p in Journal().points(exp.id)) == [1, 32]

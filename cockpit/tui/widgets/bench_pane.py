@@ -74,30 +74,21 @@ class BenchPane(Vertical):
         self.query_one("#bench-latency", Static).display = bool(latency)
 
     def show_comparison(self, comp: Comparison) -> None:
+        """Columns as wide as their widest cell, set here: the table's own sizing lagged behind
+        a refill in quick succession (levels landing) and cut numbers to the header's width."""
         table = self.results_table
         table.clear(columns=True)
-        table.add_columns("layout", *(f"C={c}" for c in comp.levels), "peak")
         self._details = {row.layout: row_detail(row) for row in comp.rows}
         self.query_one("#results-detail", Static).update("")
-        for row in comp.rows:
-            if row.peak is None:  # the cause is cut by rule here; the detail line under the table has it whole
-                cause = _clip(row.diagnosis or "no cause recorded", CAUSE_WIDTH)
-                failed = [Text("✗ failed", style="red"), *([""] * (len(comp.levels) - 1))] if comp.levels else []
-                table.add_row(row.layout, *failed, Text(cause if comp.levels else f"✗ failed: {cause}", style="red"), key=row.layout)
-                continue
-            cells = []
-            for level in comp.levels:
-                point = row.cells.get(level)
-                if point is None:
-                    cells.append("-")
-                    continue
-                best = comp.best.get(level) == row.layout
-                cells.append(Text(format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""))
-            best_peak = comp.best_peak == row.layout
-            peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
-            table.add_row(row.layout, *cells, Text(peak, style="bold green" if best_peak else ""), key=row.layout)
+        labels = ["layout", *(f"C={c}" for c in comp.levels), "peak"]
+        rows = [(row.layout, result_cells(row, comp)) for row in comp.rows]
         if not comp.rows:
-            table.add_row("no results yet", *([""] * len(comp.levels)), "")
+            rows = [("", ["no results yet", *([""] * len(comp.levels)), ""])]
+        for i, label in enumerate(labels):
+            width = max([len(label), *(Text(str(cells[i])).cell_len for _, cells in rows)])
+            table.add_column(label, width=width)
+        for key, cells in rows:
+            table.add_row(*cells, key=key or None)
         series = [
             (row.layout, sorted(row.cells), [row.cells[c].output_tok_s for c in sorted(row.cells)])
             for row in comp.rows
@@ -109,6 +100,27 @@ class BenchPane(Vertical):
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         detail = self._details.get(str(event.row_key.value), "") if event.row_key is not None else ""
         self.query_one("#results-detail", Static).update(detail)
+
+
+def result_cells(row: ComparisonRow, comp: Comparison) -> list:
+    """One layout's cells: tok/s per level (the best marked ★ as well as coloured) and its peak;
+    a layout that never served shows its cause, cut by rule (the detail line has it whole)."""
+    if row.peak is None:
+        cause = _clip(row.diagnosis or "no cause recorded", CAUSE_WIDTH)
+        failed = [Text("✗ failed", style="red"), *([""] * (len(comp.levels) - 1))] if comp.levels else []
+        return [row.layout, *failed, Text(cause if comp.levels else f"✗ failed: {cause}", style="red")]
+    cells: list = [row.layout]
+    for level in comp.levels:
+        point = row.cells.get(level)
+        if point is None:
+            cells.append("-")
+            continue
+        best = comp.best.get(level) == row.layout
+        cells.append(Text(format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""))
+    best_peak = comp.best_peak == row.layout
+    peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
+    cells.append(Text(peak, style="bold green" if best_peak else ""))
+    return cells
 
 
 def row_detail(row: ComparisonRow) -> str:
