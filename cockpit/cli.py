@@ -118,14 +118,13 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
     """
+    from cockpit.headless import why_simulated
     from cockpit.sim.box import SimBox
-    from cockpit.telemetry.nvml import driver_present
 
-    sim = args.sim or not driver_present()
-    if sim:
+    why = why_simulated(args.sim)
+    if why:
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
-        why = "--sim given" if args.sim else "no NVIDIA driver found"
         print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
     if not served and not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -209,13 +208,12 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
         source = PrometheusSource(args.dcgm)
     else:
-        from cockpit.headless import gpu_source, use_sim
+        from cockpit.headless import gpu_source, why_simulated
 
-        sim = use_sim(args.sim)
+        why = why_simulated(args.sim)
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
-        source = gpu_source(setup.hardware, sim)
-        if sim:
-            why = "--sim given" if args.sim else "no NVIDIA driver found"
+        source = gpu_source(setup.hardware, bool(why))
+        if why:
             print(f"{why}: these are the simulated box's GPUs ({setup.hardware}, profile {profile.name})", file=sys.stderr)
     try:
         samples = source.sample()

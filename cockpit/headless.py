@@ -31,10 +31,18 @@ def gpu_source(hardware, sim: bool) -> GpuSource:
     return NvmlSource()
 
 
-def use_sim(sim: bool) -> bool:
+def why_simulated(sim: bool) -> str:
+    """Why this run uses the simulated box ("--sim given", "no NVIDIA driver found"); "" when it
+    uses the real GPUs. One wording for the CLI, the screen and `cockpit gpus`."""
     from cockpit.telemetry.nvml import driver_present
 
-    return sim or not driver_present()
+    if sim:
+        return "--sim given"
+    return "" if driver_present() else "no NVIDIA driver found"
+
+
+def use_sim(sim: bool) -> bool:
+    return bool(why_simulated(sim))
 
 
 def announce_live_servers(registry: Registry, out: Print) -> None:

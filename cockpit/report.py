@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from cockpit.journal import BenchPoint, Comparison, ComparisonRow, Experiment, format_tok_s
+from cockpit.journal import BenchPoint, Comparison, Experiment, format_comparison, format_tok_s
 from cockpit.planner import FAILS, FITS, TIGHT, Reason, Setup, Verdict
 
 MARKS = {FITS: "✓ fits", TIGHT: "~ tight", FAILS: "✗ fails"}
@@ -233,7 +233,7 @@ def markdown_report(comp: Comparison, context: ReportContext) -> str:
     lines = [report_title(context), "", *context_lines(context), ""]
     if not comp.rows:
         return "\n".join([*lines, "No benchmark results yet."])
-    lines += ["### Output tok/s", "", tok_s_table(comp)]
+    lines += ["### Output tok/s", "", format_comparison(comp, "markdown")]  # the seeds' table, as `results` prints it
     if any(row.cells for row in comp.rows):
         lines += ["", "### Latency (ms)", "", latency_table(comp)]
     return "\n".join(lines)
@@ -280,35 +280,6 @@ def _tokens(values: Sequence[int]) -> str:
     words = [str(v) for v in values]
     text = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
     return f"{text} tokens"
-
-
-def tok_s_table(comp: Comparison) -> str:
-    """Output tok/s per layout and concurrency, the best of each column bold; a layout that never
-    served keeps its row with the cause."""
-    headers = [f"C={c}" + (" tok/s" if i == 0 else "") for i, c in enumerate(comp.levels)]
-    lines = [
-        "| " + " | ".join(["Layout", *headers, "Peak"]) + " |",
-        "|" + "|".join(["---", *["---:"] * (len(comp.levels) + 1)]) + "|",
-    ]
-    for row in comp.rows:
-        lines.append("| " + " | ".join([row.layout, *_tok_s_cells(comp, row)]) + " |")
-    return "\n".join(lines)
-
-
-def _tok_s_cells(comp: Comparison, row: ComparisonRow) -> list[str]:
-    if row.peak is None:
-        cause = f"failed: {row.diagnosis or 'no cause recorded'}".replace("|", "\\|")
-        return [cause, *[""] * len(comp.levels)]
-    cells = [
-        _bold(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout) if c in row.cells else "-"
-        for c in comp.levels
-    ]
-    peak = f"{format_tok_s(row.peak.output_tok_s)} (C={row.peak.concurrency})"
-    return [*cells, _bold(peak, comp.best_peak == row.layout)]
-
-
-def _bold(text: str, best: bool) -> str:
-    return f"**{text}**" if best else text
 
 
 def latency_table(comp: Comparison) -> str:

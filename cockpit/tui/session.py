@@ -14,8 +14,8 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cockpit.headless import gpu_source, use_sim
-from cockpit.journal import Comparison, Journal, comparison, format_comparison
+from cockpit.headless import gpu_source, why_simulated
+from cockpit.journal import LAUNCHING, READY, Comparison, Journal, comparison, format_comparison
 from cockpit.layout import Layout
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, FITS, TIGHT, Verdict, plan_layout
@@ -48,14 +48,14 @@ class Session:
     def open(cls, profile: str | None = None, *, sim: bool = False, interval: float = 1.0) -> Session:
         """Resolve the profile, plan every layout, open the journal; the monitor is not started yet."""
         setup, prof = build_setup(SetupOverrides(profile=profile))
-        reason = "--sim given" if sim else "no NVIDIA driver found"
-        sim = use_sim(sim)
+        reason = why_simulated(sim)
+        sim = bool(reason)
         source = gpu_source(setup.hardware, sim)
         journal = Journal()
         monitor = Monitor(source, interval=interval)
         registry = Registry()
         launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim)
-        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [], reason if sim else "")
+        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [], reason)
         session.verdicts = session._ordered(launcher.verdicts())
         return session
 
@@ -129,9 +129,9 @@ class Session:
     def server_state(self, entry: ServerEntry, now: float) -> str:
         """What a server left running is doing, from the journal: loading, or ready since when."""
         record = self.journal.experiment(entry.experiment)
-        if record is None or record.outcome == "launching":
+        if record is None or record.outcome == LAUNCHING:
             return f"loading (started {duration(now - entry.started)} ago)" if entry.started else "loading"
-        if record.outcome == "ready":
+        if record.outcome == READY:
             since = f" for {duration(now - entry.started - (record.load_seconds or 0))}" if entry.started else ""
             return f"ready{since} (loaded in {record.load_seconds or 0:.0f} s)"
         return record.outcome

@@ -18,11 +18,8 @@ class ChoiceScreen(Dialog[str]):
     BINDINGS = [Binding("escape", "choose('cancel')", "Cancel")]
 
     def __init__(self, title: str, body: str, choices: list[tuple[str, str, str]]) -> None:
-        super().__init__(title)
+        super().__init__(title, answer_keys=[key for key, _, _ in choices])
         self.body, self.choices = body, choices
-
-    def keys(self) -> frozenset[str]:
-        return frozenset(key for key, _, _ in self.choices)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):

@@ -17,10 +17,9 @@ class ConfirmScreen(Dialog[bool]):
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
-    answer_keys = frozenset({"y", "n"})
 
     def __init__(self, title: str, body: str, yes: str = "Yes", no: str = "No") -> None:
-        super().__init__(title)
+        super().__init__(title, answer_keys="yn")
         self.body, self.yes, self.no = body, yes, no
 
     def compose(self) -> ComposeResult:

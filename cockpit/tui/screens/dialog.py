@@ -7,7 +7,8 @@ question instead, and the key goes on to the prompt (`TypedPast`), where the app
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from collections.abc import Iterable
+from typing import TypeVar
 
 from textual import events
 from textual.message import Message
@@ -26,17 +27,13 @@ class TypedPast(Message):
 
 
 class Dialog(ModalScreen[T]):
-    answer_keys: ClassVar[frozenset[str]] = frozenset()  # keys that answer (the subclass's)
-
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, answer_keys: Iterable[str]) -> None:
         super().__init__()
         self.title_text = title
-
-    def keys(self) -> frozenset[str]:
-        return self.answer_keys
+        self.answer_keys = frozenset(answer_keys)  # the keys that answer it; the rest cancel it
 
     def on_key(self, event: events.Key) -> None:
-        if event.key in self.keys() or not event.is_printable or not event.character or event.character == " ":
+        if event.key in self.answer_keys or not event.is_printable or not event.character or event.character == " ":
             return  # an answer, a move between buttons (Tab, arrows), or Space on a button
         event.stop()
         event.prevent_default()
