@@ -17,6 +17,35 @@ from cockpit.errors import CockpitError
 from cockpit.resolve import SetupOverrides, build_setup
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line that says where to look (no usage block)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message}: see `{self.prog} --help`\n")
+
+
+def _port(text: str) -> int:
+    """A TCP port a server can bind: 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port is a number 1-65535, got '{text[:20]}'") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number 1-65535, got {port}")
+    return port
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (nan, inf and 0 would never end or never start)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got '{text[:20]}'") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text[:20]}")
+    return value
+
+
 def _add_setup_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)")
     parser.add_argument("--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id")
@@ -27,7 +56,7 @@ def _add_setup_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cockpit",
         description="Try parallelism layouts of an LLM on a multi-GPU box with vLLM or SGLang.",
     )
@@ -51,10 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
     run.add_argument("--force", action="store_true", help="launch even when the planner says the layout fails")
     run.add_argument("--keep", action="store_true", help="leave the server running when done or on Ctrl-C")
-    run.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready")
+    run.add_argument("--startup-timeout", type=_seconds, default=1800.0, metavar="S", help="seconds to wait for ready")
     run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
 
-    run.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S"', help="benchmark the server once it is ready")
+    run.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"', help="benchmark the server once it is ready")
+    run.add_argument("--timeout", type=_seconds, metavar="S", help="with --bench: seconds a request may wait for its next bytes")
 
     from cockpit.bench.command import add_bench_parser
 
@@ -66,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpus.add_argument("--dcgm", metavar="URL", help="read an NVIDIA dcgm-exporter endpoint, e.g. http://node1:9400/metrics")
 
     web = commands.add_parser("web", help="the same screen in a browser (textual-serve; no authentication)")
-    web.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765)")
+    web.add_argument("--port", type=_port, default=8765, help="port to serve on (default 8765)")
     web.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by SSH tunnel)")
     web.add_argument("--profile", metavar="NAME|FILE", help="the profile to open")
     web.add_argument("--sim", action="store_true", help="use the simulated box")
@@ -191,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         startup_timeout=args.startup_timeout,
         quiet=args.quiet,
         bench=args.bench,
+        timeout=args.timeout,
     )
 
 
@@ -227,7 +258,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the app to a browser. textual-serve starts one app per browser tab from a command
-    line that it hands to a shell, so the line is built from an argv list with shlex quoting."""
+    line that it hands to a shell, so the line is built from an argv list with shlex quoting; its
+    websocket refuses pages from other origins (cockpit.webserve)."""
     import shlex
 
     from cockpit.runner.supervisor import busy_port
@@ -242,10 +274,10 @@ def cmd_web(args: argparse.Namespace) -> int:
         argv += ["--profile", args.profile]
     if args.sim:
         argv.append("--sim")
-    from textual_serve.server import Server
+    from cockpit.webserve import OriginCheckedServer
 
     print(f"cockpit web on http://{args.host}:{args.port} (no authentication: reach it through an SSH tunnel)")
-    Server(shlex.join(argv), host=args.host, port=args.port, title="cockpit").serve()
+    OriginCheckedServer(shlex.join(argv), host=args.host, port=args.port, title="cockpit").serve()
     return 0
 
 

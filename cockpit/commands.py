@@ -1,6 +1,6 @@
 """The prompt grammar: what the user types -> a Command. One registry feeds parsing, help and completion.
 
-`try tp4 ep2` (or just `tp4 ep2`), `bench c=1,32,64 in=1024 out=1024 n=200`, `stop`, `plan tp8`,
+`try tp4 ep2` (or just `tp4 ep2`), `bench c=1,32,64 in=1024 out=1024 n=200 timeout=600`, `stop`, `plan tp8`,
 `sweep tp8, pp8, tp8 ep8`, `results`, `export md`, `use kimi-k2.6`, `help`, `quit`.
 """
 
@@ -10,6 +10,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from cockpit.errors import CockpitError
+from cockpit.hardware import shown
 from cockpit.layout import Layout, parse_layout
 
 
@@ -25,6 +26,7 @@ class Bench:
     output_len: int | None = None
     requests: int | None = None
     duration_s: float | None = None
+    timeout_s: float | None = None  # per request; None: the bench client's default
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,16 @@ class CommandSpec:
 
 COMMANDS = (
     CommandSpec("try", "try <layout>", "launch a layout (a bare layout works too: `tp4 ep2`)"),
-    CommandSpec("bench", "bench [c=1,32,64] [in=N] [out=N] [n=N|t=S]", "run a concurrency sweep on the server"),
+    CommandSpec(
+        "bench",
+        "bench [c=1,32,64] [in=N] [out=N] [n=N|t=S] [timeout=S]",
+        "run a concurrency sweep on the server (timeout=S: seconds one request may take)",
+    ),
     CommandSpec("stop", "stop", "stop the running server"),
     CommandSpec("plan", "plan [<layout>]", "show the verdict for one layout, or for all"),
-    CommandSpec("sweep", "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S]", "launch, bench, stop each layout in turn"),
+    CommandSpec(
+        "sweep", "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]", "launch, bench, stop each layout in turn"
+    ),
     CommandSpec("results", "results", "show the comparison table of this profile"),
     CommandSpec("export", "export md|csv", "write the comparison table to a file"),
     CommandSpec("use", "use <profile>", "switch to another profile"),
@@ -93,7 +101,24 @@ COMMANDS = (
 NAMES = tuple(c.name for c in COMMANDS)
 EXPORT_FORMATS = ("md", "csv")
 _LAYOUT_KEYS = {"tp", "pp", "dp", "ep"}  # `tp=4` is a layout's word
-_BENCH_KEYS = {"c": "concurrency", "in": "input_len", "out": "output_len", "n": "requests", "t": "duration_s"}
+_BENCH_KEYS = {
+    "c": "concurrency",
+    "in": "input_len",
+    "out": "output_len",
+    "n": "requests",
+    "t": "duration_s",
+    "timeout": "timeout_s",
+}
+_BENCH_WORDS = "c=1,32,64 in=N out=N n=N or t=S, timeout=S"
+
+# Bounds on benchmark sizes, far above any real sweep: a typo (`c=99999999`, `t=1e9`) is refused
+# in one line instead of opening that many connections or running for years.
+MAX_CONCURRENCY = 100_000
+MAX_TOKENS = 10_000_000  # input or output tokens of one request
+MAX_REQUESTS = 10_000_000
+MAX_SECONDS = 7 * 24 * 3600.0  # a week: the longest duration or per-request timeout
+_BENCH_LIMITS = {"input_len": MAX_TOKENS, "output_len": MAX_TOKENS, "requests": MAX_REQUESTS}
+_SECONDS_FIELDS = ("duration_s", "timeout_s")
 
 
 def parse_command(text: str) -> Command:
@@ -142,10 +167,25 @@ def parse_levels(text: str, flag: str) -> tuple[int, ...]:
     try:
         levels = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise CockpitError(f"{flag} takes concurrency levels like 1,32,64; got '{text}'") from None
-    if not levels or min(levels) < 1:
-        raise CockpitError(f"{flag}: concurrency levels must be 1 or more, like 1,32,64; got '{text}'")
+        raise CockpitError(f"{flag} takes concurrency levels like 1,32,64; got {shown(text)}") from None
+    if not levels or min(levels) < 1 or max(levels) > MAX_CONCURRENCY:
+        raise CockpitError(
+            f"{flag}: concurrency levels must be 1 or more and at most {MAX_CONCURRENCY:,}, like 1,32,64; got {shown(text)}"
+        )
     return levels
+
+
+def check_bench_number(field_name: str, value: object, where: str, fix: str) -> int | float:
+    """A benchmark size (tokens, requests, seconds) from the prompt or a profile: positive and bounded.
+
+    Seconds may have a fraction; the others are whole numbers. ``where`` names what was typed."""
+    seconds = field_name in _SECONDS_FIELDS
+    high = MAX_SECONDS if seconds else _BENCH_LIMITS[field_name]
+    number = not isinstance(value, bool) and isinstance(value, (int, float) if seconds else int)
+    if not number or not 0 < value <= high:  # type: ignore[operator]  # also refuses nan and inf
+        kind = "seconds above 0" if seconds else "a whole number of 1 or more"
+        raise CockpitError(f"{where} must be {kind} and at most {high:,.0f} (got {shown(value)}): {fix}")
+    return float(value) if seconds else value  # type: ignore[arg-type,return-value]
 
 
 def _is_bench_token(token: str) -> bool:
@@ -156,13 +196,13 @@ def _is_bench_token(token: str) -> bool:
 def _sweep(rest: str) -> Sweep:
     """`sweep tp4, tp8 ep c=1,8 out=64`: layouts separated by commas, then `bench`'s words.
 
-    A word is the bench's when its key is one of bench's (c=, in=, out=, n=, t=); `tp=4`
+    A word is the bench's when its key is one of bench's (c=, in=, out=, n=, t=, timeout=); `tp=4`
     stays a layout's."""
     words = _joined_equals(rest).split()
     for word in words:
         key, eq, _ = word.partition("=")
         if eq and key.lower() not in _BENCH_KEYS and key.lower() not in _LAYOUT_KEYS:
-            raise CockpitError(f"sweep: '{word}' is neither a layout nor a bench setting (c=, in=, out=, n=, t=)")
+            raise CockpitError(f"sweep: {shown(word)} is neither a layout nor a bench setting (c=, in=, out=, n=, t=, timeout=)")
     bench_words = [w for w in words if _is_bench_token(w)]
     layout_text = " ".join(w for w in words if not _is_bench_token(w))
     layouts = tuple(parse_layout(part) for part in layout_text.split(",") if part.strip())
@@ -177,30 +217,35 @@ def _joined_equals(text: str) -> str:
 
 
 def _bench(rest: str, command: str = "bench") -> Bench:
-    """`c=1,32,64 in=N out=N n=N|t=S`; an error echoes the word as it was typed."""
+    """`c=1,32,64 in=N out=N n=N|t=S timeout=S`; an error echoes the word as it was typed."""
     values: dict = {}
     for token in _joined_equals(rest).split():
         key, eq, value = token.partition("=")
         field_name = _BENCH_KEYS.get(key.lower())
         if not eq or field_name is None:
-            raise CockpitError(f"{command} takes c=1,32,64 in=N out=N n=N or t=S; '{token}' is not one of them")
+            raise CockpitError(f"{command} takes {_BENCH_WORDS}; {shown(token)} is not one of them")
         if field_name == "concurrency":  # its own message, which names the token
-            values[field_name] = parse_levels(value, f"'{token}'")
+            values[field_name] = parse_levels(value, shown(token))
             continue
-        try:
-            if field_name == "duration_s":
-                values[field_name] = float(value.rstrip("s"))
-                if values[field_name] <= 0:
-                    raise ValueError
-            else:
-                values[field_name] = int(value)
-                if values[field_name] < 1:
-                    raise ValueError
-        except ValueError:
-            raise CockpitError(f"'{token}': {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`") from None
+        number = _typed_number(value, field_name)
+        if number is None:
+            raise CockpitError(f"{shown(token)}: {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`")
+        values[field_name] = check_bench_number(
+            field_name, number, f"{shown(token)}: {key}=", f"e.g. `{command} c=1,32,64 n=200 timeout=600`"
+        )
     if "requests" in values and "duration_s" in values:
         raise CockpitError(f"{command} takes n= (requests) or t= (seconds), not both")
     return Bench(**values)
+
+
+def _typed_number(text: str, field_name: str) -> int | float | None:
+    """The number in `n=200` or `t=30s`; None when it is not one."""
+    try:
+        if len(text) > 40:
+            return None
+        return float(text.rstrip("s")) if field_name in _SECONDS_FIELDS else int(text)
+    except ValueError:
+        return None
 
 
 def completions(text: str, layouts: tuple[str, ...] = (), profiles: tuple[str, ...] = ()) -> list[str]:

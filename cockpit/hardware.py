@@ -9,11 +9,69 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 
 from cockpit.errors import CockpitError
 
 GIB = 2**30
+# Upper bounds that no real box reaches, so a typo (`--gpus 80000`, `--gpu-mem 1e9`) is refused
+# in one line instead of planning (or simulating) an absurd box. The largest single nodes hold
+# 8-72 GPUs of at most a few hundred GiB each.
+MAX_GPUS = 512
+MAX_GPU_MEM_GIB = 16384.0
+
+
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxlong, short.maxother = 2, 4, 4, 60, 40, 60
+    return short
+
+
+_SHORT = _short_repr()
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value as an error message echoes it: a bounded repr, on one line, cut to ``limit`` characters.
+
+    Bounded because a YAML alias bomb or a 10**5000 from a file must not blow up the message."""
+    if isinstance(value, int) and value.bit_length() > 4000:  # repr() refuses ints this long
+        return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
+    try:
+        text = _SHORT.repr(value)
+    except ValueError:  # a huge int inside a list
+        text = f"a {type(value).__name__} too long to show"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_gpu_count(count: object, where: str = "the GPU count") -> int:
+    """A GPU count a box can have: a whole number from 1 to MAX_GPUS (bools are not numbers)."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise CockpitError(
+            f"{where} has the wrong type: a box needs 1 GPU or more, a whole number up to {MAX_GPUS} "
+            f"(got {shown(count)}): give a count like 8"
+        )
+    if not 1 <= count <= MAX_GPUS:
+        raise CockpitError(
+            f"{where}: a box needs 1 GPU or more and at most {MAX_GPUS} (got {shown(count)}): "
+            "give the GPUs of one box, like 8"
+        )
+    return count
+
+
+def check_gpu_memory(gib: object, where: str = "GPU memory") -> float:
+    """Memory per GPU in GiB: a finite number above 0 and at most MAX_GPU_MEM_GIB."""
+    if isinstance(gib, bool) or not isinstance(gib, (int, float)):
+        raise CockpitError(
+            f"{where} has the wrong type: it is GiB per GPU, a number above 0 GiB (got {shown(gib)}): "
+            "give it like 94.97"
+        )
+    if not (0 < gib <= MAX_GPU_MEM_GIB):  # also refuses nan and inf
+        raise CockpitError(
+            f"{where} must be above 0 GiB and at most {MAX_GPU_MEM_GIB:,.0f} GiB per GPU "
+            f"(got {shown(gib)}): give it like 94.97"
+        )
+    return float(gib)
 
 
 @dataclass(frozen=True)
@@ -200,11 +258,9 @@ class Hardware:
     memory_gib: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise CockpitError(
-                f"a box needs 1 GPU or more, got {self.count!r}: "
-                "give a count like `8xrtx-pro-6000`."
-            )
+        check_gpu_count(self.count, "the box's GPU count")
+        if self.memory_gib is not None:
+            check_gpu_memory(self.memory_gib)
         if self.memory_gib is None:
             object.__setattr__(self, "memory_gib", self.gpu.memory_gib)
 
@@ -236,10 +292,9 @@ def gpu_type(name: str) -> GpuType:
 
 def hardware(gpu: str, count: int, memory_gib: float | None = None) -> Hardware:
     """A box from what a person typed. An unknown type is allowed when they give its memory."""
-    if memory_gib is not None and not memory_gib > 0:
-        raise CockpitError(
-            f"GPU memory must be above 0 GiB, got {memory_gib!r}: give it like --gpu-mem 94.97."
-        )
+    check_gpu_count(count)
+    if memory_gib is not None:
+        memory_gib = check_gpu_memory(memory_gib)
     try:
         kind = gpu_type(gpu)
     except CockpitError:
@@ -257,6 +312,8 @@ def parse_box(spec: str) -> Hardware:
             f"cannot read the GPU box '{spec}': "
             "write COUNTxTYPE, like `8xrtx-pro-6000` or `4xh200`."
         )
+    if len(match[1]) > 6:  # int() of a thousand-digit count is slow and then refused anyway
+        raise CockpitError(f"the GPU box '{spec[:60]}' has more than {MAX_GPUS} GPUs: give the GPUs of one box, like `8xh200`")
     return hardware(match[2], int(match[1]))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from typing import Callable
 
 from cockpit.commands import Bench, Try, parse_command
@@ -10,8 +11,9 @@ from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
-from cockpit.runner.experiment import Launcher, check_startup_timeout
+from cockpit.runner.experiment import Launcher, check_startup_timeout, journal_stopped
 from cockpit.runner.registry import Registry
+from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
 from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
@@ -60,10 +62,15 @@ def run_headless(
     startup_timeout: float,
     quiet: bool = False,
     bench: str | None = None,
+    timeout: float | None = None,
     out: Print = print,
 ) -> int:
     command = parse_command(text)
     bench_command = _bench_command(bench)
+    if timeout is not None:
+        if bench_command is None:
+            raise CockpitError("--timeout is the benchmark's per-request timeout: give --bench too")
+        bench_command = replace(bench_command, timeout_s=timeout)
     if not isinstance(command, Try):
         raise CockpitError(f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"')
     check_startup_timeout(startup_timeout)
@@ -80,10 +87,31 @@ def run_headless(
         return _drive(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
-def _interrupt_once(signum, frame) -> None:
-    """Ctrl-C raises once; a second Ctrl-C during the clean-up must not cut the clean-up short."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _on_signal(signum, frame) -> None:
+    """Ctrl-C, SIGTERM and SIGHUP raise once; another during the clean-up must not cut it short."""
+    for sig in HELD:
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGHUP:
+        raise HungUp
+    if signum == signal.SIGTERM:
+        raise Terminated
     raise KeyboardInterrupt
+
+
+class _Printer:
+    """Prints until the terminal is gone (an SSH drop makes writes fail); then stays quiet."""
+
+    def __init__(self, out: Print) -> None:
+        self.out = out
+        self.gone = False
+
+    def __call__(self, line: str) -> None:
+        if self.gone:
+            return
+        try:
+            self.out(line)
+        except OSError:
+            self.gone = True
 
 
 def _bench_command(text: str | None) -> Bench | None:
@@ -95,14 +123,15 @@ def _bench_command(text: str | None) -> Bench | None:
 
 
 def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
-    previous = signal.signal(signal.SIGINT, _interrupt_once)
-    code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench)
-    if code != 130:  # once interrupted, Ctrl-C stays ignored until cockpit has exited
-        signal.signal(signal.SIGINT, previous)
+    previous = {sig: signal.signal(sig, _on_signal) for sig in HELD}
+    code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
+    if code < 128:  # once a signal came, the others stay ignored until cockpit has exited
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return code
 
 
-def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
+def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: _Printer, bench: Bench | None) -> int:
     outcome: Event | None = None
     try:
         for event in launcher.run(command.layout, force=force):
@@ -120,14 +149,19 @@ def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet:
             _finish(launcher, keep, out)
             return 0
         return 1
-    except KeyboardInterrupt:
+    except HungUp as exc:
+        out.gone = True  # the terminal is gone: nothing more to print
+        if launcher.handle is not None:
+            launcher.note_hangup(launcher.handle)
+        return exit_code(exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
         if launcher.handle is not None and not keep:
-            stopped = launcher.stop("interrupted")
+            stopped = launcher.stop("interrupted" if not isinstance(exc, Terminated) else "terminated (SIGTERM)")
             if stopped:
                 out(str(stopped))
         elif launcher.handle is not None:
             out(f"kept      pid {launcher.handle.pid} still runs; `cockpit stop {launcher.handle.pid}` stops it")
-        return 130
+        return exit_code(exc)
 
 
 def _finish(launcher: Launcher, keep: bool, out: Print) -> None:
@@ -158,9 +192,7 @@ def stop_servers(which: str, out: Print = print) -> int:
     with Journal() as journal:
         for entry in live:
             how = supervisor.stop(supervisor.attach(entry))
-            record = journal.experiment(entry.experiment)
-            if record is not None and record.outcome == "launching":
-                journal.set_outcome(entry.experiment, "stopped")
+            journal_stopped(journal, entry.experiment)
             out(f"stopped   {entry}: {how}")
     return 0
 

@@ -3,7 +3,8 @@
 Each write commits at once, so a crash (of cockpit, the engine or the box) keeps what was done.
 WAL mode and short transactions let a cockpit and its child `cockpit bench` write together.
 `comparison` and `format_comparison` turn the journal into the seeds' table: tok/s per layout
-and concurrency.
+and concurrency. A level whose requests mostly failed is journaled as failed, with its reason,
+and never wins over a good measurement of the same layout and level.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import socket
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import platformdirs
 
@@ -82,6 +84,13 @@ _MIGRATIONS = [
     );
     CREATE INDEX bench_points_experiment ON bench_points (experiment_id, concurrency);
     """,
+    # A level whose requests mostly failed is kept, marked, and never wins over a good one;
+    # notes are what happened to a launch after the fact ("cockpit got SIGHUP; ...").
+    """
+    ALTER TABLE bench_points ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bench_points ADD COLUMN error TEXT;
+    ALTER TABLE experiments ADD COLUMN note TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -109,6 +118,7 @@ class Experiment:
     log_path: str
     pid: int | None
     port: int | None
+    note: str | None = None  # lines added later by add_note
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,8 @@ class BenchPoint:
     input_len: int | None = None
     output_len: int | None = None
     client_limited: bool = False  # the client, not the server, was the bottleneck
+    failed: bool = False  # most requests failed or no token came back: not a measurement to compare
+    error: str | None = None  # why it failed, one line
     extra: dict[str, Any] = field(default_factory=dict)
     id: int | None = None  # set by the journal
     experiment_id: int | None = None
@@ -154,29 +166,109 @@ def default_path() -> Path:
 
 
 class Journal:
-    """The journal file. One connection, autocommit: every call is its own short transaction."""
+    """The journal file. One connection, autocommit: every call is its own short transaction.
+
+    A file cockpit creates is private (0600, in a 0700 folder if it made that too): benchmark
+    argv can name hosts and paths. A journal that cannot be written is still opened for reading
+    (``readonly``), so `cockpit results` works on a copy someone shared read-only.
+    """
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_path()
         self._lock = threading.Lock()  # the TUI may write from a worker thread
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise CockpitError(
-                f"cannot create the journal folder {self.path.parent}: {err.strerror}; "
-                "set COCKPIT_JOURNAL to a file in a writable folder."
-            ) from None
+        self.readonly = False
+        _create_private(self.path)
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        """Open read-write; fall back to read-only where the file or its folder forbids writing."""
         with self._guard():
-            self._db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
         try:
-            with self._guard():
-                # The first read of the file: a garbage file fails here, before anything is written.
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            tables = self._tables(db)  # the first read: garbage fails here, before anything is written
+            self._refuse_foreign(tables)
+            with self._guard(passthrough_readonly=True):
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+            self._migrate(db, tables)
+        except sqlite3.OperationalError as err:
+            db.close()
+            if not _cannot_write(err):
+                self._raise(err)
+            return self._open_readonly()
         except BaseException:
-            self._db.close()
+            db.close()
             raise
+        return db
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """mode=ro sees a live WAL; immutable=1 is for a folder where even the WAL index cannot be made."""
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        for suffix in ("", "&immutable=1"):
+            with self._guard():
+                db = sqlite3.connect(uri + suffix, uri=True, timeout=10, isolation_level=None, check_same_thread=False)
+            try:
+                tables = self._tables(db)
+            except sqlite3.OperationalError as err:
+                db.close()
+                if _cannot_write(err) and not suffix:
+                    continue
+                self._raise(err)
+            except BaseException:
+                db.close()
+                raise
+            self.readonly = True
+            try:
+                self._refuse_foreign(tables)
+                self._check_version(db, tables)
+            except BaseException:
+                db.close()
+                raise
+            return db
+        raise AssertionError("unreachable: the immutable open returns or raises")
+
+    def _tables(self, db: sqlite3.Connection) -> set[str]:
+        """The file's tables; raises sqlite3's own errors so the caller can tell read-only apart."""
+        try:
+            return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as err:
+            self._raise(err)
+
+    def _refuse_foreign(self, tables: set[str]) -> None:
+        """A database with tables but no schema_version is someone else's: never write into it."""
+        if tables and "schema_version" not in tables:
+            names = ", ".join(sorted(tables)[:5])
+            raise CockpitError(
+                f"{self.path} is an SQLite database but not a cockpit journal (it has tables {names}): "
+                "set COCKPIT_JOURNAL to another file; cockpit left this one untouched."
+            )
+
+    def _check_version(self, db: sqlite3.Connection, tables: set[str]) -> None:
+        """Read-only: usable only as it is, at this cockpit's schema."""
+        version = self._version(db, tables)
+        self._refuse_newer(version)
+        if version < SCHEMA_VERSION:
+            raise CockpitError(
+                f"the journal {self.path} is read-only and from an older cockpit (schema {version}): "
+                "make it writable once (chmod u+w on it and its folder) so cockpit can upgrade it."
+            )
+
+    def _version(self, db: sqlite3.Connection, tables: set[str]) -> int:
+        if "schema_version" not in tables:
+            return 0
+        with self._guard():
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+        return int(row[0]) if row else 0
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise CockpitError(
+                f"the journal {self.path} was written by a newer cockpit (schema {version}, "
+                f"this one knows {SCHEMA_VERSION}): upgrade cockpit or set COCKPIT_JOURNAL "
+                "to another file."
+            )
 
     # -- experiments ---------------------------------------------------------------------------
 
@@ -262,7 +354,7 @@ class Journal:
                 row = self._db.execute("SELECT peak_memory FROM experiments WHERE id = ?", (id,)).fetchone()
                 if row is None:
                     raise ValueError(f"no experiment {id} in {self.path}")
-                merged = {int(gpu): used for gpu, used in json.loads(row[0]).items()}
+                merged = _peaks(row[0])
                 for gpu, used in peaks.items():
                     merged[int(gpu)] = max(int(used), merged.get(int(gpu), 0))
                 self._db.execute(
@@ -270,8 +362,21 @@ class Journal:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
+
+    def add_note(self, id: int, text: str) -> None:
+        """Append one line to an experiment's note: what happened to it after the fact."""
+        line = " ".join(str(text).split())  # one line, whatever it was given
+        with self._guard():
+            cur = self._db.execute(
+                "UPDATE experiments SET note = CASE WHEN note IS NULL OR note = '' THEN ?"
+                " ELSE note || char(10) || ? END WHERE id = ?",
+                (line, line, id),
+            )
+        if cur.rowcount == 0:
+            raise ValueError(f"no experiment {id} in {self.path}")
 
     def experiment(self, id: int) -> Experiment | None:
         with self._guard():
@@ -329,55 +434,101 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _migrate(self) -> None:
-        """Bring the file to SCHEMA_VERSION; BEGIN IMMEDIATE so two first opens do not race."""
-        with self._guard():
-            self._db.execute("BEGIN IMMEDIATE")
+    def _migrate(self, db: sqlite3.Connection, tables: set[str]) -> None:
+        """Bring the file to SCHEMA_VERSION; BEGIN IMMEDIATE so two first opens do not race.
+        A journal already current is not written to at all (it may be read-only)."""
+        version = self._version(db, tables)
+        self._refuse_newer(version)
+        if version == SCHEMA_VERSION:
+            return
+        with self._guard(passthrough_readonly=True):
+            db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-                row = self._db.execute("SELECT version FROM schema_version").fetchone()
-                version = row[0] if row else 0
-                if version > SCHEMA_VERSION:
-                    raise CockpitError(
-                        f"the journal {self.path} was written by a newer cockpit (schema {version}, "
-                        f"this one knows {SCHEMA_VERSION}): upgrade cockpit or set COCKPIT_JOURNAL "
-                        "to another file."
-                    )
+                db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+                row = db.execute("SELECT version FROM schema_version").fetchone()
+                version = row[0] if row else 0  # another cockpit may have migrated meanwhile
+                self._refuse_newer(version)
                 for script in _MIGRATIONS[version:]:
                     for statement in filter(str.strip, script.split(";")):
-                        self._db.execute(statement)
+                        db.execute(statement)
                 if row is None:
-                    self._db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                    db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 elif version < SCHEMA_VERSION:
-                    self._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-                self._db.execute("COMMIT")
+                    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
 
     @contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self, passthrough_readonly: bool = False) -> Iterator[None]:
         """One caller at a time; SQLite's errors become one line that says what to do."""
         with self._lock:
             try:
                 yield
             except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
                 raise  # our own mistakes: a missing experiment, a closed journal
-            except sqlite3.OperationalError as err:
-                if "locked" in str(err) or "busy" in str(err):
-                    raise CockpitError(
-                        f"the journal {self.path} stayed locked by another cockpit for 10 s: "
-                        "try again when it is done."
-                    ) from None
-                raise CockpitError(
-                    f"cannot use the journal {self.path} ({err}): check the folder's permissions and "
-                    "free space, or set COCKPIT_JOURNAL to another file."
-                ) from None
             except sqlite3.DatabaseError as err:
+                if passthrough_readonly and isinstance(err, sqlite3.OperationalError) and _cannot_write(err):
+                    raise  # opening: the caller falls back to reading
+                self._raise(err)
+
+    def _raise(self, err: sqlite3.DatabaseError) -> NoReturn:
+        """The one-line CockpitError for an SQLite error."""
+        text = str(err)
+        if isinstance(err, sqlite3.OperationalError):
+            if "locked" in text or "busy" in text:
                 raise CockpitError(
-                    f"the journal {self.path} is damaged ({err}): move it aside (mv {self.path} "
-                    f"{self.path}.broken) and cockpit starts a new one."
+                    f"the journal {self.path} stayed locked by another cockpit for 10 s: "
+                    "try again when it is done."
                 ) from None
+            if self.readonly or "readonly" in text:
+                raise CockpitError(
+                    f"the journal {self.path} is read-only (results can be read, nothing written): "
+                    "make it and its folder writable, or set COCKPIT_JOURNAL to another file."
+                ) from None
+            raise CockpitError(
+                f"cannot use the journal {self.path} ({text}): check the folder's permissions and "
+                "free space, or set COCKPIT_JOURNAL to another file."
+            ) from None
+        raise CockpitError(
+            f"the journal {self.path} is damaged or not a cockpit journal ({text}): move it aside "
+            f"(mv {self.path} {self.path}.broken) and cockpit starts a new one."
+        ) from None
+
+
+def _cannot_write(err: sqlite3.OperationalError) -> bool:
+    """The errors of a file or folder cockpit may read but not write."""
+    text = str(err)
+    return "readonly" in text or "unable to open" in text
+
+
+def _create_private(path: Path) -> None:
+    """Create the missing folders 0700 and the file 0600; leave what already exists alone."""
+    try:
+        missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+        for folder in reversed(missing):
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            os.chmod(folder, 0o700)  # the umask may have taken bits; never adds any beyond 0700
+    except OSError as err:
+        raise CockpitError(
+            f"cannot create the journal folder {path.parent}: {err.strerror}; "
+            "set COCKPIT_JOURNAL to a file in a writable folder."
+        ) from None
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return  # it was there (or another cockpit made it just now): used as it is
+    except OSError as err:
+        raise CockpitError(
+            f"cannot create the journal {path}: {err.strerror}; "
+            "set COCKPIT_JOURNAL to a file in a writable folder."
+        ) from None
+    os.close(fd)
 
 
 def _to_sql(name: str, value: Any) -> Any:
@@ -395,18 +546,40 @@ def _dump_peaks(peaks: Mapping[int, int]) -> str:
 
 
 def _experiment(row: Sequence[Any]) -> Experiment:
+    """A row as written; a JSON column someone broke reads as empty rather than failing the read."""
     values = dict(zip(_EXPERIMENT_COLUMNS, row))
-    values["argv"] = tuple(json.loads(values["argv"]))
-    values["gpus"] = tuple(json.loads(values["gpus"]))
-    values["peak_memory"] = {int(gpu): used for gpu, used in json.loads(values["peak_memory"]).items()}
+    values["argv"] = tuple(str(a) for a in _json(values["argv"], list))
+    values["gpus"] = tuple(g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool))
+    values["peak_memory"] = _peaks(values["peak_memory"])
     return Experiment(**values)
 
 
 def _point(row: Sequence[Any]) -> BenchPoint:
     values = dict(zip(_POINT_COLUMNS, row))
-    values["extra"] = json.loads(values["extra"])
+    values["extra"] = _json(values["extra"], dict)
     values["client_limited"] = bool(values["client_limited"])
+    values["failed"] = bool(values["failed"])
     return BenchPoint(**values)
+
+
+def _json(text: Any, kind: type) -> Any:
+    """``text`` parsed, if it is JSON of ``kind``; else an empty ``kind``."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return kind()
+    return value if isinstance(value, kind) else kind()
+
+
+def _peaks(text: Any) -> dict[int, int]:
+    """peak_memory as {gpu: bytes}; entries that are not numbers are dropped."""
+    peaks = {}
+    for gpu, used in _json(text, dict).items():
+        try:
+            peaks[int(gpu)] = int(used)
+        except (TypeError, ValueError):
+            continue
+    return peaks
 
 
 # -- the comparison table --------------------------------------------------------------------------
@@ -414,15 +587,17 @@ def _point(row: Sequence[Any]) -> BenchPoint:
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """One layout: its latest benchmarked experiment, or its latest failure if it never served."""
+    """One layout: the levels its newest benchmarked experiments measured, or its latest failure
+    if it never served. A good point always wins over a failed one at the same level."""
 
     layout: str
     experiment: int
     engine: str
     outcome: str
-    cells: dict[int, BenchPoint]  # concurrency -> the point measured there
+    cells: dict[int, BenchPoint]  # concurrency -> the good point measured there
     peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
     diagnosis: str = ""  # the one-line cause, for a row without numbers
+    failed: dict[int, BenchPoint] = field(default_factory=dict)  # levels with only failed points: .error says why
 
 
 @dataclass(frozen=True)
@@ -439,30 +614,24 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
     if profile is None:
         newest = journal.experiments(limit=1)
         profile = newest[0].profile if newest else None
-    served: dict[str, tuple[Experiment, list[BenchPoint]]] = {}
+    history: dict[str, list[tuple[Experiment, list[BenchPoint]]]] = {}  # layout -> newest first
     failed: dict[str, Experiment] = {}
     seen: set[str] = set()
     for exp in journal.experiments(profile) if profile is not None else []:  # newest first
-        if exp.layout in served:
-            continue
         if points := journal.points(exp.id):
-            served[exp.layout] = (exp, points)
+            history.setdefault(exp.layout, []).append((exp, points))
         elif exp.outcome == FAILED and exp.layout not in seen:
             failed[exp.layout] = exp  # only while no later launch of the layout went better
         seen.add(exp.layout)
 
-    rows = []
-    for exp, points in served.values():
-        cells = {p.concurrency: p for p in points}  # a level measured twice: the latest wins
-        peak = max(cells.values(), key=lambda p: p.output_tok_s)
-        rows.append((exp, ComparisonRow(exp.layout, exp.id, exp.engine, exp.outcome, cells, peak)))
+    rows = [_layout_row(runs) for runs in history.values()]
     for layout, exp in failed.items():
-        if layout not in served:
+        if layout not in history:
             row = ComparisonRow(layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "")
             rows.append((exp, row))
     ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[0].started, pair[0].id))]
 
-    levels = sorted({c for row in ordered for c in row.cells})
+    levels = sorted({c for row in ordered for c in (*row.cells, *row.failed)})
     best = {}
     for level in levels:
         measured = [row for row in ordered if level in row.cells]
@@ -471,6 +640,38 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
     peaked = [row for row in ordered if row.peak is not None]
     best_peak = max(peaked, key=lambda row: row.peak.output_tok_s).layout if len(peaked) > 1 else None
     return Comparison(profile, levels, ordered, best, best_peak)
+
+
+def _layout_row(runs: list[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experiment, ComparisonRow]:
+    """One layout's row from its benchmarked experiments, newest first.
+
+    The row is the newest experiment with a good point (else the newest one). It shows the
+    levels that experiment and any newer one measured; each level takes the newest good point
+    of the layout (an older experiment's, if the newer ones failed there), else stays failed.
+    """
+    base = next((i for i, (_, points) in enumerate(runs) if any(not p.failed for p in points)), 0)
+    exp = runs[base][0]
+    levels = {p.concurrency for _, points in runs[: base + 1] for p in points}
+    newest_first = [p for _, points in runs for p in reversed(points)]  # points() is oldest first per level
+    cells: dict[int, BenchPoint] = {}
+    failed: dict[int, BenchPoint] = {}
+    for level in sorted(levels):
+        at_level = [p for p in newest_first if p.concurrency == level]
+        good = next((p for p in at_level if not p.failed), None)
+        if good is not None:
+            cells[level] = good
+        else:
+            failed[level] = at_level[0]
+    peak = max(cells.values(), key=lambda p: p.output_tok_s) if cells else None
+    diagnosis = "" if cells else _bench_failure(failed)
+    return exp, ComparisonRow(exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed)
+
+
+def _bench_failure(failed: Mapping[int, BenchPoint]) -> str:
+    """A row whose every level failed: which ones, and the first reason."""
+    levels = ", ".join(f"C={c}" for c in sorted(failed))
+    reason = next((p.error for _, p in sorted(failed.items()) if p.error), None) or "no cause recorded"
+    return f"benchmark at {levels}: {reason}"
 
 
 def format_tok_s(value: float) -> str:
@@ -507,6 +708,11 @@ def _peak_text(row: ComparisonRow) -> str:
     return f"{format_tok_s(row.peak.output_tok_s)} (C={row.peak.concurrency})"
 
 
+def _missing(row: ComparisonRow, level: int) -> str:
+    """A level without a good number: failed (its reason is in csv and json), or not measured."""
+    return "failed" if level in row.failed else "-"
+
+
 def _markdown(comp: Comparison) -> str:
     def bold(text: str, best: bool) -> str:
         return f"**{text}**" if best else text
@@ -522,7 +728,7 @@ def _markdown(comp: Comparison) -> str:
         else:
             cells = [
                 bold(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells else "-"
+                if c in row.cells else _missing(row, c)
                 for c in comp.levels
             ]
             cells.append(bold(_peak_text(row), comp.best_peak == row.layout))
@@ -542,7 +748,7 @@ def _table(comp: Comparison) -> str:
         if row.peak is not None:
             cells = [
                 mark(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells else "- "
+                if c in row.cells else _missing(row, c) + " "
                 for c in comp.levels
             ]
             grid[row.layout] = [*cells, mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout)]
@@ -578,10 +784,11 @@ def _records(comp: Comparison) -> list[dict[str, Any]]:
             "outcome": row.outcome,
             "diagnosis": row.diagnosis or None,
         }
-        if row.peak is None:
+        if row.peak is None and not row.failed:
             records.append(head | {name: None for name in METRICS} | {"best": False})
             continue
-        for level, point in row.cells.items():
+        for level, point in sorted({**row.failed, **row.cells}.items()):
             metrics = {name: getattr(point, name) for name in METRICS}
-            records.append(head | metrics | {"best": comp.best.get(level) == row.layout, "extra": point.extra})
+            best = comp.best.get(level) == row.layout and level in row.cells
+            records.append(head | metrics | {"best": best, "extra": point.extra})
     return records

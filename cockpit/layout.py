@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from cockpit.errors import CockpitError
+from cockpit.hardware import MAX_GPUS
 
 ENGINES = ("vllm", "sglang")
 
@@ -46,9 +47,9 @@ class Layout:
             size = getattr(self, name)
             if size is None and name == "ep":
                 continue
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_GPUS:
                 raise CockpitError(
-                    f"{name} must be a whole number of 1 or more, got {size!r}: try `{name}4`."
+                    f"{name} must be a whole number from 1 to {MAX_GPUS}, got {_cut(repr(size))}: try `{name}4`."
                 )
         if self.ep is not None and not self.expert_parallel:
             # An EP size implies expert parallelism; normalise so equal layouts compare equal.
@@ -84,8 +85,8 @@ class Layout:
 
 def parse_layout(text: str) -> Layout:
     """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout."""
-    shown = text.strip()
-    lowered = _DPA_ALIAS.sub("dpa", shown.lower())
+    shown = _cut(text.strip())
+    lowered = _DPA_ALIAS.sub("dpa", text.strip().lower())
     tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]
     if not tokens:
         raise CockpitError(
@@ -105,16 +106,12 @@ def parse_layout(text: str) -> Layout:
             )
         if name == "dpa" and digits:
             raise CockpitError(
-                f"'{token}' in '{shown}': dpa takes no size; put it next to a dp size, "
+                f"'{_cut(token)}' in '{shown}': dpa takes no size; put it next to a dp size, "
                 "like `tp8 dp8 dpa ep8`."
             )
         if name in _SIZED and not digits:
             raise CockpitError(f"'{name}' needs a size in '{shown}': write it like `{name}4`.")
-        if digits and int(digits) < 1:
-            raise CockpitError(
-                f"'{token}' in '{shown}' is not a size: sizes are 1 or more, like `{name}4`."
-            )
-        sizes[name] = int(digits) if digits else None
+        sizes[name] = _size(name, digits, token, shown) if digits else None
 
     ep = sizes.get("ep")
     tp = sizes.get("tp") or ep or 1  # `ep8` alone: EP lives inside the TP group
@@ -128,12 +125,33 @@ def parse_layout(text: str) -> Layout:
     )
 
 
+def _size(name: str, digits: str, token: str, shown: str) -> int:
+    """The size in `tp8`: 1 to MAX_GPUS. Length is checked first: int() of thousands of digits fails."""
+    significant = digits.lstrip("0")
+    if len(significant) > 6 or int(significant or "0") > MAX_GPUS:
+        raise CockpitError(
+            f"'{_cut(token)}' in '{shown}' is too big: sizes are at most {MAX_GPUS}, "
+            f"since no box holds more GPUs; write it like `{name}8`."
+        )
+    if int(significant or "0") < 1:
+        raise CockpitError(f"'{_cut(token)}' in '{shown}' is not a size: sizes are 1 or more, like `{name}4`.")
+    return int(significant)
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    """Echo at most ``limit`` characters of what was typed, so an error stays one short line."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _unknown_token(token: str, shown: str) -> str:
+    token = _cut(token)
+    if any(not (c.isalnum() or c == "=") for c in token):  # `tp10**9`, `tp4.5`: no guess helps
+        return f"unknown token '{token}' in '{shown}': sizes are plain whole numbers up to {MAX_GPUS}, like `tp8`. {_EXAMPLES}"
     letters = "".join(c for c in token if c.isalpha())
     digits = "".join(c for c in token if c.isdigit())
     close = difflib.get_close_matches(letters, _NAMES, n=1, cutoff=0.5) if letters else []
     if close:
-        guess = close[0] if close[0] == "dpa" else close[0] + digits
+        guess = close[0] if close[0] == "dpa" else _cut(close[0] + digits)
         return f"unknown token '{token}' in '{shown}': did you mean '{guess}'? {_EXAMPLES}"
     return f"unknown token '{token}' in '{shown}'. {_EXAMPLES}"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cockpit.errors import CockpitError
+from cockpit.hardware import shown
 
 # Tensor classes: each is sharded its own way by the engines.
 ATTN_SHARDED = "attn_sharded"  # q/k/v/o (GQA), MLA q_b/kv_b/o: split over attention TP
@@ -245,30 +246,80 @@ def load_model(spec: str, env: Mapping[str, str] | None = None) -> ModelArch:
     return read_config(config_path, name=name)
 
 
+MAX_CONFIG_BYTES = 16 * 2**20  # real config.json files are a few KB; anything this big is not one
+
+
 def read_config(path: Path | str, name: str | None = None) -> ModelArch:
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CockpitError(
+                f"{path} is {path.stat().st_size / 2**20:,.0f} MiB, too big for a config.json: point --model at the model's config.json"
+            )
+        data = path.read_bytes()
     except OSError as exc:
         raise CockpitError(f"cannot read {path}: {exc.strerror}: check the path") from exc
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CockpitError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): fix it or point --model at another config.json"
-        ) from exc
+    config = parse_json(data, path)
     if not isinstance(config, dict):
         raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
     default_name = path.parent.name if path.name == "config.json" else path.stem
     return parse_config(config, source=str(path), name=name or default_name)
 
 
+def parse_json(data: bytes, path: Path | str) -> Any:
+    """JSON from a file's bytes; binary, UTF-16, too deep or too long numbers are one line each."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise CockpitError(f"{path} is UTF-16 text: save it as UTF-8 (the encoding config.json files use)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CockpitError(
+            f"{path} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}; a binary file?): "
+            "point --model at the model's config.json"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CockpitError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): fix it or point --model at another config.json"
+        ) from exc
+    except RecursionError:
+        raise CockpitError(f"{path} nests JSON too deeply to be a config.json: point --model at the model's config.json") from None
+    except ValueError:  # int() refuses a number of thousands of digits
+        raise CockpitError(
+            f"{path} holds a number of thousands of digits, no model's setting: point --model at the model's config.json"
+        ) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # Normalising the families
 
 
+# Bounds on counts in a config.json: far above any real model (today's largest have ~130 layers,
+# hidden 16k-25k, 512 experts, a 260k vocabulary, a 10M-token context), low enough that a typo
+# (a layer count of 10**9, a hidden size of 1e308) is refused before planning loops over it or
+# overflows a float.
+MAX_LAYERS = 10_000
+MAX_HIDDEN = 1_000_000
+MAX_HEADS = 100_000
+MAX_VOCAB = 10_000_000
+MAX_WIDTH = 10_000_000  # intermediate sizes, head dims, MLA ranks
+MAX_EXPERTS = 100_000
+MAX_CONTEXT = 1_000_000_000
+MAX_BLOCK = 65_536  # FP8 weight block and quantization group sizes
+
+
+def whole_number(value: Any, where: str, low: int, high: int, fix: str) -> int:
+    """A count from a file: an int (or a float with no fraction) from low to high; bools are not counts."""
+    if isinstance(value, float) and value.is_integer() and low <= value <= high:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CockpitError(f"{where} must be a whole number from {low:,} to {high:,} (got {shown(value)}): {fix}")
+    return value
+
+
 class _Config:
-    """A config dict that names the key and the file when a required key is missing."""
+    """A config dict that names the key and the file when a key is missing or its value is absurd."""
 
     def __init__(self, data: Mapping[str, Any], source: str, family: str):
         self.data, self.source, self.family = data, source, family
@@ -284,6 +335,17 @@ class _Config:
     def get(self, key: str, default: Any = None) -> Any:
         value = self.data.get(key)
         return default if value is None else value
+
+    def count(self, *keys: str, low: int = 1, high: int, default: int | None = None) -> int:
+        """A required count (or ``default`` when absent) within [low, high]."""
+        key = next((k for k in keys if self.data.get(k) is not None), None)
+        if key is None and default is not None:
+            return default
+        value = self.req(*keys)
+        return self.check(key or keys[0], value, low, high)
+
+    def check(self, key: str, value: Any, low: int, high: int) -> int:
+        return whole_number(value, f"{self.source}: {key}", low, high, "fix the config.json or point --model at the model's own")
 
 
 # model_type -> family. Anything else is refused rather than guessed to be dense.
@@ -306,6 +368,20 @@ _FAMILIES = {
 
 
 def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "model") -> ModelArch:
+    """The planner's view of a config.json; every absurd or mistyped value is one CockpitError line."""
+    try:
+        return _parse_config(raw, source, name)
+    except CockpitError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError, re.error) as exc:
+        # A shape no check above foresaw (a list where a mapping belongs, ...): still one line.
+        raise CockpitError(
+            f"{source}: a value has the wrong type or size ({type(exc).__name__}: {str(exc)[:60]}): "
+            "fix the config.json or point --model at the model's own"
+        ) from exc
+
+
+def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
     model_type = raw.get("model_type")
     quant_raw = raw.get("quantization_config")
     text = raw
@@ -318,21 +394,31 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "
     if family is None:
         known = ", ".join(sorted(set(_FAMILIES)))
         raise CockpitError(
-            f"{source}: model_type '{model_type}' is not a family cockpit knows ({known}); it will not guess: "
+            f"{source}: model_type {shown(str(model_type))} is not a family cockpit knows ({known}); it will not guess: "
             "plan with a supported model"
         )
     cfg = _Config(text, source, family)
-    arch = (text.get("architectures") or raw.get("architectures") or ["?"])[0]
+    arch = _architecture(text.get("architectures") or raw.get("architectures"))
     dtype_bytes = _dtype_bytes(text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype"))
 
-    layers = int(cfg.req("num_hidden_layers"))
-    hidden = int(cfg.req("hidden_size"))
-    heads = int(cfg.req("num_attention_heads"))
-    kv_heads = int(cfg.get("num_key_value_heads", heads))
-    head_dim = int(cfg.get("head_dim", hidden // heads))
-    vocab = int(cfg.req("vocab_size"))
+    layers = cfg.count("num_hidden_layers", high=MAX_LAYERS)
+    hidden = cfg.count("hidden_size", high=MAX_HIDDEN)
+    heads = cfg.count("num_attention_heads", high=MAX_HEADS)
+    kv_heads = cfg.count("num_key_value_heads", high=MAX_HEADS, default=heads)
+    if kv_heads > heads:
+        raise CockpitError(
+            f"{source}: num_key_value_heads ({kv_heads}) is more than num_attention_heads ({heads}); "
+            "every KV head serves one or more query heads: fix the config.json"
+        )
+    if cfg.get("head_dim") is None and hidden < heads:
+        raise CockpitError(
+            f"{source}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}), so a head has no width: "
+            "fix the config.json or give head_dim"
+        )
+    head_dim = cfg.count("head_dim", high=MAX_WIDTH, default=hidden // heads)
+    vocab = cfg.count("vocab_size", high=MAX_VOCAB)
     tied = bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
-    max_context = int(cfg.get("max_position_embeddings", 0) or 4096)
+    max_context = cfg.count("max_position_embeddings", low=0, high=MAX_CONTEXT, default=0) or 4096
 
     mla = _mla_dims(cfg) if family == "deepseek-v3" else None
     moe, dense_layers, dense_intermediate = _moe_dims(cfg, family, layers)
@@ -375,69 +461,92 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "
     )
 
 
+def _architecture(value: Any) -> str:
+    """The first of ``architectures``; a config that spells it oddly still plans."""
+    if isinstance(value, list) and value:
+        return str(value[0])[:80]
+    return str(value)[:80] if isinstance(value, str) and value else "?"
+
+
 def _dtype_bytes(dtype: Any) -> int:
     return 4 if str(dtype) in ("float32", "torch.float32") else 2
 
 
 def _mla_dims(cfg: _Config) -> MlaDims:
-    q_lora = cfg.get("q_lora_rank")
+    q_lora = cfg.count("q_lora_rank", low=0, high=MAX_WIDTH, default=0)
     return MlaDims(
-        q_lora_rank=int(q_lora) if q_lora else None,
-        kv_lora_rank=int(cfg.req("kv_lora_rank")),
-        qk_nope_head_dim=int(cfg.req("qk_nope_head_dim")),
-        qk_rope_head_dim=int(cfg.req("qk_rope_head_dim")),
-        v_head_dim=int(cfg.req("v_head_dim")),
+        q_lora_rank=q_lora or None,
+        kv_lora_rank=cfg.count("kv_lora_rank", high=MAX_WIDTH),
+        qk_nope_head_dim=cfg.count("qk_nope_head_dim", low=0, high=MAX_WIDTH),
+        qk_rope_head_dim=cfg.count("qk_rope_head_dim", low=0, high=MAX_WIDTH),
+        v_head_dim=cfg.count("v_head_dim", high=MAX_WIDTH),
     )
+
+
+def _experts(cfg: _Config, experts_key: str, *top_k_keys: str) -> tuple[int, int]:
+    """(routed experts, experts per token); top-k above the expert count is refused."""
+    experts = cfg.count(experts_key, high=MAX_EXPERTS)
+    top_k = cfg.count(*top_k_keys, high=MAX_EXPERTS)
+    if top_k > experts:
+        raise CockpitError(
+            f"{cfg.source}: {top_k_keys[0]} ({top_k}) is more than the {experts} experts of {experts_key}: "
+            "a token cannot be routed to more experts than exist; fix the config.json"
+        )
+    return experts, top_k
 
 
 def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, int, int]:
     """(MoE dims, number of dense-MLP layers, dense MLP width) for each family."""
     if family == "dense":
-        return None, layers, int(cfg.req("intermediate_size"))
+        return None, layers, cfg.count("intermediate_size", high=MAX_WIDTH)
+    dense_width = cfg.count("intermediate_size", low=0, high=MAX_WIDTH, default=0)
     if family in ("deepseek-v3", "glm4-moe"):
-        first_dense = int(cfg.get("first_k_dense_replace", 0))
-        freq = int(cfg.get("moe_layer_freq", 1))
+        first_dense = cfg.count("first_k_dense_replace", low=0, high=layers, default=0)
+        freq = cfg.count("moe_layer_freq", high=max(1, layers), default=1)
         moe_layers = len([i for i in range(first_dense, layers) if i % freq == 0])
-        expert = int(cfg.req("moe_intermediate_size"))
-        shared = int(cfg.get("n_shared_experts", 0))
+        expert = cfg.count("moe_intermediate_size", high=MAX_WIDTH)
+        shared = cfg.count("n_shared_experts", low=0, high=MAX_EXPERTS, default=0)
+        experts, top_k = _experts(cfg, "n_routed_experts", "num_experts_per_tok")
         return (
             MoeDims(
-                experts=int(cfg.req("n_routed_experts")),
-                experts_per_token=int(cfg.req("num_experts_per_tok")),
+                experts=experts,
+                experts_per_token=top_k,
                 expert_intermediate=expert,
                 moe_layers=moe_layers,
                 shared_experts=shared,
                 shared_intermediate=shared * expert,
             ),
             layers - moe_layers,
-            int(cfg.get("intermediate_size", 0)),
+            dense_width,
         )
     if family == "qwen3-moe":
-        dense_only = set(cfg.get("mlp_only_layers", []))
-        step = int(cfg.get("decoder_sparse_step", 1)) or 1
+        dense_only = _layer_list(cfg, "mlp_only_layers", layers)
+        step = cfg.count("decoder_sparse_step", low=0, high=max(1, layers), default=1) or 1
         moe_layers = len([i for i in range(layers) if i not in dense_only and (i + 1) % step == 0])
-        shared_width = int(cfg.get("shared_expert_intermediate_size", 0))
+        shared_width = cfg.count("shared_expert_intermediate_size", low=0, high=MAX_WIDTH, default=0)
+        experts, top_k = _experts(cfg, "num_experts", "num_experts_per_tok")
         return (
             MoeDims(
-                experts=int(cfg.req("num_experts")),
-                experts_per_token=int(cfg.req("num_experts_per_tok")),
-                expert_intermediate=int(cfg.req("moe_intermediate_size")),
+                experts=experts,
+                experts_per_token=top_k,
+                expert_intermediate=cfg.count("moe_intermediate_size", high=MAX_WIDTH),
                 moe_layers=moe_layers,
                 shared_experts=1 if shared_width else 0,
                 shared_intermediate=shared_width,
             ),
             layers - moe_layers,
-            int(cfg.get("intermediate_size", 0)),
+            dense_width,
         )
     if family in ("mixtral", "minimax-m2", "gpt-oss"):
         # MiniMax-M2 keeps the per-expert width in intermediate_size; experts in num_local_experts.
-        width = cfg.get("moe_intermediate_size") if family == "minimax-m2" else None
-        shared_width = int(cfg.get("shared_intermediate_size", 0))
+        keys = ("moe_intermediate_size", "intermediate_size") if family == "minimax-m2" else ("intermediate_size",)
+        shared_width = cfg.count("shared_intermediate_size", low=0, high=MAX_WIDTH, default=0)
+        experts, top_k = _experts(cfg, "num_local_experts", "num_experts_per_tok", "experts_per_token")
         return (
             MoeDims(
-                experts=int(cfg.req("num_local_experts")),
-                experts_per_token=int(cfg.req("num_experts_per_tok", "experts_per_token")),
-                expert_intermediate=int(width or cfg.req("intermediate_size")),
+                experts=experts,
+                experts_per_token=top_k,
+                expert_intermediate=cfg.count(*keys, high=MAX_WIDTH),
                 moe_layers=layers,
                 shared_experts=1 if shared_width else 0,
                 shared_intermediate=shared_width,
@@ -446,6 +555,14 @@ def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, i
             0,
         )
     raise AssertionError(family)  # every family in _FAMILIES is handled above
+
+
+def _layer_list(cfg: _Config, key: str, layers: int) -> set[int]:
+    """A list of layer indices such as mlp_only_layers."""
+    value = cfg.get(key, [])
+    if not isinstance(value, list):
+        raise CockpitError(f"{cfg.source}: {key} must be a list of layer numbers (got {shown(value)}): fix the config.json")
+    return {cfg.check(key, i, 0, max(0, layers - 1)) for i in value}
 
 
 def _count_params(
@@ -521,12 +638,12 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
         raise CockpitError(f"{source}: quantization_config is not an object: fix the config.json")
     method = str(raw.get("quant_method", "")).lower()
     if method == "fp8":
-        skip = [str(m) for m in raw.get("modules_to_not_convert") or []]
+        skip = _module_names(raw, "modules_to_not_convert", source)
         kept = _ignored_classes(skip, first_moe_layer, globs=True)
         kept |= {ROUTER}
         block = raw.get("weight_block_size")
         if block:
-            bn, bk = int(block[0]), int(block[1])
+            bn, bk = _block(block, source)
             per = 1.0 + 4.0 / (bn * bk)
             quantized = set(_LINEAR_CLASSES) - kept
             values = {**base, **{c: per for c in quantized}}
@@ -544,11 +661,11 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
         return _compressed_tensors(raw, base, source, first_moe_layer)
     if method == "modelopt":
         algo = str(raw.get("quant_algo", "")).upper()
-        skip = [str(m) for m in raw.get("exclude_modules") or raw.get("ignore") or []]
+        skip = _module_names(raw, "exclude_modules", source) or _module_names(raw, "ignore", source)
         kept = _ignored_classes(skip, first_moe_layer, globs=True) | {ROUTER}
         quantized = set(_LINEAR_CLASSES) - kept
         if algo == "NVFP4":
-            group = int(raw.get("group_size", 16))
+            group = _quant_number(raw.get("group_size", 16), "group_size", source, MAX_BLOCK)
             return Quantization("nvfp4", "NVFP4", {**base, **{c: 0.5 + 1 / group for c in quantized}}, group_size=group)
         if algo == "FP8":
             return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
@@ -560,6 +677,8 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
 
 def _compressed_tensors(raw: Mapping[str, Any], base: dict[str, float], source: str, first_moe_layer: int) -> Quantization:
     groups = raw.get("config_groups") or {}
+    if not isinstance(groups, dict):
+        raise CockpitError(f"{source}: quantization_config.config_groups must be a mapping (got {shown(groups)}): fix the config.json")
     weights = None
     for group in groups.values():
         if isinstance(group, dict) and group.get("weights"):
@@ -567,10 +686,14 @@ def _compressed_tensors(raw: Mapping[str, Any], base: dict[str, float], source: 
             break
     if weights is None:
         raise CockpitError(f"{source}: compressed-tensors config has no config_groups weights: cannot size it")
-    bits = int(weights.get("num_bits", 16))
+    if not isinstance(weights, dict):
+        raise CockpitError(f"{source}: compressed-tensors weights must be a mapping (got {shown(weights)}): fix the config.json")
+    bits = _quant_number(weights.get("num_bits", 16), "num_bits", source, 64)
     kind = str(weights.get("type", "int"))
     group_size = weights.get("group_size")
-    kept = _ignored_classes([str(m) for m in raw.get("ignore") or []], first_moe_layer, globs=True) | {ROUTER}
+    if group_size is not None:
+        group_size = _quant_number(group_size, "group_size", source, MAX_BLOCK)
+    kept = _ignored_classes(_module_names(raw, "ignore", source), first_moe_layer, globs=True) | {ROUTER}
     quantized = set(_LINEAR_CLASSES) - kept
     if bits == 4 and kind == "float":
         group = int(group_size or 16)
@@ -590,6 +713,29 @@ def _compressed_tensors(raw: Mapping[str, Any], base: dict[str, float], source: 
     if ROUTED_EXPERTS in quantized and quantized != set(_LINEAR_CLASSES) - {ROUTER}:
         label += " experts"
     return Quantization(method, label, {**base, **{c: per for c in quantized}}, group_size=group)
+
+
+def _quant_number(value: Any, key: str, source: str, high: int) -> int:
+    return whole_number(value, f"{source}: quantization_config {key}", 1, high, "fix the config.json")
+
+
+def _block(value: Any, source: str) -> tuple[int, int]:
+    """An FP8 weight_block_size: two whole numbers, like [128, 128]."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise CockpitError(
+            f"{source}: quantization_config weight_block_size must be two whole numbers like [128, 128] "
+            f"(got {shown(value)}): fix the config.json"
+        )
+    bn, bk = (_quant_number(v, "weight_block_size", source, MAX_BLOCK) for v in value)
+    return bn, bk
+
+
+def _module_names(raw: Mapping[str, Any], key: str, source: str) -> list[str]:
+    """An ignore list (modules kept unquantized): a list of names, or nothing."""
+    value = raw.get(key) or []
+    if not isinstance(value, list):
+        raise CockpitError(f"{source}: quantization_config {key} must be a list of module names (got {shown(value)}): fix the config.json")
+    return [str(m) for m in value]
 
 
 def _ignored_classes(patterns: list[str], first_moe_layer: int, globs: bool) -> set[str]:

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from cockpit.engines import Placement
 from cockpit.errors import CockpitError
-from cockpit.hardware import Hardware
+from cockpit.hardware import Hardware, shown
 from cockpit.model import ModelArch
 from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, stage_weights
 
@@ -43,22 +43,51 @@ class Calibration:
     t_floor_ms: Mapping[str, float] = field(default_factory=dict)
 
     def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> "Calibration":
-        """A copy with a profile's overrides; unknown names are errors, not silently ignored."""
+        """A copy with a profile's overrides; unknown names and absurd values are errors, not ignored."""
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in known:
-                raise CockpitError(f"{source}: unknown calibration '{key}': known are {', '.join(sorted(known))}")
+                raise CockpitError(
+                    f"{source}: unknown calibration {shown(key)}: known are {', '.join(sorted(known))}"
+                )
             if key == "t_floor_ms":
                 if not isinstance(value, Mapping):
                     raise CockpitError(f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}")
-                changes[key] = {**self.t_floor_ms, **{str(k): float(v) for k, v in value.items()}}
+                floors = {str(k): _calibration_number(f"t_floor_ms {k}", v, source) for k, v in value.items()}
+                changes[key] = {**self.t_floor_ms, **floors}
+            elif key == "max_running":
+                changes[key] = _calibration_count(key, value, source)
             else:
-                try:
-                    changes[key] = type(getattr(self, key))(value)
-                except (TypeError, ValueError):
-                    raise CockpitError(f"{source}: calibration '{key}' needs a number, got {value!r}") from None
+                changes[key] = _calibration_number(key, value, source, 1.0 if key.startswith("eta_") else MAX_CALIBRATION)
         return replace(self, **changes)
+
+
+MAX_CALIBRATION = 1e6  # far above any time (us, ms), bandwidth (GB/s) or factor a box measures
+
+
+def _calibration_number(key: str, value: Any, source: str, high: float = MAX_CALIBRATION) -> float:
+    """A calibration constant: a real number above 0 and at most ``high`` (1 for the eta_ shares)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile")
+    if not 0 < value <= high:  # also refuses nan and inf
+        raise CockpitError(
+            f"{source}: calibration '{key}' must be above 0 and at most {high:g} (got {shown(value)}): fix the profile"
+        )
+    return float(value)
+
+
+def _calibration_count(key: str, value: Any, source: str) -> int:
+    """max_running: a whole number of requests; 0 keeps the engine's default."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value) if abs(value) < 2**53 else value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile")
+    if not 0 <= value <= 10_000_000:
+        raise CockpitError(
+            f"{source}: calibration '{key}' must be 0 (the engine's default) to 10,000,000 (got {shown(value)}): fix the profile"
+        )
+    return value
 
 
 # One table: (GPU type, engine) -> overrides of the defaults. Links are read from the hardware

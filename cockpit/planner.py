@@ -25,6 +25,7 @@ from cockpit.model import (
     SHARED_EXPERTS,
     ModelArch,
 )
+from cockpit.secrets import redact_argv
 
 GiB = 2**30
 FITS, TIGHT, FAILS = "fits", "tight", "fails"
@@ -138,7 +139,7 @@ class Verdict:
         return {
             "layout": str(self.layout),
             "engine": self.engine,
-            "argv": list(self.argv),
+            "argv": list(redact_argv(self.argv)),
             "gpus_used": self.gpus_used,
             "verdict": self.verdict,
             "reasons": [r.to_json() for r in self.reasons],

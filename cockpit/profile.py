@@ -13,7 +13,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from cockpit.commands import MAX_CONCURRENCY, check_bench_number
+from cockpit.engines.base import parse_server_args
 from cockpit.errors import CockpitError
+from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory, shown
+from cockpit.layout import parse_layout
+from cockpit.model import whole_number
+from cockpit.perfmodel import Calibration
 
 ENGINES = ("vllm", "sglang")
 
@@ -81,77 +87,228 @@ def find_profile(name_or_path: str) -> Path:
     raise CockpitError(f"no profile named '{name_or_path}': known profiles are {', '.join(profile_names())}")
 
 
+MAX_PROFILE_BYTES = 1 * 2**20  # a profile is a screenful of YAML; a bigger file is not one
+
+
 def load_profile(name_or_path: str) -> Profile:
     path = find_profile(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise CockpitError(f"profile {path} is over {MAX_PROFILE_BYTES // 2**20} MiB, too big to be a profile: check the path")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CockpitError(f"cannot read profile {path}: {exc.strerror}: check the path") from exc
+    data = _parse_yaml(raw, path)
+    if not isinstance(data, dict):
+        raise CockpitError(f"profile {path} must be a YAML mapping (model:, engine:, hardware:, ...)")
+    return parse_profile(data, name=path.stem, source=str(path))
+
+
+def _parse_yaml(raw: bytes, path: Path) -> Any:
+    """YAML from a file's bytes; binary, UTF-16 and pathological files are one line each."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise CockpitError(f"profile {path} is UTF-16 text: save it as UTF-8")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CockpitError(f"profile {path} is not UTF-8 text (byte {exc.start}; a binary file?): give a YAML profile") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise CockpitError(f"profile {path} is not valid YAML{where}: fix the file") from exc
-    if not isinstance(data, dict):
-        raise CockpitError(f"profile {path} must be a YAML mapping (model:, engine:, hardware:, ...)")
-    return parse_profile(data, name=path.stem, source=str(path))
+    except RecursionError:
+        raise CockpitError(f"profile {path} nests YAML too deeply to be a profile: fix the file") from None
+    except ValueError:  # int() refuses a number of thousands of digits
+        raise CockpitError(f"profile {path} holds a number of thousands of digits, no setting's value: fix the file") from None
 
 
 _TOP_KEYS = {"model", "engine", "hardware", "server", "layouts", "bench", "calibration", "description", "name"}
 _HARDWARE_KEYS = {"gpu", "count", "memory_gib"}
 _SERVER_KEYS = {"port", "command", "args", "env", "gpus"}
 _BENCH_KEYS = {"concurrency", "input_len", "output_len", "requests", "duration_s"}
+_SCHEMA = "see the profile schema in README.md"
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, source: str) -> None:
     for key in section:
         if key not in allowed:
-            raise CockpitError(f"{source}: unknown key '{key}' in {where}: allowed keys are {', '.join(sorted(allowed))}")
+            raise CockpitError(
+                f"{source}: unknown key {shown(key)} in {where}: allowed keys are {', '.join(sorted(allowed))}"
+            )
 
 
 def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, dict):
-        raise CockpitError(f"{source}: '{key}' must be a mapping")
+        raise CockpitError(f"{source}: '{key}' must be a mapping (got {shown(value)}): {_SCHEMA}")
     return value
 
 
 def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = "<profile>") -> Profile:
+    """A Profile from a YAML mapping; every mistyped or absurd value is one CockpitError line.
+
+    All checks run here, before anything is planned, launched or journaled."""
     _check_keys(data, _TOP_KEYS, "the profile", source)
     if not data.get("model"):
         raise CockpitError(f"{source}: the profile needs 'model:' (a config.json, model folder, repo id or bundled name)")
-    engine = str(data.get("engine", "vllm")).lower()
+    engine = _text(data.get("engine", "vllm"), "engine", source).lower()
     if engine not in ENGINES:
-        raise CockpitError(f"{source}: engine '{engine}' is not one of {', '.join(ENGINES)}")
+        raise CockpitError(f"{source}: engine {shown(engine)} is not one of {', '.join(ENGINES)}")
     hardware = _section(data, "hardware", source)
     server = _section(data, "server", source)
     bench = _section(data, "bench", source)
     _check_keys(hardware, _HARDWARE_KEYS, "hardware", source)
     _check_keys(server, _SERVER_KEYS, "server", source)
     _check_keys(bench, _BENCH_KEYS, "bench", source)
+    memory = hardware.get("memory_gib")
+    args = _words(server.get("args"), "server.args", source, numbers=True, example='[--max-model-len, "32768"]')
+    _server_args(args, source)
+    return Profile(
+        name=_text(data.get("name") or name, "name", source, numbers=True),
+        model=_text(data["model"], "model", source),
+        engine=engine,
+        gpu=_text(hardware.get("gpu", "rtx-pro-6000"), "hardware.gpu", source, numbers=True),
+        gpus=check_gpu_count(hardware.get("count", 8), f"{source}: hardware.count"),
+        gpu_mem_gib=check_gpu_memory(memory, f"{source}: hardware.memory_gib") if memory is not None else None,
+        port=check_port(server.get("port", 8000), f"{source}: server.port"),
+        command=_words(server.get("command"), "server.command", source, numbers=False, example="[vllm, serve]"),
+        args=args,
+        env=_env(server.get("env"), source),
+        gpu_ids=_gpu_ids(server.get("gpus"), source),
+        layouts=_layouts(data.get("layouts"), source),
+        bench=_bench(bench, source),
+        calibration=_calibration(_section(data, "calibration", source), source),
+        description=_description(data.get("description"), source),
+        path=source,
+    )
+
+
+def check_port(value: Any, where: str) -> int:
+    """A TCP port a server can listen on: 1-65535 (0 would let the OS pick one cockpit cannot find)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise CockpitError(f"{where} must be 1-65535 (got {shown(value)}): pick a free port like 8000")
+    return value
+
+
+def _text(value: Any, key: str, source: str, numbers: bool = False) -> str:
+    """A name-like value: a string (or, where ``numbers``, a number YAML read from digits)."""
+    allowed = (str, int, float) if numbers else (str,)
+    if isinstance(value, bool) or not isinstance(value, allowed) or (isinstance(value, str) and not value.strip()):
+        raise CockpitError(f"{source}: {key} must be a non-empty string (got {shown(value)}): quote it in the YAML")
+    return str(value)
+
+
+def _description(value: Any, source: str) -> str:
+    """Free text, but text: a mapping here is a mistake (and could be an alias bomb to print)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise CockpitError(f"{source}: description must be text (got {shown(value)}): quote it in the YAML")
+    return str(value)
+
+
+def _words(value: Any, key: str, source: str, numbers: bool, example: str) -> tuple[str, ...]:
+    """A list of argv words. YAML reads `yes`/`no`/`on` as booleans and `[a, b]` strings as lists,
+    so anything but a list of strings (and, for args, numbers) is refused with the fix."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise CockpitError(
+            f"{source}: {key} must be a list of words like {example} (got {shown(value)}): write it as a YAML list"
+        )
+    allowed = (str, int, float) if numbers else (str,)
+    for i, word in enumerate(value):
+        if isinstance(word, bool) or not isinstance(word, allowed) or word == "":
+            raise CockpitError(
+                f"{source}: {key}[{i}] must be a string (got {shown(word)}): quote it in the YAML, like \"yes\""
+            )
+    return tuple(str(w) for w in value)
+
+
+def _server_args(args: tuple[str, ...], source: str) -> None:
+    """The engine's memory flags, checked now: a bad --gpu-memory-utilization must not wait for launch."""
     try:
-        gpu_ids = server.get("gpus")
-        bench_defaults = BenchDefaults(
-            concurrency=tuple(int(c) for c in bench.get("concurrency", BenchDefaults.concurrency)),
-            input_len=int(bench.get("input_len", BenchDefaults.input_len)),
-            output_len=int(bench.get("output_len", BenchDefaults.output_len)),
-            requests=int(bench["requests"]) if bench.get("requests") else None,
-            duration_s=float(bench["duration_s"]) if bench.get("duration_s") else None,
-        )
-        return Profile(
-            name=str(data.get("name", name)),
-            model=str(data["model"]),
-            engine=engine,
-            gpu=str(hardware.get("gpu", "rtx-pro-6000")),
-            gpus=int(hardware.get("count", 8)),
-            gpu_mem_gib=float(hardware["memory_gib"]) if hardware.get("memory_gib") else None,
-            port=int(server.get("port", 8000)),
-            command=tuple(str(a) for a in server.get("command") or ()),
-            args=tuple(str(a) for a in server.get("args") or ()),
-            env={str(k): str(v) for k, v in (server.get("env") or {}).items()},
-            gpu_ids=tuple(int(g) for g in gpu_ids) if gpu_ids is not None else None,
-            layouts=tuple(str(x) for x in data.get("layouts") or ()),
-            bench=bench_defaults,
-            calibration=dict(_section(data, "calibration", source)),
-            description=str(data.get("description", "")),
-            path=source,
-        )
-    except (TypeError, ValueError) as exc:
-        raise CockpitError(f"{source}: a value has the wrong type ({exc}): see the profile schema in README.md") from exc
+        parse_server_args(args)
+    except CockpitError as exc:
+        raise CockpitError(f"{source}: {exc}") from None
+
+
+def _env(value: Any, source: str) -> dict[str, str]:
+    """Environment variables for the server: a mapping of names to string values."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CockpitError(f"{source}: server.env must be a mapping like {{NCCL_DEBUG: INFO}} (got {shown(value)}): {_SCHEMA}")
+    env = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise CockpitError(f"{source}: server.env name {shown(key)} is not a variable name: use names like NCCL_DEBUG")
+        if not isinstance(item, str) or "\0" in item:
+            raise CockpitError(
+                f"{source}: server.env {key} must be a string (got {shown(item)}): quote it in the YAML, like {key}: \"1\""
+            )
+        env[key] = item
+    return env
+
+
+def _gpu_ids(value: Any, source: str) -> tuple[int, ...] | None:
+    """Which GPUs of a real box cockpit may use: distinct indices from 0."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise CockpitError(f"{source}: server.gpus must be a list of GPU indices like [0, 1, 2, 3] (got {shown(value)})")
+    ids = tuple(whole_number(g, f"{source}: server.gpus[{i}]", 0, MAX_GPUS - 1, "give GPU indices like [0, 1]") for i, g in enumerate(value))
+    if len(set(ids)) != len(ids):
+        raise CockpitError(f"{source}: server.gpus lists a GPU twice (got {shown(list(ids))}): give each index once")
+    return ids
+
+
+def _layouts(value: Any, source: str) -> tuple[str, ...]:
+    """Layouts offered first: a list of layout strings, each one that parses."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise CockpitError(f"{source}: layouts must be a list like [tp4, tp8 ep] (got {shown(value)}): write it as a YAML list")
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise CockpitError(f"{source}: layouts[{i}] must be a layout like tp4 (got {shown(text)}): quote it in the YAML")
+        try:
+            parse_layout(text)
+        except CockpitError as exc:
+            raise CockpitError(f"{source}: layouts[{i}]: {exc}") from None
+    return tuple(value)
+
+
+def _bench(bench: Mapping[str, Any], source: str) -> BenchDefaults:
+    """The benchmark's defaults; sizes are positive and bounded like the prompt's `bench` words."""
+
+    def size(key: str) -> Any:
+        value = bench.get(key)
+        if value is None:
+            return getattr(BenchDefaults, key)
+        return check_bench_number(key, value, f"{source}: bench.{key}", _SCHEMA)
+
+    return BenchDefaults(
+        concurrency=_levels(bench.get("concurrency", BenchDefaults.concurrency), source),
+        input_len=size("input_len"),
+        output_len=size("output_len"),
+        requests=size("requests"),
+        duration_s=size("duration_s"),
+    )
+
+
+def _levels(value: Any, source: str) -> tuple[int, ...]:
+    levels = value if isinstance(value, (list, tuple)) else [value]
+    if not levels:
+        raise CockpitError(f"{source}: bench.concurrency needs at least one level, like [1, 32, 64]")
+    return tuple(
+        whole_number(c, f"{source}: bench.concurrency", 1, MAX_CONCURRENCY, "give levels like [1, 32, 64]") for c in levels
+    )
+
+
+def _calibration(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Performance-model overrides, checked (known names, numbers above 0) when the profile loads."""
+    checked = Calibration().overridden(values, source)
+    return {key: getattr(checked, key) for key in values} if values else {}

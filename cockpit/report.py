@@ -11,6 +11,7 @@ from typing import Sequence
 
 from cockpit.journal import BenchPoint, Comparison, Experiment, format_comparison, format_tok_s
 from cockpit.planner import FAILS, FITS, TIGHT, Reason, Setup, Verdict
+from cockpit.secrets import redact_text
 
 MARKS = {FITS: "✓ fits", TIGHT: "~ tight", FAILS: "✗ fails"}
 # The engines' own short aliases, so the table leaves room for the reason.
@@ -229,14 +230,15 @@ def _short_name(model: str) -> str:
 
 def markdown_report(comp: Comparison, context: ReportContext) -> str:
     """A titled markdown document: what was measured, tok/s per layout and concurrency, then
-    TTFT and ITL per level, ready to paste into an issue or a chat."""
+    TTFT and ITL per level, ready to paste into an issue or a chat. It is pasted where anyone
+    reads it, so a URL's password (a model at s3://u:p@...) or a secret in a diagnosis is blanked."""
     lines = [report_title(context), "", *context_lines(context), ""]
     if not comp.rows:
-        return "\n".join([*lines, "No benchmark results yet."])
+        return redact_text("\n".join([*lines, "No benchmark results yet."]))
     lines += ["### Output tok/s", "", format_comparison(comp, "markdown")]  # the seeds' table, as `results` prints it
     if any(row.cells for row in comp.rows):
         lines += ["", "### Latency (ms)", "", latency_table(comp)]
-    return "\n".join(lines)
+    return redact_text("\n".join(lines))
 
 
 def report_title(context: ReportContext) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
-from cockpit.hardware import hardware
+from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS, hardware, shown
 from cockpit.model import load_model
 from cockpit.planner import Setup
 from cockpit.profile import Profile, load_profile
@@ -32,16 +32,30 @@ def resolve_profile(overrides: SetupOverrides) -> Profile:
     if overrides.engine:
         changes["engine"] = overrides.engine
     if overrides.gpus is not None:
-        if overrides.gpus < 1:
-            raise CockpitError(f"--gpus must be 1 or more, got {overrides.gpus}")
-        changes["gpus"] = overrides.gpus
+        changes["gpus"] = _gpus_override(overrides.gpus)
     if overrides.gpu:
         changes["gpu"] = overrides.gpu
     if overrides.gpu_mem is not None:
-        if overrides.gpu_mem <= 0:
-            raise CockpitError(f"--gpu-mem must be a positive number of GiB, got {overrides.gpu_mem}")
-        changes["gpu_mem_gib"] = overrides.gpu_mem
+        changes["gpu_mem_gib"] = _gpu_mem_override(overrides.gpu_mem)
     return replace(profile, **changes)
+
+
+def _gpus_override(gpus: object) -> int:
+    """--gpus: checked here rather than by argparse, so every face (CLI, screen) says the same."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise CockpitError(
+            f"--gpus must be 1 or more and at most {MAX_GPUS}, the GPUs of one box (got {shown(gpus)}): give a count like --gpus 8"
+        )
+    return gpus
+
+
+def _gpu_mem_override(gib: object) -> float:
+    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not 0 < gib <= MAX_GPU_MEM_GIB:
+        raise CockpitError(
+            f"--gpu-mem must be a positive number of GiB per GPU, at most {MAX_GPU_MEM_GIB:,.0f} (got {shown(gib)}): "
+            "give it like --gpu-mem 94.97"
+        )
+    return float(gib)
 
 
 def setup_for(profile: Profile) -> Setup:

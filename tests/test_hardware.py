@@ -184,3 +184,30 @@ def test_nvlink_is_faster_than_pcie() -> None:
 
 def test_hardware_default_memory() -> None:
     assert Hardware(gpu_type("l40s"), 4).memory_gib == gpu_type("l40s").memory_gib
+
+
+@pytest.mark.parametrize("memory", [math.inf, math.nan, -1.0, 0, 16385, True, "80"])
+def test_absurd_memory_is_refused(memory) -> None:
+    with pytest.raises(CockpitError) as caught:
+        hardware("h200", 8, memory_gib=memory)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("count", [0, -1, 513, 10**20, True, 8.0, "8"])
+def test_absurd_counts_are_refused(count) -> None:
+    with pytest.raises(CockpitError, match="1 GPU or more"):
+        hardware("h200", count)
+
+
+def test_a_box_of_512_is_the_largest() -> None:
+    assert hardware("h200", 512).count == 512
+    with pytest.raises(CockpitError, match="more than 512"):
+        parse_box("9" * 5000 + "xh200")
+
+
+def test_shown_values_stay_short() -> None:
+    from cockpit.hardware import shown
+
+    assert shown(10**5000) == "a number of about 5,000 digits"
+    assert len(shown("x" * 1000)) == 60 and len(shown([[list(range(100))] * 100] * 100)) <= 60
+    assert shown([10**5000]) == "a list too long to show"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -278,3 +281,264 @@ def test_a_failure_a_later_launch_of_the_same_layout_got_past_is_not_shown(journ
     still = launch(journal, "tp8")
     journal.set_outcome(still, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of 128"))
     assert [(r.layout, r.outcome) for r in comparison(journal, KIMI).rows] == [("tp8", "failed")]
+
+
+# -- failed levels never hide good numbers -----------------------------------------------------------
+
+
+def failed_point(c: int, error: str = "8 of 8 requests failed: cannot connect: Connection refused") -> BenchPoint:
+    return BenchPoint(c, 0.0, errors=8, failed=True, error=error)
+
+
+def test_a_failed_level_is_journaled_with_its_reason(journal):
+    exp = launch(journal, "tp8")
+    journal.add_point(exp, failed_point(32))
+    [point] = journal.points(exp)
+    assert point.failed is True and point.error.startswith("8 of 8 requests failed")
+
+
+def test_a_failed_rerun_keeps_the_earlier_good_measurement(journal):
+    good = served(journal, "tp8", {1: 26.3, 32: 577.8})
+    journal.add_point(good, failed_point(1))  # the same experiment benched again: the server had died
+    dead = launch(journal, "tp8")  # and a relaunch whose bench failed at once
+    journal.add_point(dead, failed_point(1))
+    journal.add_point(dead, failed_point(32))
+
+    [row] = comparison(journal, KIMI).rows
+    assert row.experiment == good and row.failed == {}
+    assert {c: p.output_tok_s for c, p in row.cells.items()} == {1: 26.3, 32: 577.8}
+    assert format_comparison(comparison(journal, KIMI), "markdown").splitlines()[-1] == (
+        "| tp8 | 26.3 | 577.8 | 577.8 (C=32) |")
+
+
+def test_a_good_level_of_an_older_run_fills_a_level_the_newer_run_failed(journal):
+    served(journal, "tp8", {1: 20.0, 64: 693.1})
+    newer = served(journal, "tp8", {1: 26.3})
+    journal.add_point(newer, failed_point(64))
+    [row] = comparison(journal, KIMI).rows
+    assert row.experiment == newer
+    assert {c: p.output_tok_s for c, p in row.cells.items()} == {1: 26.3, 64: 693.1}
+
+
+def test_a_level_with_only_failed_points_shows_failed_with_its_reason_not_zero(journal):
+    exp = served(journal, "tp8", {1: 26.3})
+    journal.add_point(exp, failed_point(64, "no token came back"))
+    served(journal, "pp8", {1: 36.9, 64: 396.0})
+    comp = comparison(journal, KIMI)
+    tp8 = comp.rows[0]
+    assert comp.levels == [1, 64] and 64 not in tp8.cells and tp8.failed[64].error == "no token came back"
+    assert comp.best == {1: "pp8"}  # at C=64 only pp8 has a number: nothing to beat
+    assert format_comparison(comp, "markdown").splitlines()[2] == "| tp8 | 26.3 | failed | 26.3 (C=1) |"
+    assert format_comparison(comp, "table").splitlines()[2].split() == ["tp8", "26.3", "failed", "26.3", "at", "C=1"]
+    record = next(r for r in json.loads(format_comparison(comp, "json")) if r["layout"] == "tp8" and r["concurrency"] == 64)
+    assert record["failed"] is True and record["error"] == "no token came back" and record["best"] is False
+    rows = list(csv.DictReader(io.StringIO(format_comparison(comp, "csv"))))
+    assert [(r["concurrency"], r["failed"], r["error"]) for r in rows if r["layout"] == "tp8"] == [
+        ("1", "0", ""), ("64", "1", "no token came back")]
+
+
+def test_a_layout_whose_every_level_failed_is_a_failed_row_with_the_reason(journal):
+    exp = launch(journal, "tp8")
+    journal.set_outcome(exp, "ready")
+    journal.add_point(exp, failed_point(1))
+    [row] = comparison(journal, KIMI).rows
+    assert row.peak is None and row.cells == {} and set(row.failed) == {1}
+    assert row.diagnosis == "benchmark at C=1: 8 of 8 requests failed: cannot connect: Connection refused"
+    assert format_comparison(comparison(journal, KIMI), "table").splitlines()[-1] == f"tp8     failed: {row.diagnosis}"
+    [record] = json.loads(format_comparison(comparison(journal, KIMI), "json"))
+    assert record["failed"] is True and record["concurrency"] == 1
+
+
+# -- notes, old files, broken rows -------------------------------------------------------------------
+
+
+def test_notes_are_appended_one_line_each(journal):
+    exp = launch(journal, "tp8")
+    assert journal.experiment(exp).note is None
+    journal.add_note(exp, "cockpit got SIGHUP; the server keeps running")
+    journal.add_note(exp, "re-attached\nby pid 42")
+    assert journal.experiment(exp).note == "cockpit got SIGHUP; the server keeps running\nre-attached by pid 42"
+    with pytest.raises(ValueError, match="no experiment 999"):
+        journal.add_note(999, "x")
+
+
+def test_a_journal_of_the_first_schema_is_migrated_keeping_its_rows(tmp_path):
+    import sqlite3
+
+    from cockpit.journal import _MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "journal.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript(_MIGRATIONS[0])
+    db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    db.execute("INSERT INTO schema_version VALUES (1)")
+    db.execute("INSERT INTO experiments (started, host, profile, model, engine, layout) VALUES (1, 'h', 'p', 'm', 'vllm', 'tp8')")
+    db.execute("INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s) VALUES (1, 2, 32, 577.8)")
+    db.close()
+    with Journal(path) as journal:
+        assert journal.experiment(1).note is None
+        [point] = journal.points(1)
+        assert (point.output_tok_s, point.failed, point.error) == (577.8, False, None)
+        journal.add_note(1, "migrated")
+    version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0]
+    assert version == SCHEMA_VERSION >= 2
+
+
+def test_rows_with_broken_json_read_as_empty(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "journal.sqlite"
+    with Journal(path) as journal:
+        exp = served(journal, "tp8", {1: 26.3})
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("UPDATE experiments SET argv = '{oops', gpus = '\"zero\"', peak_memory = '[1, 2'")
+    db.execute("UPDATE bench_points SET extra = 'not json'")
+    db.close()
+    with Journal(path) as journal:
+        got = journal.experiment(exp)
+        assert (got.argv, got.gpus, got.peak_memory) == ((), (), {})
+        assert journal.points(exp)[0].extra == {}
+        journal.record_peak(exp, {0: 5})  # a broken column is replaced, not a crash
+        assert journal.experiment(exp).peak_memory == {0: 5}
+        assert json.loads(format_comparison(comparison(journal, KIMI), "json"))[0]["output_tok_s"] == 26.3
+
+
+def test_cockpit_results_reads_a_journal_with_broken_rows(tmp_path, capsys):
+    import sqlite3
+
+    from cockpit.cli import main
+
+    with Journal() as journal:  # conftest's COCKPIT_JOURNAL
+        served(journal, "tp8", {1: 26.3})
+        path = journal.path
+    sqlite3.connect(path, isolation_level=None).execute("UPDATE bench_points SET extra = '{'")
+    assert main(["results", "--profile", KIMI]) == 0
+    out = capsys.readouterr()
+    assert "26.3" in out.out and "Traceback" not in out.err
+
+
+# -- the file itself: private, refused when foreign, read when read-only --------------------------------
+
+
+def mode(path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_a_journal_cockpit_creates_is_private(tmp_path):
+    path = tmp_path / "new" / "deeper" / "journal.sqlite"
+    with Journal(path) as journal:
+        launch(journal, "tp8")
+        assert mode(path) == 0o600
+        assert mode(path.parent) == 0o700 and mode(path.parent.parent) == 0o700
+        assert all(mode(p) == 0o600 for p in path.parent.glob("journal.sqlite-*"))  # the WAL files too
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with Journal(shared / "journal.sqlite"):
+        pass
+    assert mode(shared) == 0o755 and mode(shared / "journal.sqlite") == 0o600  # a folder it found is left alone
+
+
+def unchanged(path):
+    """The bytes and mtime of a file, to show it was not touched."""
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def test_an_unrelated_sqlite_database_is_refused_untouched(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.execute("INSERT INTO users VALUES ('ada')")
+    db.commit()
+    db.close()
+    before = unchanged(path)
+    with pytest.raises(CockpitError) as info:
+        Journal(path)
+    message = str(info.value)
+    assert "\n" not in message and "not a cockpit journal" in message and "users" in message
+    assert unchanged(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_a_text_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes, not a database\n" * 100)
+    before = unchanged(path)
+    with pytest.raises(CockpitError) as info:
+        Journal(path)
+    assert "\n" not in str(info.value) and "not a cockpit journal" in str(info.value)
+    assert unchanged(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_empty_file_becomes_a_journal(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    path.touch()
+    with Journal(path) as journal:
+        launch(journal, "tp8")
+    with Journal(path) as journal:
+        assert len(journal.experiments()) == 1
+
+
+DROP_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps=-all", "--"]
+
+
+def as_user(code: str) -> subprocess.CompletedProcess:
+    """Python ``code`` in a child that file modes bind: root overrides them, so as root the child
+    runs under setpriv without that power (still uid 0, so it can read the interpreter)."""
+    prefix = []
+    if os.geteuid() == 0:
+        probe = subprocess.run([*DROP_OVERRIDE, "true"], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip("root, and setpriv cannot drop the file-mode override here")
+        prefix = DROP_OVERRIDE
+    return subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def locked(tmp_path):
+    """Folders a test makes read-only get their modes back, so pytest can clean up."""
+    made = []
+    yield made
+    for path in made:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+def test_a_read_only_journal_is_read_but_not_written(tmp_path, locked):
+    path = tmp_path / "data" / "journal.sqlite"
+    with Journal(path) as journal:
+        exp = served(journal, "tp8", {1: 26.3, 32: 577.8})
+    path.chmod(0o444)
+    path.parent.chmod(0o555)
+    locked += [path.parent, path]
+
+    env = f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}; "
+    read = as_user(env + f"from cockpit.cli import main; raise SystemExit(main(['results', '--profile', {KIMI!r}, '--format', 'json']))")
+    assert read.returncode == 0, read.stderr
+    assert [r["output_tok_s"] for r in json.loads(read.stdout)] == [26.3, 577.8]
+
+    write = as_user(
+        "from cockpit.journal import Journal, BenchPoint; from cockpit.errors import CockpitError\n"
+        f"journal = Journal({str(path)!r}); assert journal.readonly\n"
+        f"try: journal.add_point({exp}, BenchPoint(64, 693.1))\n"
+        "except CockpitError as err: print(err)"
+    )
+    assert write.returncode == 0, write.stderr
+    message = write.stdout.strip()
+    assert "\n" not in message and "read-only" in message and str(path) in message
+    assert sorted(p.name for p in path.parent.iterdir()) == ["journal.sqlite"]
+    with Journal(path) as journal:  # whoever runs the suite reads it: nothing was added
+        assert len(journal.points(exp)) == 2
+
+
+def test_an_unwritable_data_folder_is_one_line(tmp_path, locked):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    locked.append(folder)
+    for path in (folder / "journal.sqlite", folder / "cockpit" / "journal.sqlite"):
+        result = as_user(f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}\n"
+                         "from cockpit.cli import main; raise SystemExit(main(['results']))")
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Permission denied" in lines[0] and "COCKPIT_JOURNAL" in lines[0], lines

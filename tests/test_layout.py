@@ -180,3 +180,30 @@ def test_bad_engine_and_box() -> None:
         enumerate_layouts(8, moe=True, engine="trtllm")
     with pytest.raises(CockpitError, match="1 GPU or more"):
         enumerate_layouts(0, moe=True, engine="vllm")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("tp99999999999", ["too big", "at most 512"]),
+        ("tp513", ["'tp513'", "at most 512"]),
+        ("dp" + "9" * 5000, ["too big"]),  # int() alone would refuse 5000 digits with a ValueError
+        ("tp" + "0" * 5000, ["not a size"]),
+        ("tp10**9", ["plain whole numbers"]),
+        ("tp4.5", ["plain whole numbers"]),
+        ("x" * 500, ["unknown token"]),
+    ],
+)
+def test_absurd_sizes_are_one_short_line(text: str, words: list[str]) -> None:
+    with pytest.raises(CockpitError) as caught:
+        parse_layout(text)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 400
+    for word in words:
+        assert word in message
+
+
+def test_the_largest_size_is_one_box() -> None:
+    assert parse_layout("tp512").tp == 512 and parse_layout("tp0008").tp == 8
+    with pytest.raises(CockpitError, match="from 1 to 512"):
+        Layout(pp=513)

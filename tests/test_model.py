@@ -203,3 +203,88 @@ def test_compressed_tensors_without_weights_is_named():
              "vocab_size": 100, "intermediate_size": 128,
              "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {}}}
         )
+
+
+# --- Absurd values: one line that names the file, the key and the value -----------------------
+
+_LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+          "vocab_size": 100, "intermediate_size": 128}
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"num_hidden_layers": "2"}, ["num_hidden_layers", "'2'"]),
+        ({"num_hidden_layers": float("nan")}, ["num_hidden_layers", "nan"]),
+        ({"num_hidden_layers": 10**400}, ["num_hidden_layers", "from 1 to 10,000"]),
+        ({"num_hidden_layers": 1e308}, ["num_hidden_layers"]),
+        ({"num_hidden_layers": 10_001}, ["num_hidden_layers"]),
+        ({"num_hidden_layers": True}, ["num_hidden_layers", "True"]),
+        ({"hidden_size": -64}, ["hidden_size"]),
+        ({"num_attention_heads": 0}, ["num_attention_heads"]),
+        ({"num_key_value_heads": 8}, ["num_key_value_heads (8) is more than num_attention_heads (4)"]),
+        ({"hidden_size": 2, "num_attention_heads": 4, "num_key_value_heads": 4}, ["hidden_size (2) is smaller"]),
+        ({"vocab_size": 0}, ["vocab_size"]),
+        ({"intermediate_size": [128]}, ["intermediate_size", "[128]"]),
+        ({"max_position_embeddings": -1}, ["max_position_embeddings"]),
+        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}}, ["weight_block_size"]),
+        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, "x"]}}, ["weight_block_size"]),
+        ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": 5}}, ["modules_to_not_convert"]),
+        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 0}}, ["group_size"]),
+        ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}}, ["config_groups"]),
+        ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": 4}}}}, ["weights"]),
+        ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:("]}}, ["wrong type or size"]),
+        ({"architectures": 5}, None),  # an odd spelling of a name only: still plans
+    ],
+)
+def test_absurd_values_are_one_line(changes, words):
+    config = {**_LLAMA, **changes}
+    if words is None:
+        assert parse_config(config, source="c.json").architecture == "?"
+        return
+    with pytest.raises(CockpitError) as err:
+        parse_config(config, source="c.json")
+    message = str(err.value)
+    assert message.startswith("c.json") and "\n" not in message and len(message) < 300
+    for word in words:
+        assert word in message
+
+
+def test_moe_counts_are_checked_against_each_other():
+    config = json.loads((MODELS / "qwen3-235b-a22b-fp8.json").read_text())
+    with pytest.raises(CockpitError, match=r"num_experts_per_tok \(129\) is more than the 128 experts"):
+        parse_config({**config, "num_experts_per_tok": 129})
+    with pytest.raises(CockpitError, match="mlp_only_layers must be a list"):
+        parse_config({**config, "mlp_only_layers": 3})
+    deepseek = json.loads((MODELS / "deepseek-v3.json").read_text())
+    with pytest.raises(CockpitError, match="first_k_dense_replace"):
+        parse_config({**deepseek, "first_k_dense_replace": 62})
+    with pytest.raises(CockpitError, match="n_routed_experts"):
+        parse_config({**deepseek, "n_routed_experts": 10**6})
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (bytes(range(256)), "not UTF-8 text"),
+        ('{"model_type": "llama"}'.encode("utf-16"), "UTF-16"),
+        (b"[" * 100_000 + b"]" * 100_000, "too deeply"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "thousands of digits"),
+    ],
+)
+def test_unreadable_bytes_are_one_line(tmp_path, data, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(data)
+    with pytest.raises(CockpitError, match=message) as err:
+        read_config(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_utf8_bom_is_fine(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (MODELS / "deepseek-v3.json").read_bytes())
+    assert read_config(path).family == "deepseek-v3"
+
+
+def test_whole_floats_are_counts():
+    assert parse_config({**_LLAMA, "num_hidden_layers": 2.0}).layers == 2

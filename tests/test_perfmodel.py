@@ -119,3 +119,29 @@ def test_plan_json_carries_predicted_tok_s():
         assert main(["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--concurrency", "1,32,64", "--json"]) == 0
     data = json.loads(out.getvalue())[0]
     assert set(data["predicted_tok_s"]) == {"1", "32", "64"} and data["predicted_tok_s"]["1"] > 50
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"eta_bw": 0}, ["eta_bw", "above 0 and at most 1"]),
+        ({"eta_bw": 1.5}, ["eta_bw"]),
+        ({"t_layer_us": -5}, ["t_layer_us"]),
+        ({"skew": float("inf")}, ["skew"]),
+        ({"skew": True}, ["needs a number"]),
+        ({"max_running": -1}, ["max_running"]),
+        ({"max_running": 2.5}, ["needs a number"]),
+        ({"t_floor_ms": {"tp8": 0}}, ["t_floor_ms tp8"]),
+        ({"t_floor_ms": {"tp8": "slow"}}, ["needs a number"]),
+    ],
+)
+def test_absurd_calibration_values_are_refused(overrides, words):
+    with pytest.raises(CockpitError) as err:
+        Calibration().overridden(overrides, "p.yaml")
+    assert str(err.value).startswith("p.yaml: ") and "\n" not in str(err.value)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_max_running_zero_keeps_the_engine_default():
+    assert Calibration().overridden({"max_running": 0, "eta_bw": 1}).max_running == 0

@@ -276,3 +276,31 @@ def test_verdict_json_has_the_promised_keys(minimax_vllm):
         assert key in data
     assert data["reasons"][0]["rule"] == "fp8-block-gate-up"
     assert set(data["reasons"][0]) >= {"rule", "message"}
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpu-memory-utilization", "1.5"], ["--gpu-memory-utilization", "at most 1", "1.5"]),
+        (["--gpu-memory-utilization=1.5"], ["--gpu-memory-utilization", "at most 1"]),
+        (["--gpu-memory-utilization", "0"], ["above 0"]),
+        (["--gpu-memory-utilization", "nan"], ["above 0"]),
+        (["--mem-fraction-static", "-0.5"], ["--mem-fraction-static"]),
+        (["--max-model-len", "0"], ["--max-model-len", "from 1"]),
+        (["--max-num-seqs=-3"], ["--max-num-seqs"]),
+        (["--max-num-batched-tokens", "9" * 5000], ["needs a number"]),
+        (["--gpu-memory-utilization"], ["needs a number"]),
+    ],
+)
+def test_server_arguments_the_engine_would_refuse(args, words):
+    with pytest.raises(CockpitError) as err:
+        parse_server_args(args)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 250
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_server_arguments_at_their_limits():
+    assert parse_server_args(["--gpu-memory-utilization", "1"]).gpu_memory_utilization == 1.0
+    assert parse_server_args(["--mem-fraction-static=0.85"]).mem_fraction_static == 0.85
+    assert parse_server_args(["--chunked-prefill-size", "-1"]).max_num_batched_tokens == 8192  # -1: off in SGLang

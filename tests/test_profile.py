@@ -70,3 +70,104 @@ def test_bad_overrides():
         build_setup(SetupOverrides(gpus=0))
     with pytest.raises(CockpitError, match="--gpu-mem must be a positive"):
         build_setup(SetupOverrides(gpu_mem=-1))
+
+
+_BASE = "model: qwen3-30b-a3b-fp8\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("server: {port: 0}\n", "server.port must be 1-65535 (got 0)"),
+        ("server: {port: 65536}\n", "server.port must be 1-65535"),
+        ("server: {port: true}\n", "server.port must be 1-65535 (got True)"),
+        ("server: {command: vllm serve}\n", "server.command must be a list"),
+        ("server: {command: [yes, serve]}\n", "server.command[0] must be a string (got True)"),
+        ("server: {command: [12, serve]}\n", "server.command[0]"),
+        ("server: {args: {a: 1}}\n", "server.args must be a list"),
+        ("server: {args: [--enforce-eager, no]}\n", "server.args[1]"),
+        ("server: {args: [--gpu-memory-utilization, 1.5]}\n", "--gpu-memory-utilization must be above 0 and at most 1"),
+        ("server: {args: [--gpu-memory-utilization=0]}\n", "--gpu-memory-utilization must be above 0"),
+        ("server: {args: [--mem-fraction-static, '1.2']}\n", "--mem-fraction-static"),
+        ("server: {env: [A=1]}\n", "server.env must be a mapping"),
+        ("server: {env: {A: [1]}}\n", "server.env A must be a string"),
+        ("server: {env: {A: 1}}\n", 'quote it in the YAML, like A: "1"'),
+        ("server: {gpus: '0,1'}\n", "server.gpus must be a list"),
+        ("server: {gpus: [0, -1]}\n", "server.gpus[1]"),
+        ("layouts: tp4\n", "layouts must be a list"),
+        ("layouts: [tp4, 8]\n", "layouts[1] must be a layout"),
+        ("layouts: [tp4, tp99999]\n", "layouts[1]: 'tp99999'"),
+        ("hardware: {count: 0}\n", "hardware.count"),
+        ("hardware: {count: 4096}\n", "at most 512"),
+        ("hardware: {memory_gib: -1}\n", "hardware.memory_gib"),
+        ("hardware: {memory_gib: .nan}\n", "hardware.memory_gib"),
+        ("calibration: {eta_bw: 0}\n", "calibration 'eta_bw' must be above 0"),
+        ("calibration: {t_sched_ms: fast}\n", "calibration 't_sched_ms' needs a number"),
+        ("calibration: [1]\n", "'calibration' must be a mapping"),
+        ("bench: {concurrency: [1, 0]}\n", "bench.concurrency"),
+        ("bench:\n  concurrency: 1,32\n", "bench.concurrency"),
+        ("bench: {input_len: 0}\n", "bench.input_len"),
+        ("bench: {output_len: 1.5}\n", "bench.output_len"),
+        ("bench: {requests: -1}\n", "bench.requests"),
+        ("bench: {duration_s: .inf}\n", "bench.duration_s"),
+        ("bench: {duration_s: 1e9}\n", "bench.duration_s"),
+        ("engine: [vllm]\n", "engine must be a non-empty string"),
+        ("name: {a: 1}\n", "name must be a non-empty string"),
+        ("description: [a, b]\n", "description must be text"),
+        ("hardware: [gpu]\n", "'hardware' must be a mapping"),
+    ],
+)
+def test_mistyped_and_absurd_values_say_what_to_fix(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(_BASE + text)
+    with pytest.raises(CockpitError) as err:
+        load_profile(str(path))
+    assert message in str(err.value) and str(err.value).startswith(str(path))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"\x00\x80\xff" * 10, "not UTF-8 text"),
+        ((_BASE + "engine: vllm\n").encode("utf-16"), "UTF-16"),
+        (b"a: " + b"[" * 20_000 + b"]" * 20_000, "too deeply"),
+        (b"a: " + b"9" * 5000, "thousands of digits"),
+        (  # an alias bomb: a billion x's if anything printed it whole
+            b"model: x\ndescription: [&a [x, x, x, x, x, x, x, x], &b [*a, *a, *a, *a, *a, *a, *a, *a], "
+            b"&c [*b, *b, *b, *b, *b, *b, *b, *b], &d [*c, *c, *c, *c, *c, *c, *c, *c], "
+            b"&e [*d, *d, *d, *d, *d, *d, *d, *d], &f [*e, *e, *e, *e, *e, *e, *e, *e], *f]\n",
+            "description must be text",
+        ),
+    ],
+)
+def test_unreadable_profiles_are_one_line(tmp_path, data, message):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(data)
+    with pytest.raises(CockpitError, match=message) as err:
+        load_profile(str(path))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def test_values_at_their_limits_load(tmp_path):
+    path = tmp_path / "edge.yaml"
+    path.write_text(
+        _BASE + "hardware: {gpu: h200, count: 512, memory_gib: 16384}\n"
+        "server: {port: 65535, args: [--max-model-len, 4096, --gpu-memory-utilization, 1], env: {A: '1'}, gpus: [0, 511]}\n"
+        "bench: {concurrency: 100000, requests: 1, duration_s: 0.5}\ncalibration: {max_running: 0, eta_bw: 1}\n"
+    )
+    profile = load_profile(str(path))
+    assert profile.port == 65535 and profile.args[1] == "4096" and profile.gpus == 512
+    assert profile.bench.concurrency == (100000,) and profile.bench.duration_s == 0.5
+    assert profile.calibration == {"max_running": 0, "eta_bw": 1.0}
+
+
+def test_absurd_overrides_name_the_option():
+    import math
+
+    for gpus in (-1, 513, 10**12):
+        with pytest.raises(CockpitError, match=r"--gpus must be 1 or more and at most 512"):
+            build_setup(SetupOverrides(gpus=gpus))
+    for mem in (math.inf, math.nan, 0.0, 1e9):
+        with pytest.raises(CockpitError, match="--gpu-mem must be a positive"):
+            build_setup(SetupOverrides(gpu_mem=mem))

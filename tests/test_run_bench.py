@@ -21,7 +21,7 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
     profile, _ = profile_file("kimi-k2.6")
     for layout in ("tp8", "pp8", "tp8 ep8"):
         result = cockpit("run", f"try {layout}", "--profile", profile, "--sim", "--quiet",
-                         "--bench", "c=1,32,64 in=32 out=8 t=2", timeout=120)
+                         "--bench", "c=1,32,64 in=32 out=8 t=1", timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "bench     done: 3 level(s) journaled" in result.stdout
     table = cockpit("results", "--profile", "kimi-k2.6", "--format", "markdown").stdout.splitlines()

@@ -26,18 +26,18 @@ STEP_S = 0.01
 class ServerThread:
     """A simulated engine on a free port of 127.0.0.1, with its own loop in a thread."""
 
-    def __init__(self, engine: str, pacer: ConstantPacer, max_model_len: int = 4096) -> None:
+    def __init__(self, engine: str, pacer: ConstantPacer, max_model_len: int = 4096, api_key=None) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.engine, self.pacer, self.max_model_len = engine, pacer, max_model_len
+        self.engine, self.pacer, self.max_model_len, self.api_key = engine, pacer, max_model_len, api_key
         self._call(self._start())
         self.url = f"http://127.0.0.1:{self.port}"
 
     async def _start(self) -> None:
         self.batcher = Batcher(self.pacer)
         app = make_app(model_id=MODEL, engine=self.engine, batcher=self.batcher,
-                       max_model_len=self.max_model_len, model_path="/models/minimax")
+                       max_model_len=self.max_model_len, model_path="/models/minimax", api_key=self.api_key)
         self.runner = await serve(app, port=0)
         host, self.port = self.runner.addresses[0][:2]
         assert host == "127.0.0.1"
@@ -349,3 +349,74 @@ def test_close_ends_waiting_sequences_and_step_hook_sees_batches():
 
     asyncio.run(run())
     assert batches and set(batches) == {1}  # one slot, one sequence served per step
+
+
+# -- API keys, as the engines check them ------------------------------------------------------------
+
+KEY = "sk-sim-secret"
+BODY = {"model": MODEL, "prompt": "hi", "max_tokens": 2, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def keyed_vllm() -> Iterator[ServerThread]:
+    server = ServerThread("vllm", ConstantPacer(step_s=STEP_S, max_running=8), api_key=[KEY, "sk-second"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed_sglang() -> Iterator[ServerThread]:
+    server = ServerThread("sglang", ConstantPacer(step_s=STEP_S, max_running=8), api_key=KEY)
+    yield server
+    server.stop()
+
+
+def assert_unauthorized(response: httpx.Response) -> None:
+    assert response.status_code == 401 and response.json() == {"error": "Unauthorized"}
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {KEY}", KEY, f"Bearer {KEY}x"])
+def test_vllm_with_a_key_refuses_requests_without_it(keyed_vllm, header):
+    headers = {"Authorization": header} if header else {}
+    assert_unauthorized(httpx.post(keyed_vllm.url + "/v1/completions", json=BODY, headers=headers))
+    assert_unauthorized(httpx.get(keyed_vllm.url + "/v1/models", headers=headers))
+    assert_unauthorized(httpx.get(keyed_vllm.url + "/v1/no-such-path", headers=headers))  # before routing, as vLLM
+
+
+def test_vllm_with_a_key_serves_any_of_its_keys_and_leaves_health_and_metrics_open(keyed_vllm):
+    for header in (f"Bearer {KEY}", f"bearer {KEY}", "Bearer sk-second"):
+        response = httpx.get(keyed_vllm.url + "/v1/models", headers={"Authorization": header})
+        assert response.status_code == 200 and response.json()["data"][0]["id"] == MODEL
+    chunks, last = stream_with(keyed_vllm.url, {"Authorization": f"Bearer {KEY}"})
+    assert last == "[DONE]" and "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    for path in ("/health", "/metrics"):
+        assert httpx.get(keyed_vllm.url + path).status_code == 200
+    assert httpx.options(keyed_vllm.url + "/v1/completions").status_code != 401
+
+
+def test_sglang_with_a_key_guards_everything_but_health_and_metrics(keyed_sglang):
+    for path in ("/get_model_info", "/v1/models", "/cockpit/truth"):
+        assert_unauthorized(httpx.get(keyed_sglang.url + path))
+    assert_unauthorized(httpx.post(keyed_sglang.url + "/v1/completions", json=BODY))
+    assert httpx.get(keyed_sglang.url + "/get_model_info", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    for path in ("/health", "/metrics"):
+        assert httpx.get(keyed_sglang.url + path).status_code == 200
+
+
+def stream_with(url: str, headers: dict) -> tuple[list[dict], str]:
+    with httpx.Client(base_url=url, headers=headers) as client, client.stream("POST", "/v1/completions", json=BODY) as response:
+        assert response.status_code == 200
+        *chunks, last = sse_events(response)
+    return [json.loads(c) for c in chunks], last
+
+
+def test_which_keys_an_engine_requires():
+    from cockpit.sim.server import api_keys
+
+    env = {"VLLM_API_KEY": "from-env"}
+    assert api_keys("vllm", None, env) == ("from-env",)  # vLLM falls back to VLLM_API_KEY
+    assert api_keys("vllm", ["a", "b"], env) == ("a", "b")  # --api-key wins, one or more
+    assert api_keys("vllm", "a", {}) == ("a",)
+    assert api_keys("sglang", None, env) == ()  # SGLang reads --api-key only
+    assert api_keys("sglang", "k", env) == ("k",)
+    assert api_keys("vllm", None, {"VLLM_API_KEY": ""}) == ()

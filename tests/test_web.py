@@ -34,28 +34,80 @@ async def _first_frames(port: int, seconds: float = 20) -> bytes:
     return received
 
 
-def test_web_serves_the_app_on_localhost():
-    port = free_port()
+def _start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
+    """`cockpit web --sim` as a real process, and its index page once it answers."""
     server = subprocess.Popen(
         [sys.executable, "-m", "cockpit.cli", "web", "--port", str(port), "--sim"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            return server, httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return server, None
+
+
+def _stop_web(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait(timeout=10)
+    server.stdout.close()
+
+
+def test_web_serves_the_app_on_localhost():
+    port = free_port()
+    server, page = _start_web(port)
     try:
-        deadline = time.monotonic() + 20
-        page = None
-        while time.monotonic() < deadline:
-            try:
-                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         assert page is not None and page.status_code == 200
         assert "cockpit" in page.text
         assert b"cockpit" in asyncio.run(_first_frames(port))  # the app itself draws into the socket
     finally:
-        server.terminate()
-        server.wait(timeout=10)
-        server.stdout.close()
+        _stop_web(server)
+
+
+async def _upgrade_status(port: int, origin: str) -> int:
+    """The HTTP status of a websocket upgrade sent with this Origin: 101 when it became one."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await session.ws_connect(f"http://127.0.0.1:{port}/ws", headers={"Origin": origin})
+        except aiohttp.WSServerHandshakeError as refused:
+            return refused.status
+        await ws.close()
+        return 101
+
+
+def test_web_refuses_websockets_from_other_origins():
+    """Any page a browser opens may try ws://127.0.0.1:PORT; only cockpit's own page may drive it."""
+    port = free_port()
+    server, page = _start_web(port)
+    try:
+        assert page is not None and page.status_code == 200
+        for foreign in ("http://evil.example", f"http://evil.example:{port}", f"http://127.0.0.1:{port + 1}", "null"):
+            assert asyncio.run(_upgrade_status(port, foreign)) == 403, foreign
+        for own in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
+            assert asyncio.run(_upgrade_status(port, own)) == 101, own
+    finally:
+        _stop_web(server)
+
+
+def test_origin_rules():
+    from cockpit.webserve import origin_allowed
+
+    assert origin_allowed(None, "127.0.0.1", 8765)  # not a browser: browsers always send one
+    assert origin_allowed("https://localhost:8765", "127.0.0.1", 8765)
+    assert origin_allowed("http://[::1]:8765", "127.0.0.1", 8765)
+    assert not origin_allowed("http://localhost:8766", "127.0.0.1", 8765)
+    assert not origin_allowed("file://", "127.0.0.1", 8765)
+    assert not origin_allowed("http://localhost:notaport", "127.0.0.1", 8765)
+    assert origin_allowed("http://gpu-box:80", "gpu-box", 80) and origin_allowed("http://GPU-box", "gpu-box", 80)
+    assert not origin_allowed("http://localhost:8765", "gpu-box", 8765)
+    # A wildcard bind: only the address the request came in on, and never a DNS name (rebinding).
+    assert origin_allowed("http://10.0.0.5:8765", "0.0.0.0", 8765, host_header="10.0.0.5:8765")
+    assert not origin_allowed("http://6.6.6.6:8765", "0.0.0.0", 8765, host_header="10.0.0.5:8765")
+    assert not origin_allowed("http://rebound.example:8765", "0.0.0.0", 8765, host_header="rebound.example:8765")
 
 
 def test_web_refuses_a_busy_port(capsys):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -25,6 +26,17 @@ import aiohttp
 READ_BUFSIZE = 1 << 20  # above aiohttp's default: a small one throttled vLLM's bench at long contexts (vllm#39963)
 ERROR_BODY_LIMIT = 64 * 1024
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp >= 3.10
+TIMED_OUT = "timed out after "  # how every timeout's reason starts, in both transports
+
+
+def os_reason(exc: OSError) -> str:
+    """"Connection refused", not asyncio's "Connect call failed ('127.0.0.1', 8000)"."""
+    return os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+
+
+def is_timeout(record: RequestRecord) -> bool:
+    """The request failed because the server stayed silent for a whole bound."""
+    return record.error is not None and record.error.startswith(TIMED_OUT)
 
 
 @dataclass(eq=False)
@@ -102,8 +114,9 @@ class Client:
         url: str,
         *,
         api_key: str | None = None,
-        request_timeout_s: float = 600.0,
-        read_timeout_s: float = 120.0,
+        request_timeout_s: float = 3600.0,
+        read_timeout_s: float = 600.0,
+        connect_timeout_s: float | None = None,
         progress: Progress | None = None,
     ) -> None:
         self.session = session
@@ -113,8 +126,12 @@ class Client:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.request_timeout_s = request_timeout_s
         self.read_timeout_s = read_timeout_s
-        # sock_read: no bytes for read_timeout_s ends the request; total bounds the whole of it.
-        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_read=read_timeout_s)
+        self.connect_timeout_s = min(read_timeout_s if connect_timeout_s is None else connect_timeout_s,
+                                     request_timeout_s)
+        # sock_connect: a listen queue that never accepts; sock_read: no bytes for read_timeout_s
+        # (the headers included); total bounds the whole of it.
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_read=read_timeout_s,
+                                             sock_connect=self.connect_timeout_s)
         self.progress = progress if progress is not None else Progress()
 
     async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
@@ -156,13 +173,13 @@ class Client:
     def _reason(self, exc: Exception, record: RequestRecord) -> str:
         """One line for a failure aiohttp raised."""
         if isinstance(exc, _CONNECT_TIMEOUT):
-            return f"timed out after {self.request_timeout_s:g} s (connecting)"
+            return f"{TIMED_OUT}{self.connect_timeout_s:g} s (connecting)"
         if isinstance(exc, aiohttp.ServerTimeoutError):  # sock_read: no bytes for read_timeout_s
-            return f"timed out after {self.read_timeout_s:g} s (no bytes)"
+            return f"{TIMED_OUT}{self.read_timeout_s:g} s (no bytes)"
         if isinstance(exc, asyncio.TimeoutError):
-            return f"timed out after {self.request_timeout_s:g} s (request limit)"
+            return f"{TIMED_OUT}{self.request_timeout_s:g} s (request limit)"
         if isinstance(exc, aiohttp.ClientConnectorError):
-            return f"cannot connect: {exc.os_error.strerror or exc}"
+            return f"cannot connect: {os_reason(exc.os_error)}"
         if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionError)):
             if record.status is None:
                 return "connection dropped before the response"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+import threading
+import time
 from typing import Callable, Sequence
 
 from cockpit.children import python_module
@@ -35,6 +38,9 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
     bench.add_argument("--jsonl", action="store_true", help="print one JSON event a line")
     bench.add_argument("--experiment", type=int, metavar="ID", help="journal each level under this experiment")
+    bench.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                       help="give up on a request after S seconds without a byte: connecting, "
+                            "waiting for the answer, or mid-stream (default 600)")
     return bench
 
 
@@ -49,6 +55,8 @@ def config_from_args(args: argparse.Namespace):
         raise CockpitError(f"--duration must be a positive number of seconds, got {args.duration}")
     if args.rate is not None and args.rate <= 0:
         raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise CockpitError(f"--timeout must be a positive number of seconds, like 600, got {args.timeout:g}")
     if not args.url.startswith(("http://", "https://")):
         raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
     return BenchConfig(
@@ -62,7 +70,8 @@ def config_from_args(args: argparse.Namespace):
         duration_s=args.duration,
         rate=args.rate,
         jsonl=args.prompts,
-        api_key=os.environ.get("OPENAI_API_KEY") or None,
+        api_key=os.environ.get("OPENAI_API_KEY") or None,  # never on argv, where `ps` shows it
+        timeout=args.timeout,
     )
 
 
@@ -80,6 +89,8 @@ def describe_level(result) -> str:
     if reasons:
         reason, count = max(reasons.items(), key=lambda item: item[1])
         line += f" ({count}x {reason})"
+    if data.get("failed"):
+        line += "  FAILED: not comparable"
     if data.get("client_limited"):
         line += f"  [client-limited: {data.get('client_note', '')}]"
     return line
@@ -94,8 +105,10 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
     from cockpit.bench.loadgen import LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
+    parent = os.getppid()
     if args.jsonl:
         _listen_for_interrupt()
+        _exit_with_parent(parent)
     journal = None
     if args.experiment is not None:
         from cockpit.journal import Journal
@@ -108,6 +121,8 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
 
     def on_event(event) -> None:
         if isinstance(event, LevelDone):
+            if args.jsonl and os.getppid() != parent:
+                os._exit(1)  # orphaned between two polls: this level is not the parent's to keep
             done.append(event.result)
             if journal is not None:
                 journal.add_point(args.experiment, event.result.to_bench_point())
@@ -126,11 +141,21 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
     finally:
         if journal is not None:
             journal.close()
-    served = [r for r in done if r.output_tok_s > 0]
-    if not served:
-        print("cockpit bench: no level got a token back: see the errors above", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_code(done)
+
+
+def _exit_code(done: Sequence) -> int:
+    """1 with one line naming the failed levels, when any failed; they are journaled as failed."""
+    failed = [r for r in done if r.failed]
+    if not failed:
+        return 0
+    levels = ", ".join(f"C={r.concurrency}" for r in failed)
+    reason = failed[0].error or "no cause recorded"
+    if not any(r.output_tok_s > 0 for r in done):
+        print(f"cockpit bench: no level got a token back ({levels} failed: {reason})", file=sys.stderr)
+    else:
+        print(f"cockpit bench: {levels} failed ({reason}): see the errors above", file=sys.stderr)
+    return 1
 
 
 def _listen_for_interrupt() -> None:
@@ -144,9 +169,26 @@ def _listen_for_interrupt() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """As cockpit's child, never outlive it: a parent killed (-9, a crash) cannot stop us, so a
+    thread watches for the re-parenting and ends the process at once, journaling nothing more."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
+
+
 def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
-               requests: int | None = None, duration: float | None = None, experiment: int | None = None) -> list[str]:
-    """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it)."""
+               requests: int | None = None, duration: float | None = None, experiment: int | None = None,
+               timeout: float | None = None) -> list[str]:
+    """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it).
+    An API key goes in the child's environment (OPENAI_API_KEY), never here."""
     argv = [*python_module("cockpit.cli"), "bench", "--url", url, "--jsonl",
             "-c", ",".join(map(str, levels)), "--input-len", str(input_len), "--output-len", str(output_len)]
     if model:
@@ -157,4 +199,6 @@ def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len:
         argv += ["--duration", str(duration)]
     if experiment is not None:
         argv += ["--experiment", str(experiment)]
+    if timeout is not None:
+        argv += ["--timeout", str(timeout)]
     return argv

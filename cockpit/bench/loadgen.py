@@ -22,6 +22,7 @@ import itertools
 import math
 import random
 import sys
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 from cockpit.bench import metrics
 from cockpit.bench import client as aiohttp_client
 from cockpit.bench import rawclient
-from cockpit.bench.client import Client, Progress, RequestRecord
+from cockpit.bench.client import Client, Progress, RequestRecord, is_timeout
 from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
 from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
@@ -38,6 +39,8 @@ from cockpit.errors import CockpitError
 
 TICK_S = 1.0
 GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
+DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
+MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
 MAX_CONCURRENCY = 65536
 TRANSPORTS = ("auto", "aiohttp", "raw")
 T = TypeVar("T")
@@ -54,7 +57,11 @@ class BenchConfig:
     and whole waves average them fairly), and at least 8 samples at C=1. ``warmup`` defaults to
     C completions and is never less than C in closed loop; in open loop it defaults to ~10 s of
     arrivals, at most C. A level whose first 8 (and at least ``warmup``) requests all fail is
-    not measured: its result carries the errors."""
+    not measured: its result carries the errors; so is one whose first C requests all timed out.
+
+    ``timeout`` bounds every wait of a request: connecting, the response headers, and each gap
+    between reads of the stream. ``request_timeout_s`` bounds a whole request (default: an hour,
+    or the timeout if longer), so a stream that trickles forever still ends."""
 
     url: str
     model: str | None = None  # None: the first id of GET /v1/models
@@ -67,8 +74,8 @@ class BenchConfig:
     rate: float | None = None  # open loop: Poisson arrivals per second; concurrency caps in flight
     jsonl: str | None = None
     warmup: int | None = None
-    request_timeout_s: float = 600.0
-    read_timeout_s: float = 120.0
+    timeout: float = DEFAULT_TIMEOUT_S
+    request_timeout_s: float | None = None
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never shown
     seed: int = 0
     # "auto": the raw asyncio.Protocol client (rawclient) for http://, aiohttp for https://
@@ -89,10 +96,21 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup" else 1):
                 raise CockpitError(f"{name} must be 1 or more, got {value}")
-        for name in ("duration_s", "rate", "request_timeout_s", "read_timeout_s"):
+        for name in ("duration_s", "rate", "timeout", "request_timeout_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise CockpitError(f"{name} must be above 0, got {value}")
+        for name in ("timeout", "request_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise CockpitError(f"{name} must be a finite number of seconds, got {value}")
+
+    @property
+    def request_limit_s(self) -> float:
+        """The bound on one whole request."""
+        if self.request_timeout_s is not None:
+            return self.request_timeout_s
+        return max(MIN_REQUEST_LIMIT_S, self.timeout)
 
     @property
     def resolved_transport(self) -> str:
@@ -180,6 +198,10 @@ class LevelResult:
     warmup: int
     model: str = ""
     endpoint: str = "completions"
+    sent: int = 0  # requests the level sent, warm-up and those cancelled at its end included
+    cancelled: int = 0  # in flight when the level ended: neither completed nor errors
+    failed: bool = False  # errors > half of the requests that ended, or no token came back
+    error: str | None = None  # why it failed, one line
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
 
     def to_json(self) -> dict[str, Any]:
@@ -214,6 +236,8 @@ class LevelResult:
             "input_len": self.input_len,
             "output_len": self.output_len,
             "client_limited": self.client_limited,
+            "failed": self.failed,
+            "error": self.error,
         }
         extra = {k: v for k, v in self.to_json().items() if k not in columns}
         return BenchPoint(**columns, extra=extra)
@@ -249,7 +273,7 @@ async def run_sweep(
     ``keep_records`` leaves each level's raw RequestRecords on its result (for tests and
     analysis; they cost memory: one float per token).
     """
-    model = cfg.model or await discover_model(cfg.base_url, cfg.api_key)
+    model = cfg.model or await discover_model(cfg.base_url, cfg.api_key, timeout=cfg.timeout)
     workload = _workload(cfg, model)
     raise_open_files_limit(max(cfg.concurrency) + 64)
     indices = itertools.count()  # request numbers across the sweep: every prompt tag is unique
@@ -262,8 +286,9 @@ async def run_sweep(
                 session,
                 cfg.base_url + workload.path,
                 api_key=cfg.api_key,
-                request_timeout_s=cfg.request_timeout_s,
-                read_timeout_s=cfg.read_timeout_s,
+                request_timeout_s=cfg.request_limit_s,
+                read_timeout_s=cfg.timeout,
+                connect_timeout_s=cfg.timeout,
                 progress=progress,
             )
             for concurrency in cfg.concurrency:
@@ -296,14 +321,15 @@ def _workload(cfg: BenchConfig, model: str) -> Workload:
     )
 
 
-async def discover_model(base_url: str, api_key: str | None = None) -> str:
-    """The first model id the server lists (GET /v1/models); httpx, as this is not the hot path."""
+async def discover_model(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> str:
+    """The first model id the server lists (GET /v1/models); httpx, as this is not the hot path.
+    A listing comes at once even from a busy engine: at most 30 s, however long ``timeout``."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     where = f"{base_url}/v1/models"
     try:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(timeout=min(timeout, 30.0)) as http:
             response = await http.get(where, headers=headers)
     except httpx.HTTPError as err:
         raise CockpitError(f"cannot reach {where} ({type(err).__name__}): is the server up? Or pass --model") from None
@@ -373,6 +399,8 @@ class _Level:
         self.warm_done = self.warm_failed = 0
         self.done = self.failed = 0  # completions (and failures among them) since the window opened
         self.failing = 0  # failures in a row
+        self.timing_out = 0  # timeouts in a row: each one is the server silent for the whole bound
+        self.warm_timeouts = 0
         self.window_start: float | None = None
         self.window_end: float | None = None
         self.warm = asyncio.Event()
@@ -388,9 +416,7 @@ class _Level:
                 self._open_window(perf_counter())
             await _until(self.warm, load)
             reads, events = progress.reads, progress.events
-            if self.warm_done and self.warm_failed == self.warm_done:
-                self.window_end = self.window_start  # nothing served: do not hammer it for a window
-            else:
+            if not self.over.is_set():
                 cpu.start()
                 lag.start()
                 ticker = asyncio.create_task(self._ticks())
@@ -412,7 +438,7 @@ class _Level:
 
     async def _closed_loop(self) -> None:
         async def worker() -> None:
-            while True:
+            while not self.over.is_set():  # decided: send nothing more, the rest is cancelled
                 if (await self._one()).error is not None:
                     await asyncio.sleep(0)  # a request can fail without ever yielding: let others run
 
@@ -431,12 +457,15 @@ class _Level:
 
         due = perf_counter()
         try:
-            while True:
+            while not self.over.is_set():
                 due += rng.expovariate(rate)
                 delay = due - perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await slots.acquire()
+                if self.over.is_set():
+                    slots.release()
+                    break
                 task: asyncio.Task[Any] = asyncio.create_task(self._one(scheduled=due))
                 tasks.add(task)
                 task.add_done_callback(finished)
@@ -458,11 +487,19 @@ class _Level:
         return record
 
     def _finished(self, record: RequestRecord) -> None:
+        timed_out = is_timeout(record)
         if not self.warm.is_set():
             self.warm_done += 1
             self.warm_failed += record.error is not None
-            all_failed = self.warm_failed == self.warm_done
-            if self.warm_done >= (max(self.warmup, GIVE_UP_AFTER) if all_failed else self.warmup):
+            self.warm_timeouts += timed_out
+            if self.warm_failed == self.warm_done:  # nothing served yet
+                # Failing fast, 8 tries tell a blip from a dead server; each timeout already
+                # waited the whole bound, so a warm-up's worth of them is enough.
+                enough = self.warmup if self.warm_timeouts else max(self.warmup, GIVE_UP_AFTER)
+                if self.warm_done >= max(1, enough):
+                    self._open_window(record.end)
+                    self._close_window(record.end)  # nothing served: do not hammer it for a window
+            elif self.warm_done >= self.warmup:
                 self._open_window(record.end)
             return
         if self.over.is_set():
@@ -470,9 +507,10 @@ class _Level:
         self.done += 1
         self.failed += record.error is not None
         self.failing = self.failing + 1 if record.error is not None else 0
+        self.timing_out = self.timing_out + 1 if timed_out else 0
         if self.target is not None and self.done >= self.target:
             self._close_window(record.end)
-        elif self.failing >= max(100, 10 * self.concurrency):
+        elif self.failing >= max(100, 10 * self.concurrency) or self.timing_out >= self.concurrency:
             self._close_window(record.end)  # the server stopped answering: the reasons are known, stop
 
     def _open_window(self, at: float) -> None:
@@ -531,6 +569,7 @@ class _Level:
             events_per_read=events_per_read,
         )
         output_tokens = metrics.output_tokens_in(records, window, k)
+        failure = level_failure(len(completed), reasons, output_tokens)
         return LevelResult(
             concurrency=self.concurrency,
             rate=self.cfg.rate,
@@ -562,7 +601,24 @@ class _Level:
             warmup=self.warmup,
             model=self.model,
             endpoint=self.cfg.endpoint,
+            sent=len(records),
+            cancelled=sum(r.cancelled for r in records),
+            failed=failure is not None,
+            error=failure,
         )
+
+
+def level_failure(completed: int, reasons: Counter[str], output_tokens: float) -> str | None:
+    """Why a level's numbers must not be compared (None when they can): more than half of the
+    requests that ended failed, or no token came back."""
+    errors = sum(reasons.values())
+    finished = completed + errors
+    if errors * 2 > finished or output_tokens <= 0:
+        if reasons:
+            reason, _ = reasons.most_common(1)[0]
+            return f"{errors} of {finished} requests failed: {reason}"
+        return "no token came back"
+    return None
 
 
 async def _until(event: asyncio.Event, load: asyncio.Task[None]) -> None:

@@ -7,8 +7,8 @@ is stamped (``perf_counter()``, first thing) and parsed inside ``data_received``
 callback: no task wake-up, no queue; the request's task is woken once, when the stream ends.
 
 Same contract as ``client.Client``: the same ``RequestRecord`` fields, the same one-line error
-texts and the same two timeouts (no bytes for ``read_timeout_s``; ``request_timeout_s`` for the
-whole request, connecting included). Keep-alive connections, one per request in flight, are
+texts and the same timeouts (``connect_timeout_s`` to connect; no bytes for ``read_timeout_s``,
+the response headers included; ``request_timeout_s`` for the whole request, connecting included). Keep-alive connections, one per request in flight, are
 reused across requests; chunked transfer coding is decoded by hand; the SSE split and the
 template fast path for plain token events are the shared ``client.SseReader``.
 """
@@ -20,7 +20,17 @@ import socket
 from time import perf_counter
 from urllib.parse import urlsplit
 
-from cockpit.bench.client import ERROR_BODY_LIMIT, Progress, RequestRecord, SseReader, _Failed, _first_line, error_text
+from cockpit.bench.client import (
+    ERROR_BODY_LIMIT,
+    TIMED_OUT,
+    Progress,
+    RequestRecord,
+    SseReader,
+    _Failed,
+    _first_line,
+    error_text,
+    os_reason,
+)
 
 _HEADERS, _BODY, _DONE = 0, 1, 2  # response phases
 _SIZE, _DATA, _CRLF, _TRAILER = 0, 1, 2, 3  # chunked decoding states
@@ -159,7 +169,7 @@ class _Conn(asyncio.Protocol):
         if now >= self.deadline:
             self._fail(asyncio.TimeoutError("request limit"))
         elif now - self.last_read >= self.read_timeout:
-            self._fail(_Failed(f"timed out after {self.read_timeout:g} s (no bytes)"))
+            self._fail(_Failed(f"{TIMED_OUT}{self.read_timeout:g} s (no bytes)"))
         else:
             self._arm(min(self.last_read + self.read_timeout, self.deadline))
 
@@ -346,8 +356,9 @@ class Client:
         url: str,
         *,
         api_key: str | None = None,
-        request_timeout_s: float = 600.0,
-        read_timeout_s: float = 120.0,
+        request_timeout_s: float = 3600.0,
+        read_timeout_s: float = 600.0,
+        connect_timeout_s: float | None = None,
         progress: Progress | None = None,
     ) -> None:
         parts = urlsplit(url)
@@ -368,6 +379,8 @@ class Client:
         self.head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
         self.request_timeout_s = request_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.connect_timeout_s = min(read_timeout_s if connect_timeout_s is None else connect_timeout_s,
+                                     request_timeout_s)
         self.progress = progress if progress is not None else Progress()
 
     async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
@@ -410,12 +423,14 @@ class Client:
         return record
 
     async def _connect(self, deadline: float) -> _Conn:
-        # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that lands as the connect
-        # fails, and a closed-loop worker against a dead server then never stops.
+        """A new connection within the connect timeout (a listen queue that never accepts hangs
+        here). Not asyncio.wait_for: on 3.11 it can swallow a cancellation that lands as the
+        connect fails, and a closed-loop worker against a dead server then never stops."""
         loop = asyncio.get_running_loop()
+        limit = min(deadline, perf_counter() + self.connect_timeout_s)
         task = asyncio.ensure_future(loop.create_connection(lambda: _Conn(self.session), self.host, self.port))
         try:
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - perf_counter()))
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, limit - perf_counter()))
         except asyncio.CancelledError:
             task.cancel()
             task.add_done_callback(_close_if_connected)
@@ -423,16 +438,18 @@ class Client:
         if not done:
             task.cancel()
             task.add_done_callback(_close_if_connected)
-            raise _Failed(f"timed out after {self.request_timeout_s:g} s (connecting)")
+            if perf_counter() >= deadline:
+                raise _Failed(f"{TIMED_OUT}{self.request_timeout_s:g} s (request limit)")
+            raise _Failed(f"{TIMED_OUT}{self.connect_timeout_s:g} s (connecting)")
         try:
             _, conn = task.result()
         except OSError as exc:
-            raise _Failed(f"cannot connect: {exc.strerror or exc}") from None
+            raise _Failed(f"cannot connect: {os_reason(exc)}") from None
         return conn
 
     def _reason(self, exc: Exception, record: RequestRecord) -> str:
         if isinstance(exc, asyncio.TimeoutError):
-            return f"timed out after {self.request_timeout_s:g} s (request limit)"
+            return f"{TIMED_OUT}{self.request_timeout_s:g} s (request limit)"
         if isinstance(exc, (_Dropped, ConnectionError)):
             if record.status is None:
                 return "connection dropped before the response"

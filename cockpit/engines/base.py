@@ -62,10 +62,15 @@ _INT_FLAGS = {
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--chunked-prefill-size": "max_num_batched_tokens",
 }
+_OFF = {"--chunked-prefill-size": -1}  # SGLang: -1 turns chunked prefill off; the default then stands
+MAX_TOKENS_ARG = 1_000_000_000  # token counts above this are typos, not settings
 
 
 def parse_server_args(args: Sequence[str]) -> ServerArgs:
-    """Pick the memory-moving flags out of an argument list (``--flag value`` or ``--flag=value``)."""
+    """Pick the memory-moving flags out of an argument list (``--flag value`` or ``--flag=value``).
+
+    Values the engine would refuse at startup (a memory share above 1, a zero length) are refused
+    here, before anything is launched."""
     values: dict = {}
     items = list(args)
     i = 0
@@ -74,22 +79,54 @@ def parse_server_args(args: Sequence[str]) -> ServerArgs:
         name, eq, inline = arg.partition("=")
         nxt = inline if eq else (items[i + 1] if i + 1 < len(items) else None)
         step = 1 if eq else 2
-        try:
-            if name in _FLOAT_FLAGS:
-                values[_FLOAT_FLAGS[name]] = float(nxt)  # type: ignore[arg-type]
-            elif name in _INT_FLAGS:
-                values[_INT_FLAGS[name]] = int(nxt)  # type: ignore[arg-type]
-            elif name == "--kv-cache-dtype":
-                values["kv_cache_dtype"] = str(nxt)
-            elif name == "--enable-eplb":
-                values["enable_eplb"] = True
-                step = 1
-            else:
-                step = 1
-        except (TypeError, ValueError) as exc:
-            raise CockpitError(f"server argument {name} needs a number, got {nxt!r}: fix the profile's server args") from exc
+        if name in _FLOAT_FLAGS:
+            values[_FLOAT_FLAGS[name]] = _fraction(name, nxt)
+        elif name in _INT_FLAGS:
+            count = _token_count(name, nxt)
+            if count != _OFF.get(name):
+                values[_INT_FLAGS[name]] = count
+        elif name == "--kv-cache-dtype":
+            values["kv_cache_dtype"] = str(nxt)
+        elif name == "--enable-eplb":
+            values["enable_eplb"] = True
+            step = 1
+        else:
+            step = 1
         i += step
     return ServerArgs(**values)
+
+
+def _number(name: str, text: str | None, kind: type) -> float:
+    try:
+        if text is None or len(text) > 40:
+            raise ValueError
+        return kind(text)
+    except ValueError:
+        shown = repr(text if text is None or len(text) <= 40 else text[:37] + "...")
+        raise CockpitError(f"server argument {name} needs a number, got {shown}: fix the profile's server args") from None
+
+
+def _fraction(name: str, text: str | None) -> float:
+    """--gpu-memory-utilization / --mem-fraction-static: a share of each GPU, above 0 and at most 1."""
+    value = _number(name, text, float)
+    if not 0 < value <= 1:  # also refuses nan and inf
+        raise CockpitError(
+            f"server argument {name} must be above 0 and at most 1, a share of each GPU's memory "
+            f"(got {text}): fix the profile's server args, e.g. {name} 0.9"
+        )
+    return value
+
+
+def _token_count(name: str, text: str | None) -> int:
+    value = int(_number(name, text, int))
+    if value == _OFF.get(name):
+        return value
+    if not 1 <= value <= MAX_TOKENS_ARG:
+        raise CockpitError(
+            f"server argument {name} must be a whole number from 1 to {MAX_TOKENS_ARG:,} (got {text}): "
+            "fix the profile's server args"
+        )
+    return value
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ the levels it finished.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from cockpit.bench.command import bench_argv, describe_level
 from cockpit.commands import Bench
@@ -41,13 +42,17 @@ def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, exp
         requests=requests,
         duration=duration,
         experiment=experiment,
+        timeout=bench.timeout_s,
     )
 
 
-def run_bench_child(argv: list[str], experiment: int) -> Iterator[Event]:
-    """Events from the child's JSON lines; Ctrl-C is passed on so the child ends cleanly."""
+def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None) -> Iterator[Event]:
+    """Events from the child's JSON lines. Any way this generator ends early (Ctrl-C, SIGTERM,
+    SIGHUP, the caller closing it) passes SIGINT on, so the child journals what it finished and
+    ends; it never outlives this call. The server's API key goes by environment, not argv."""
     levels = 0
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    env: Mapping[str, str] = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else os.environ
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
     try:
         for line in child.stdout:
             try:
@@ -67,7 +72,7 @@ def run_bench_child(argv: list[str], experiment: int) -> Iterator[Event]:
             lines = (child.stderr.read() or "").strip().splitlines()
             error = lines[-1] if lines else f"cockpit bench exited with code {code}"
         yield BenchDone(experiment, levels, interrupted=code == 130, error=error)
-    except KeyboardInterrupt:
+    except BaseException:
         child.send_signal(signal.SIGINT)
         try:
             child.wait(timeout=15)

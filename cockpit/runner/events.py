@@ -5,7 +5,10 @@ Every event names its experiment and prints itself in one line.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
+
+from cockpit.secrets import redact_env, shell_line
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,10 @@ class Launching:
     env: dict[str, str] = field(default_factory=dict)  # what cockpit set: CUDA_VISIBLE_DEVICES, ...
 
     def __str__(self) -> str:
-        pinned = " ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"launching pid {self.pid}: {pinned + ' ' if pinned else ''}{' '.join(self.argv)}"
+        """`VAR=value ... argv` shell-quoted and redacted (again: it costs nothing), so pasting it
+        runs that command."""
+        pinned = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(self.env).items())
+        return f"launching pid {self.pid}: {pinned + ' ' if pinned else ''}{shell_line(self.argv)}"
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ Both faces use this: ``cockpit run`` prints the events, the TUI turns them into 
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from cockpit.children import python_module
 from cockpit.commands import Bench
@@ -18,8 +20,10 @@ from cockpit.layout import Layout
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
 from cockpit.runner.events import Diagnosis, Event, Failed, Launching, Planned, Ready, Stopped
-from cockpit.runner.registry import new_log_path
-from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port, redact_argv, redact_env
+from cockpit.runner.registry import ServerEntry, new_log_path
+from cockpit.runner.signals import held_signals
+from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port
+from cockpit.secrets import Scrubber, redact_argv, redact_env
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
 
@@ -36,6 +40,20 @@ def sim_command(engine: str, default_command: Sequence[str]) -> tuple[str, ...]:
     return (*python_module("cockpit.sim"), engine, "--", *default_command)
 
 
+def server_api_key(engine: str, args: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """The first key of `--api-key K [K ...]` or `--api-key=K`; for vLLM, else VLLM_API_KEY
+    (vllm/entrypoints/openai/api_server.py takes `args.api_key or envs.VLLM_API_KEY`)."""
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg == "--api-key" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+    if engine == "vllm":
+        return env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+    return None
+
+
 def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:
     allowed_set = set(allowed) if allowed is not None else None
     free = []
@@ -48,9 +66,17 @@ def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> li
     return free
 
 
-def describe_holders(samples: Sequence[GpuSample], indices: Sequence[int]) -> str:
+def describe_holders(samples: Sequence[GpuSample], indices: Sequence[int], held: Mapping[int, ServerEntry] | None = None) -> str:
+    """Who holds each busy GPU: a server of a cockpit (even one still loading), else NVML's view."""
+    held = held or {}
     parts = []
+    for index in sorted(set(held) & set(indices)):
+        entry = held[index]
+        who = f"pid {entry.pid}" if entry.pid > 0 else "a server being started"
+        parts.append(f"GPU {index}: {who} ({entry.layout} on {entry.engine}, experiment {entry.experiment})")
     for s in samples:
+        if s.index in held:
+            continue
         if s.index in indices and s.processes:
             who = ", ".join(f"pid {p.pid} ({p.name}, {p.used_bytes / GIB:.0f} GiB)" for p in s.processes)
             parts.append(f"GPU {s.index}: {who}")
@@ -91,6 +117,10 @@ class Launcher:
         command = sim_command(engine.name, engine.default_command) if self.sim else (self.profile.command or ())
         return engine.argv(verdict.placement, self.setup.model_path, self.profile.port, self.profile.args, command)
 
+    def api_key(self) -> str | None:
+        """The key the server wants from clients (readiness probe, benchmark), if it was given one."""
+        return server_api_key(self.setup.engine.name, self.profile.args, self.profile.env)
+
     def environment(self, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(self.profile.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
@@ -105,32 +135,61 @@ class Launcher:
     def run(self, layout: Layout, *, force: bool = False) -> Iterator[Event]:
         """Plan, launch and follow one layout; the last event is Ready or Failed."""
         verdict = plan_layout(self.setup, layout)
-        samples = self.monitor.sample_now() if self.monitor else []
         used = verdict.placement.gpus_used if verdict.placement else 0
         allowed = list(self.profile.gpu_ids) if self.profile.gpu_ids is not None else list(range(self.setup.hardware.count))
-        free = free_gpus(samples, allowed) if samples else allowed
-        gpus = tuple(free[:used]) if used <= len(free) else tuple(allowed)
-        self.experiment = self.journal.start_experiment(
-            profile=self.profile.name,
-            model=self.setup.model_path,
-            engine=self.setup.engine.name,
-            layout=str(layout),
-            argv=list(redact_argv(verdict.argv)),
-            gpus=list(gpus),
-        )
-        exp = self.experiment
+        registry = self.supervisor.registry
+        failure: Diagnosis | None = None
+        # Choosing GPUs and registering the server are one step under the box-wide lock: a second
+        # cockpit waits here, then sees this server's GPUs and port as taken.
+        with registry.launch_lock():
+            samples = self.monitor.sample_now() if self.monitor else []
+            others = registry.live() + registry.starting()
+            held = {gpu: entry for entry in others for gpu in entry.gpus}
+            free = [g for g in (free_gpus(samples, allowed) if samples else allowed) if g not in held]
+            gpus = tuple(free[:used]) if used <= len(free) else tuple(allowed[:used])
+            self.experiment = exp = self.journal.start_experiment(
+                profile=self.profile.name,
+                model=self.setup.model_path,
+                engine=self.setup.engine.name,
+                layout=str(layout),
+                argv=list(redact_argv(verdict.argv)),
+                gpus=list(gpus),
+            )
+            refusal = self._refusal(verdict, force, used, free, samples, held, others)
+            if refusal is None:
+                argv = self.argv(verdict)
+                env = self.environment(gpus)
+                log_path = new_log_path(exp, str(layout))
+                failure = self._spawn(exp, argv, env, log_path, str(layout), gpus)
         placement = str(verdict.placement) if verdict.placement else "not expressible"
         yield Planned(exp, str(layout), f"{verdict.verdict} ({verdict.headline})" if verdict.headline else verdict.verdict, placement, gpus)
-        refusal = self._refusal(verdict, force, used, free, samples)
-        if refusal is not None:
-            self.journal.set_outcome(exp, "failed", diagnosis=refusal)
-            yield Failed(exp, refusal)
+        failure = refusal or failure
+        if failure is not None:
+            self.journal.set_outcome(exp, "failed", diagnosis=failure)
+            yield Failed(exp, failure)
             return
-        argv = self.argv(verdict)
-        env = self.environment(gpus)
-        log_path = new_log_path(exp, str(layout))
+        handle = self.handle
+        assert handle is not None  # _spawn set it
         try:
-            self.handle = self.supervisor.start(
+            self.journal.update_experiment(exp, log_path=str(log_path), pid=handle.pid, port=self.profile.port)
+        except BaseException:
+            self._stop_unjournaled(handle)
+            raise
+        shown_env = {k: v for k, v in redact_env(env).items() if k not in ("COCKPIT_SIM_CALIBRATION",)}
+        yield Launching(exp, redact_argv(argv), handle.pid, str(log_path), shown_env)
+        yield from self.follow(handle)
+
+    def _spawn(self, exp: int, argv: Sequence[str], env: dict[str, str], log_path, layout: str, gpus: Sequence[int]) -> Diagnosis | None:
+        """Start the engine; ``self.handle`` is set before any interrupt can land. A failure to
+        start (no such launcher) comes back as the Diagnosis to report."""
+
+        def own(handle: ServerHandle) -> None:
+            self.handle = handle
+            if self.monitor:
+                self.monitor.track(exp, gpus)
+
+        try:
+            self.supervisor.start(
                 experiment=exp,
                 argv=argv,
                 env=env,
@@ -138,29 +197,43 @@ class Launcher:
                 log_path=log_path,
                 engine=self.setup.engine.name,
                 profile=self.profile.path or self.profile.name,  # its file: a re-attach opens the same one
-                layout=str(layout),
+                layout=layout,
+                gpus=gpus,
+                on_started=own,
             )
         except OSError as exc:  # no such launcher, not executable
-            failure = Diagnosis(
+            return Diagnosis(
                 "launch-error",
                 f"cannot start `{argv[0]}`: {exc.strerror or exc}",
                 "set server.command in the profile to the engine's launcher, e.g. [/path/to/venv/bin/vllm, serve]",
             )
-            self.journal.set_outcome(exp, "failed", diagnosis=failure)
-            yield Failed(exp, failure)
-            return
-        self.journal.update_experiment(exp, log_path=str(log_path), pid=self.handle.pid, port=self.profile.port)
-        if self.monitor:
-            self.monitor.track(exp, gpus)
-        shown_env = {k: v for k, v in redact_env(env).items() if k not in ("COCKPIT_SIM_CALIBRATION",)}
-        yield Launching(exp, redact_argv(argv), self.handle.pid, str(log_path), shown_env)
-        yield from self.follow(self.handle)
+        return None
+
+    def _stop_unjournaled(self, handle: ServerHandle) -> None:
+        """The journal failed under a server we started: stop it rather than leave it unrecorded."""
+        self._stopping.add(handle.entry.experiment)
+        self.supervisor.stop(handle, grace=5.0, memory_timeout=5.0)
+        self._forget(handle)
 
     def follow(self, handle: ServerHandle) -> Iterator[Event]:
-        """Follow a launched or re-attached server to Ready or Failed, journaling the outcome."""
+        """Follow a launched or re-attached server to Ready or Failed, journaling the outcome.
+        A journal that fails on the way stops the server (it would run unrecorded)."""
         self.handle = handle
+        try:
+            yield from self._follow(handle)
+        except CockpitError:
+            if self.handle is handle:
+                self._stop_unjournaled(handle)
+            raise
+
+    def _follow(self, handle: ServerHandle) -> Iterator[Event]:
         exp = handle.entry.experiment
-        for event in self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=self.setup.engine.ready_paths):
+        ready_paths = self.setup.engine.ready_paths
+        scrubber = Scrubber.from_launch([*(self.profile.command or ()), *self.profile.args], {**os.environ, **self.profile.env})
+        events = self.supervisor.follow(
+            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key(), scrub=scrubber.text
+        )
+        for event in events:
             if isinstance(event, Failed) and exp in self._stopping:
                 return  # it died of our own SIGTERM: `stop` journals and reports that
             if isinstance(event, Failed):
@@ -188,7 +261,7 @@ class Launcher:
             raise CockpitError("no server is running: `try <layout>` first")
         exp = self.handle.entry.experiment
         argv = bench_child(self.handle.url, None, bench, self.profile, exp)
-        yield from run_bench_child(argv, exp)
+        yield from run_bench_child(argv, exp, self.api_key())
         self._record_peaks(exp)
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
@@ -197,14 +270,22 @@ class Launcher:
             return None
         exp = handle.entry.experiment
         self._stopping.add(exp)  # before the signal: the exit it causes is ours, not a failure
-        self._record_peaks(exp)
-        how = self.supervisor.stop(handle)
-        record = self.journal.experiment(exp)
-        if record is not None and record.outcome == "launching":
-            self.journal.set_outcome(exp, "stopped")
-        self.journal.update_experiment(exp, ended=time.time())
-        self._forget(handle)
+        with held_signals():  # a stop half done would leave the journal saying it still runs
+            self._record_peaks(exp)
+            try:
+                how = self.supervisor.stop(handle)
+            finally:
+                self._forget(handle)
+            journal_stopped(self.journal, exp)
         return Stopped(exp, f"{reason}: {how}")
+
+    def note_hangup(self, handle: ServerHandle) -> None:
+        """The terminal went away: the server is left running, and the journal says where."""
+        self.journal.add_note(
+            handle.entry.experiment,
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} cockpit got SIGHUP (its terminal closed); the server "
+            f"keeps running as pid {handle.pid}: `cockpit attach {handle.pid}`, `cockpit stop {handle.pid}`",
+        )
 
     def _forget(self, handle: ServerHandle) -> None:
         """The server is gone: no handle, no peaks tracked for it."""
@@ -215,7 +296,7 @@ class Launcher:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _refusal(self, verdict: Verdict, force: bool, used: int, free: list[int], samples) -> Diagnosis | None:
+    def _refusal(self, verdict: Verdict, force: bool, used: int, free: list[int], samples, held, others) -> Diagnosis | None:
         if verdict.placement is None:
             return Diagnosis("inexpressible", verdict.reasons[0].message, self.suggest(verdict))
         if verdict.verdict == FAILS and not force:
@@ -226,17 +307,18 @@ class Launcher:
                 (suggestion + "; " if suggestion else "") + "--force launches it anyway",
             )
         holder = busy_port("127.0.0.1", self.profile.port)
+        holder = holder or next((f"pid {e.pid or '(starting)'} ({e.layout} of cockpit)" for e in others if e.port == self.profile.port), None)
         if holder is not None:
             return Diagnosis(
                 "port-in-use",
                 f"port {self.profile.port} is already in use by {holder}; nothing launched",
                 "stop that server (`cockpit servers`, `cockpit stop PID`) or set server.port in the profile",
             )
-        if samples and used <= self.setup.hardware.count and len(free) < used:
-            busy = [s.index for s in samples if s.index not in free]
+        if used <= self.setup.hardware.count and len(free) < used:
+            busy = sorted({s.index for s in samples if s.index not in free} | set(held))
             return Diagnosis(
                 "gpus-busy",
-                f"{verdict.layout} needs {used} free GPUs, {len(free)} are free ({describe_holders(samples, busy)}); nothing launched",
+                f"{verdict.layout} needs {used} free GPUs, {len(free)} are free ({describe_holders(samples, busy, held)}); nothing launched",
                 "stop what holds them (`cockpit servers`, `cockpit stop PID`) or pick a smaller layout",
             )
         return None
@@ -258,7 +340,18 @@ class Launcher:
                 self.journal.record_peak(exp, peaks)
 
 
+def journal_stopped(journal: Journal, exp: int) -> None:
+    """A stopped server's experiment gets its end, and `stopped` if it never served."""
+    record = journal.experiment(exp)
+    if record is None:
+        return
+    if record.outcome == "launching":
+        journal.set_outcome(exp, "stopped")
+    elif record.ended is None:
+        journal.update_experiment(exp, ended=time.time())
+
+
 def check_startup_timeout(value: float) -> float:
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise CockpitError(f"--startup-timeout must be a positive number of seconds, got {value}")
     return value

@@ -3,22 +3,44 @@
 A server outlives the cockpit that started it (an SSH drop, kill -9): the next cockpit reads
 this folder, finds which servers still live (same PID *and* same start time, so a reused PID
 is not mistaken for ours), and offers to re-attach or stop them.
+
+No server is ever invisible, even when cockpit dies while starting one: the entry is written
+*before* the engine is spawned, as a pending entry that holds a random token, and the engine
+gets the token in its environment (``COCKPIT_SERVER_TOKEN``). Once spawned, the entry is
+rewritten under the engine's PID. A pending entry whose owner died in between is resolved by
+finding the process that carries its token.
+
+Choosing GPUs and registering a server happen under one lock (``launch_lock``), an ``flock``
+on a file in the state folder that every cockpit on the box shares: two cockpits never pick the
+same GPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 import psutil
 
+from cockpit.errors import CockpitError
+
 CREATE_TIME_TOLERANCE_S = 0.5
+TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
+LOCK_WAIT_S = 60.0
+STALE_TMP_S = 60.0  # a half-written entry older than this was left by a killed writer
+# Between fork and exec the engine does not carry its token yet: a pending entry whose owner
+# died is kept this long before it is taken for a spawn that never happened.
+PENDING_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -35,8 +57,18 @@ class ServerEntry:
     url: str = ""
     started: float = 0.0
     create_time: float = 0.0  # psutil's, to tell our process from a reused PID
+    gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
+    token: str = ""  # in the engine's environment as COCKPIT_SERVER_TOKEN
+    owner: int = 0  # the cockpit that started it (a pending entry's writer)
+
+    @property
+    def pending(self) -> bool:
+        """Written before the spawn; the engine's PID is not known yet."""
+        return self.pid <= 0
 
     def alive(self) -> bool:
+        if self.pending:
+            return False
         try:
             proc = psutil.Process(self.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
@@ -45,8 +77,23 @@ class ServerEntry:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 
+    def to_json(self) -> dict:
+        return {**asdict(self), "argv": list(self.argv), "gpus": list(self.gpus)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ServerEntry:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        entry = cls(**{**known, "argv": tuple(known.get("argv", ())), "gpus": tuple(known.get("gpus", ()))})
+        if not isinstance(entry.pid, int) or not isinstance(entry.experiment, int):
+            raise TypeError("pid and experiment must be integers")
+        return entry
+
     def __str__(self) -> str:
-        return f"pid {self.pid}: {self.layout or '?'} on {self.engine or '?'} port {self.port} (experiment {self.experiment}, log {self.log_path})"
+        gpus = f" GPUs {','.join(map(str, self.gpus))}" if self.gpus else ""
+        return (
+            f"pid {self.pid}: {self.layout or '?'} on {self.engine or '?'} port {self.port}{gpus} "
+            f"(experiment {self.experiment}, log {self.log_path})"
+        )
 
 
 def state_dir() -> Path:
@@ -58,6 +105,17 @@ def state_dir() -> Path:
         return Path(platformdirs.user_state_dir("cockpit"))
 
 
+def private_dir(folder: Path) -> Path:
+    """Create ``folder`` (and its parents) readable by the user only; one line if it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as err:
+        raise CockpitError(
+            f"cannot create {folder}: {err.strerror}; set COCKPIT_STATE_DIR to a writable folder"
+        ) from None
+    return folder
+
+
 class Registry:
     def __init__(self, folder: Path | None = None):
         self.folder = folder or state_dir() / "servers"
@@ -65,48 +123,164 @@ class Registry:
     def _path(self, pid: int) -> Path:
         return self.folder / f"{pid}.json"
 
+    def _pending_path(self, token: str) -> Path:
+        return self.folder / f"pending-{token}.json"
+
+    # -- writing ----------------------------------------------------------------------------
+
     def add(self, entry: ServerEntry) -> ServerEntry:
+        """Write a live server's entry (its create time read now if not given)."""
         if not entry.create_time:
             try:
-                entry = ServerEntry(**{**asdict(entry), "create_time": psutil.Process(entry.pid).create_time()})
+                entry = replace(entry, create_time=psutil.Process(entry.pid).create_time())
             except psutil.NoSuchProcess:
                 pass
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({**asdict(entry), "argv": list(entry.argv)}, f)
-        os.replace(tmp, self._path(entry.pid))
+        self._write(self._path(entry.pid), entry)
         return entry
+
+    def add_pending(self, entry: ServerEntry) -> ServerEntry:
+        """Write the entry of a server about to be spawned (pid 0, a token, its owner)."""
+        assert entry.token, "a pending entry needs the token the engine will carry"
+        entry = replace(entry, pid=0, pgid=0, owner=entry.owner or os.getpid())
+        self._write(self._pending_path(entry.token), entry)
+        return entry
+
+    def confirm(self, pending: ServerEntry, pid: int) -> ServerEntry:
+        """The engine was spawned as ``pid`` (its own process group): its entry replaces the pending one."""
+        entry = self.add(replace(pending, pid=pid, pgid=pid))
+        self._pending_path(pending.token).unlink(missing_ok=True)
+        return entry
+
+    def drop_pending(self, pending: ServerEntry) -> None:
+        self._pending_path(pending.token).unlink(missing_ok=True)
 
     def remove(self, pid: int) -> None:
         self._path(pid).unlink(missing_ok=True)
+
+    def _write(self, path: Path, entry: ServerEntry) -> None:
+        """Atomically, 0600: a reader sees the old file or the new one, never half of one."""
+        private_dir(self.folder)
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{os.getpid()}-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(entry.to_json(), f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # -- reading ----------------------------------------------------------------------------
 
     def entries(self) -> list[ServerEntry]:
         found = []
         for path in sorted(self.folder.glob("*.json")):
             try:
-                data = json.loads(path.read_text())
-                found.append(ServerEntry(**{**data, "argv": tuple(data.get("argv", ()))}))
-            except (OSError, ValueError, TypeError):
-                continue  # a half-written or foreign file: not ours to trust
+                found.append(ServerEntry.from_json(json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue  # a foreign or damaged file: not ours to trust
         return found
 
     def live(self) -> list[ServerEntry]:
-        """Servers that still run; entries of dead ones are removed."""
+        """Servers that still run (pending entries resolved); entries of dead ones are removed."""
+        self._sweep_tmp()
         alive = []
         for entry in self.entries():
-            if entry.alive():
+            if entry.pending:
+                resolved = self._resolve(entry)
+                if resolved is not None:
+                    alive.append(resolved)
+            elif entry.alive():
                 alive.append(entry)
             else:
                 self.remove(entry.pid)
-        return alive
+        return sorted(alive, key=lambda e: e.pid)
+
+    def starting(self) -> list[ServerEntry]:
+        """Pending entries whose owner still runs: a server being spawned right now."""
+        return [e for e in self.entries() if e.pending and _process_alive(e.owner)]
 
     def find(self, pid: int) -> ServerEntry | None:
         return next((e for e in self.live() if e.pid == pid), None)
 
+    def _resolve(self, pending: ServerEntry) -> ServerEntry | None:
+        """The engine that carries the pending entry's token, now under its PID; None (and the
+        entry gone) when there is no such engine and its owner is gone too."""
+        pid = find_token(pending.token)
+        if pid is not None:
+            return self.confirm(pending, pid)
+        if not _process_alive(pending.owner) and time.time() - pending.started > PENDING_GRACE_S:
+            self.drop_pending(pending)
+        return None
+
+    def _sweep_tmp(self) -> None:
+        """Remove half-written entries whose writer was killed (kill -9 between write and rename)."""
+        now = time.time()
+        for tmp in self.folder.glob(".*.tmp"):
+            writer = tmp.name[1:].split("-", 1)[0]
+            try:
+                stale = not (writer.isdigit() and _process_alive(int(writer))) or now - tmp.stat().st_mtime > STALE_TMP_S
+                if stale:
+                    tmp.unlink()
+            except OSError:
+                continue
+
+    # -- the lock every cockpit on the box shares ---------------------------------------------
+
+    @contextlib.contextmanager
+    def launch_lock(self, wait: float = LOCK_WAIT_S) -> Iterator[None]:
+        """Hold the box-wide launch lock: choose GPUs and register a server as one step."""
+        path = private_dir(self.folder) / ".launch.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as err:
+                    if err.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() > deadline:
+                        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another cockpit"
+                        raise CockpitError(
+                            f"another cockpit (pid {holder}) has held the launch lock {path} for {wait:.0f} s: "
+                            "wait for its launch to start, or stop it"
+                        ) from None
+                    time.sleep(0.05)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def find_token(token: str) -> int | None:
+    """The PID of the process group leader whose environment carries ``token``."""
+    if not token:
+        return None
+    me = os.getuid()
+    for proc in psutil.process_iter(["pid", "uids"]):
+        try:
+            if proc.info["uids"] is None or proc.info["uids"].real != me:
+                continue
+            if proc.environ().get(TOKEN_ENV) == token and os.getpgid(proc.pid) == proc.pid:
+                return proc.pid
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
 
 def new_log_path(experiment: int, layout: str) -> Path:
-    folder = state_dir() / "logs"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(state_dir() / "logs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return folder / f"{stamp}-exp{experiment}-{layout.replace(' ', '_')}.log"

@@ -10,19 +10,22 @@ from __future__ import annotations
 import collections
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.runner.registry import Registry, ServerEntry
+from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry, private_dir
+from cockpit.runner.signals import held_signals
+from cockpit.secrets import redact_argv
 from cockpit.telemetry.base import GpuSource
 
 TAIL_LINES = 400
@@ -35,34 +38,6 @@ _CERTAIN = {
     "oom", "fp8-block", "attention-heads", "kv-heads", "kv-cache", "world-size",
     "port-in-use", "pp-unsupported", "eplb", "unrecognized-args",
 }
-_SECRET = re.compile(r"token|key|secret|password", re.I)
-
-
-def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The argv with secrets (--api-key VALUE, --hf-token=VALUE) blanked, for logs and screens."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if name.startswith("--") and _SECRET.search(name):
-            if eq:
-                out.append(f"{name}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return tuple(out)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
-
-
 @dataclass
 class ServerHandle:
     """A running (or finished) engine: ours (``popen``) or re-attached from the registry."""
@@ -89,8 +64,9 @@ class ServerHandle:
 class LogTail:
     """Reads new complete lines from a growing log file (tqdm's carriage returns split lines)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, scrub: Callable[[str], str] = str):
         self.path = path
+        self.scrub = scrub  # secrets the engine printed (its own arguments) never go further
         self.offset = 0
         self.partial = ""
 
@@ -105,12 +81,12 @@ class LogTail:
         text = self.partial + data.decode("utf-8", errors="replace")
         parts = re.split(r"\r\n|\r|\n", text)
         self.partial = parts.pop()
-        return [strip_ansi(p) for p in parts if p.strip()]
+        return [self.scrub(strip_ansi(p)) for p in parts if p.strip()]
 
     def flush(self) -> list[str]:
         lines = self.read()
         if self.partial.strip():
-            lines.append(strip_ansi(self.partial))
+            lines.append(self.scrub(strip_ansi(self.partial)))
         self.partial = ""
         return lines
 
@@ -134,34 +110,50 @@ class Supervisor:
         engine: str = "",
         profile: str = "",
         layout: str = "",
+        gpus: Sequence[int] = (),
+        on_started: Callable[[ServerHandle], None] | None = None,
     ) -> ServerHandle:
-        """Start the engine from an argv list in its own session; output goes to ``log_path``."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(
-                list(argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **env},
-                start_new_session=True,  # own session and process group: survives our exit
-            )
-        entry = self.registry.add(
-            ServerEntry(
-                pid=popen.pid,
-                pgid=popen.pid,
-                argv=redact_argv(argv),
-                port=port,
-                log_path=str(log_path),
-                experiment=experiment,
-                engine=engine,
-                profile=profile,
-                layout=layout,
-                url=f"http://{host}:{port}",
-                started=time.time(),
-            )
+        """Start the engine from an argv list in its own session; output goes to ``log_path``.
+
+        The registry entry is written before the spawn and the engine carries its token, so no
+        instant exists at which the engine runs unlisted; interrupts wait until ``on_started``
+        has the handle, so the caller always learns of the server it must stop.
+        """
+        token = secrets.token_hex(8)
+        pending = ServerEntry(
+            pid=0,
+            pgid=0,
+            argv=redact_argv(argv),
+            port=port,
+            log_path=str(log_path),
+            experiment=experiment,
+            engine=engine,
+            profile=profile,
+            layout=layout,
+            url=f"http://{host}:{port}",
+            started=time.time(),
+            gpus=tuple(gpus),
+            token=token,
         )
-        return ServerHandle(entry, popen)
+        with held_signals():
+            pending = self.registry.add_pending(pending)
+            try:
+                with open(log_path, "ab", opener=_private_opener) as log:
+                    popen = subprocess.Popen(
+                        list(argv),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env={**os.environ, **env, TOKEN_ENV: token},
+                        start_new_session=True,  # own session and process group: survives our exit
+                    )
+            except BaseException:
+                self.registry.drop_pending(pending)
+                raise
+            handle = ServerHandle(self.registry.confirm(pending, popen.pid), popen)
+            if on_started is not None:
+                on_started(handle)
+        return handle
 
     def attach(self, entry: ServerEntry) -> ServerHandle:
         return ServerHandle(entry, None, started=time.monotonic() - max(0.0, time.time() - entry.started))
@@ -175,17 +167,20 @@ class Supervisor:
         timeout: float,
         ready_paths: Sequence[str] = ("/health", "/v1/models"),
         poll: float = 0.05,
+        api_key: str | None = None,
+        scrub: Callable[[str], str] = str,
     ) -> Iterator[Event]:
         """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``."""
         experiment = handle.entry.experiment
         tracker = PhaseTracker(experiment)
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        reader = LogTail(Path(handle.entry.log_path))
+        reader = LogTail(Path(handle.entry.log_path), scrub)
         error_at: float | None = None
         next_health = 0.0
         import httpx  # here, not at the top: the screen's first frame does not wait for it
 
-        with httpx.Client(timeout=1.0) as http:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        with httpx.Client(timeout=1.0, headers=headers) as http:
             while True:
                 lines = reader.read()
                 for line in lines:
@@ -289,6 +284,12 @@ class Supervisor:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
+
+
+def _private_opener(path: str, flags: int) -> int:
+    """Logs are the user's alone (0600 in a 0700 folder): an engine may print its arguments."""
+    private_dir(Path(path).parent)
+    return os.open(path, flags, 0o600)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

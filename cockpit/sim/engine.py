@@ -84,6 +84,7 @@ class SimEngine:
         self.log = logs.for_engine(self.args.engine, self.out)
         self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
         self.held: dict[int, int] = {}
+        self._published: dict[int, int] = {}
 
     # -- planning, exactly as cockpit plans --------------------------------------------------
 
@@ -103,6 +104,7 @@ class SimEngine:
     # -- memory on the simulated GPUs ---------------------------------------------------------
 
     def publish(self, utilization: float = 0.0, busy: float = 0.0) -> None:
+        self._check_room()
         limit = self.box.hardware.gpu.power_w
         loads = {}
         for gpu, used in self.held.items():
@@ -110,9 +112,30 @@ class SimEngine:
             loads[gpu] = GpuLoad(used_bytes=used, utilization=utilization, power_w=power)
         self.publisher.publish(loads)
 
+    def _check_room(self) -> None:
+        """A GPU is shared: what other processes hold there is not ours to take. Growing past
+        the capacity fails as torch does, with its message (other processes named)."""
+        capacity = self.box.memory_bytes
+        state = self.box.read()
+        for gpu, used in self.held.items():
+            others = [(p.pid, load.used_bytes) for p, load in state.loads(gpu) if p.pid != os.getpid() and load.used_bytes]
+            taken = sum(b for _, b in others)
+            if taken + used <= capacity:
+                continue
+            before = self._published.get(gpu, 0)
+            raise SimOutOfMemory(cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others))
+        self._published = dict(self.held)
+
     # -- the life -----------------------------------------------------------------------------
 
     async def run(self) -> int:
+        try:
+            return await self._live()
+        except SimOutOfMemory as exc:
+            self.log.oom(str(exc))
+            return 1
+
+    async def _live(self) -> int:
         setup, verdict = self.plan()
         self.log.starting(self.args, setup, verdict)
         placement = verdict.placement
@@ -173,7 +196,7 @@ class SimEngine:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     async def serve(self, setup: Setup, verdict: Verdict) -> int:
-        from cockpit.sim.server import make_app, serve
+        from cockpit.sim.server import api_keys, make_app, serve
 
         perf = for_verdict(setup, verdict)
         assert perf is not None  # a fitting verdict always has a performance model
@@ -194,6 +217,7 @@ class SimEngine:
             batcher=batcher,
             max_model_len=setup.server.max_model_len or setup.model.max_context,
             model_path=self.args.model,
+            api_key=api_keys(self.args.engine, self.args.api_key, self.env),
         )
         try:
             runner = await serve(app, host=self.args.host, port=self.args.port)
@@ -220,6 +244,31 @@ class SimEngine:
             await asyncio.sleep(1.0)
             if batcher.running == 0:
                 self.publish()
+
+
+class SimOutOfMemory(Exception):
+    """An allocation past what the GPU has left; its text is torch's."""
+
+
+def cuda_oom_text(gpu: int, tried: int, capacity: int, free: int, in_use: int, others: list[tuple[int, int]]) -> str:
+    """torch's CUDA OOM message (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.2), other processes included."""
+    held = "".join(f"Process {pid} has {torch_size(used)} memory in use. " for pid, used in others)
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {torch_size(tried)}. "
+        f"GPU {gpu} has a total capacity of {torch_size(capacity)} of which {torch_size(free)} is free. "
+        f"{held}Including non-PyTorch memory, this process has {torch_size(in_use)} memory in use."
+    )
+
+
+def torch_size(n_bytes: int) -> str:
+    """c10's format_size: bytes, KiB, MiB or GiB, two decimals."""
+    n = max(0, int(n_bytes))
+    if n <= 1024:
+        return f"{n} bytes"
+    for unit, scale in (("KiB", 2**10), ("MiB", 2**20)):
+        if n <= scale * 1024:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n / 2**30:.2f} GiB"
 
 
 class _PerfPacer:

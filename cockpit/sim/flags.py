@@ -28,6 +28,8 @@ class EngineArgs:
     host: str
     port: int
     argv: tuple[str, ...]  # the flags after the launcher, for the planner's memory arguments
+    non_default: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
+    api_key: tuple[str, ...] = ()  # --api-key (vLLM takes several); the server requires one
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -38,9 +40,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-eplb", action="store_true")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--quantization")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--api-key")
-    parser.add_argument("--tokenizer")
     parser.add_argument("--revision")
 
 
@@ -60,9 +59,12 @@ def vllm_parser() -> argparse.ArgumentParser:
     parser.add_argument("--disable-log-requests", action="store_true")
     parser.add_argument("--disable-log-stats", action="store_true")
     parser.add_argument("--block-size", type=int)
-    parser.add_argument("--swap-space", type=float)
     parser.add_argument("--all2all-backend")
     parser.add_argument("--distributed-executor-backend")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--tokenizer")
+    parser.add_argument("--api-key", nargs="+")  # vLLM takes several keys
+    parser.add_argument("--hf-token", nargs="?", const=True)  # alone: the token `hf auth login` saved
     _common(parser)
     return parser
 
@@ -84,6 +86,10 @@ def sglang_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cuda-graph-max-bs", type=int)
     parser.add_argument("--moe-a2a-backend")
     parser.add_argument("--moe-runner-backend")
+    parser.add_argument("--random-seed", type=int)
+    parser.add_argument("--tokenizer-path")
+    parser.add_argument("--api-key")
+    parser.add_argument("--admin-api-key")
     _common(parser)
     return parser
 
@@ -99,8 +105,10 @@ def strip_launcher(engine: str, argv: Sequence[str]) -> list[str]:
 def parse_engine_args(engine: str, argv: Sequence[str]) -> EngineArgs:
     """Parse like the real engine; argparse exits 2 with its usage line on a bad flag."""
     flags = strip_launcher(engine, argv)
+    parser = vllm_parser() if engine == "vllm" else sglang_parser()
+    ns = parser.parse_args(flags)
+    non_default = tuple((k, v) for k, v in vars(ns).items() if v != parser.get_default(k))
     if engine == "vllm":
-        ns = vllm_parser().parse_args(flags)
         layout = Layout(
             tp=ns.tensor_parallel_size,
             pp=ns.pipeline_parallel_size,
@@ -109,7 +117,6 @@ def parse_engine_args(engine: str, argv: Sequence[str]) -> EngineArgs:
         )
         model = ns.model
     else:
-        ns = sglang_parser().parse_args(flags)
         layout = Layout(
             tp=ns.tp_size,
             pp=ns.pp_size,
@@ -119,4 +126,5 @@ def parse_engine_args(engine: str, argv: Sequence[str]) -> EngineArgs:
         )
         model = ns.model_path
     served = ns.served_model_name[0] if ns.served_model_name else model
-    return EngineArgs(engine, model, served, layout, ns.host, ns.port, tuple(flags))
+    keys = tuple(ns.api_key) if isinstance(ns.api_key, list) else tuple(k for k in [ns.api_key] if k)
+    return EngineArgs(engine, model, served, layout, ns.host, ns.port, tuple(flags), non_default, keys)

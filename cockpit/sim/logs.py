@@ -82,7 +82,7 @@ class VLLMLog(EngineLog):
     def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
         layout = args.layout
         self.line("vLLM API server version 0.11.0 (cockpit simulator)", "api_server.py:1800")
-        self.line(f"non-default args: {{'model': '{args.model}', 'port': {args.port}}}", "utils.py:233")
+        self.line(f"non-default args: {dict(args.non_default)}", "utils.py:233")
         self.line(
             "Initializing a V1 LLM engine (v0.11.0) with config: "
             f"model='{args.model}', tensor_parallel_size={layout.tp}, pipeline_parallel_size={layout.pp}, "

@@ -8,11 +8,15 @@ Prompt lengths are estimated without a tokenizer (about four characters a token)
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Mapping
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +94,15 @@ def text_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def api_keys(engine: str, flag: str | Seq[str] | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The keys a real engine would require: vLLM's ``--api-key`` (one or more) else
+    VLLM_API_KEY; SGLang's ``--api-key`` only. Empty: the server is open."""
+    keys = [flag] if isinstance(flag, str) else list(flag or ())
+    if engine == "vllm" and not keys:
+        keys = [env.get("VLLM_API_KEY", "")]
+    return tuple(k for k in keys if k)
+
+
 def make_app(
     *,
     model_id: str,
@@ -97,11 +110,17 @@ def make_app(
     batcher: Batcher,
     max_model_len: int,
     model_path: str | None = None,
+    api_key: str | Seq[str] | None = None,
 ) -> web.Application:
-    """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end."""
+    """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end.
+    With ``api_key`` (one key or several, as vLLM takes), requests need ``Authorization: Bearer``."""
     if engine not in DEFAULT_PORTS:
         raise ValueError(f"engine must be one of {sorted(DEFAULT_PORTS)}, got {engine!r}")
-    app = web.Application(middlewares=[_errors_as_json])
+    keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
+    middlewares = [_errors_as_json]
+    if any(keys):
+        middlewares.insert(0, _require_key(engine, tuple(k for k in keys if k)))
+    app = web.Application(middlewares=middlewares)
     app[STATE] = _Served(model_id, engine, batcher, max_model_len, model_path, int(time.time()))
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
@@ -151,6 +170,38 @@ async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamRespo
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         body = error_body(exc.status, exc.reason, exc.reason)
         return web.json_response(body, status=exc.status, headers=headers)
+
+
+# vLLM guards these prefixes only (/health, /metrics, /ping stay open); SGLang guards every
+# path but health, readiness and metrics probes. Both let OPTIONS through, both answer 401 so.
+_VLLM_GUARDED = ("/v1", "/v2", "/inference", "/cohere")
+_SGLANG_OPEN = ("/health", "/ready", "/metrics")
+UNAUTHORIZED = {"error": "Unauthorized"}
+
+
+def _require_key(engine: str, keys: tuple[str, ...]) -> Any:
+    """The engines' API-key middleware: a missing or wrong bearer token gets 401."""
+    digests = [hashlib.sha256(k.encode()).digest() for k in keys]
+
+    def guarded(path: str) -> bool:
+        if engine == "vllm":
+            return path.startswith(_VLLM_GUARDED)
+        return not path.startswith(_SGLANG_OPEN)
+
+    def allowed(header: str | None) -> bool:
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode()).digest()
+        return any([hmac.compare_digest(digest, d) for d in digests])  # a list: compare every key, always
+
+    @web.middleware
+    async def require_key(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "OPTIONS" and guarded(request.path) and not allowed(request.headers.get("Authorization")):
+            return web.json_response(UNAUTHORIZED, status=401)
+        return await handler(request)
+
+    return require_key
 
 
 # -- plain endpoints ---------------------------------------------------------------------------

@@ -113,6 +113,7 @@ class CockpitApp(App):
         self.main = MainScreen(self.history, self._candidates, cursor_blink=cursor_blink)
         self._unsubscribe: Callable[[], None] | None = None
         self._quitting = False
+        self._exit_code = 0  # 128 + the signal that made the app quit
         self._last_samples: list = []
         self._bench_levels: tuple[int, ...] = ()  # the levels of the bench or sweep running
 
@@ -126,12 +127,41 @@ class CockpitApp(App):
         if self.look_for_servers:
             self.find_live_servers()
         self.main.prompt.focus()  # typed words go to the prompt, never to the pane keys
+        self._listen_for_signals()
         if self.session.sim:
             self.main.say(f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs")
 
     def on_unmount(self) -> None:
         self.control.close()
         self._close_session()
+
+    def _listen_for_signals(self) -> None:
+        """SIGTERM stops the server and the bench, then quits (143); SIGHUP (the terminal is
+        gone) leaves the server running and listed, says so in the journal, and quits (129)."""
+        import asyncio
+        import signal
+
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, self._terminated)
+            loop.add_signal_handler(signal.SIGHUP, self._hung_up)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests, web)
+            pass
+
+    def _terminated(self) -> None:
+        self._exit_code = 143
+        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+            self.exit(return_code=143)
+            return
+        self._quitting = True
+        self.control.stop("cockpit got SIGTERM")
+
+    def _hung_up(self) -> None:
+        handle = self.session.launcher.handle
+        if handle is not None:
+            self.session.launcher.note_hangup(handle)
+        self.control.close()
+        self.exit(return_code=129)
 
     async def _open(self, session: Session) -> None:
         """Show a session: GPU panes, picker, results; subscribe to its monitor."""
@@ -220,7 +250,7 @@ class CockpitApp(App):
             return
         if isinstance(event, StopFinished):
             if self._quitting:
-                self.exit()
+                self.exit(return_code=self._exit_code)
             return
         if not self.server.apply(event, self.clock()):
             return  # an earlier experiment's late event

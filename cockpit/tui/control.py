@@ -25,6 +25,7 @@ import psutil
 
 from cockpit.commands import Bench
 from cockpit.layout import Layout
+from cockpit.runner.experiment import journal_stopped
 from cockpit.runner.events import BenchDone, Failed, LogLine, Phase, Ready, Stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
@@ -208,6 +209,7 @@ class Control:
             supervisor = self.launcher.supervisor
             for entry in entries:
                 how = supervisor.stop(supervisor.attach(entry))
+                journal_stopped(self.session.journal, entry.experiment)
                 self.emit(Notice(f"✓ stopped {entry}: {how}"))
 
         self._spawn("stop-left-running", job)

@@ -7,7 +7,6 @@ config, the plan); closing it stops the monitor thread and closes the journal.
 
 from __future__ import annotations
 
-import shlex
 import socket
 import time
 import warnings
@@ -24,6 +23,7 @@ from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.runner.experiment import Launcher
 from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.supervisor import Supervisor
+from cockpit.secrets import shell_line
 from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
 from cockpit.tui.format import duration
@@ -140,7 +140,7 @@ class Session:
         """The exact command line cockpit would run for this layout (simulated engine prefix included)."""
         if verdict.placement is None:
             return ""
-        return shlex.join(self.launcher.argv(verdict))
+        return shell_line(self.launcher.argv(verdict))
 
     def suggest(self, verdict: Verdict) -> str:
         return self.launcher.suggest(verdict)

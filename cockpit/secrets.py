@@ -1,0 +1,143 @@
+"""Secrets never shown or stored: API keys, tokens and passwords are blanked in argv, env and text.
+
+A name is secret when it holds token, key, secret, password or auth (any case, `--x value`,
+`--x=value`, `X=value`, `'x': 'value'`), except the real engines' options that only count tokens
+or name a tokenizer (`--max-num-batched-tokens`, `--tokenizer`): hiding those would hide the layout
+itself. A URL's password is blanked wherever it appears. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+MASK = "***"
+MIN_SECRET = 4  # shorter values are not scrubbed from free text: "1" would blank every digit
+
+_SECRET = re.compile(r"token|key|secret|passw(or)?d|auth", re.I)
+# Words that contain a secret word but count or name things: tokens, tokenizer, detokenizer.
+_HARMLESS_WORDS = re.compile(r"tokens(?![a-z])|(de)?tokeniz[a-z]*", re.I)
+# The real engines' options (vLLM 0.33.0, SGLang 0.5.23) still matching after that, none a secret:
+# thresholds, counts, a path, and boolean flags (which also must never swallow the next argument).
+_HARMLESS_NAMES = frozenset(
+    {
+        "dbo-decode-token-threshold", "dbo-prefill-token-threshold", "long-prefill-token-threshold",
+        "bucket-time-to-first-token", "bucket-inter-token-latency", "speculative-token-map",
+        "kt-max-deferred-experts-per-token", "prefill-delayer-token-usage-low-watermark",
+        "tbo-token-distribution-threshold", "ssl-keyfile",
+        # boolean flags
+        "return-tokens-as-token-ids", "no-return-tokens-as-token-ids",
+        "long-prefill-token-threshold-adaptive", "no-long-prefill-token-threshold-adaptive",
+    }
+)
+# Secret options that take several values (vLLM: `--api-key K1 K2`).
+_MANY_VALUES = frozenset({"api-key"})
+# Secrets a launch inherits by name; listed so a reader sees they are covered (the name rule catches them).
+WELL_KNOWN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "VLLM_API_KEY")
+
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^\s:/@'\"]*):(?P<pw>[^\s@/'\"]+)@")
+_QUOTED_ASSIGN = re.compile(
+    r"(?P<head>(?P<name>[\w.-]+)['\"]?\s*[:=]\s*(?P<q>['\"]))(?P<value>[^'\"]*)(?P=q)"
+)
+_BARE_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)=)(?P<value>[^\s,;&?='\")\]}]+)")
+
+
+def secret_name(name: str) -> bool:
+    """Whether an option or variable by this name carries a secret (`--hf-token`, `HF_TOKEN`, `api_key`)."""
+    bare = name.lstrip("-").lower().replace("_", "-")
+    if bare in _HARMLESS_NAMES:
+        return False
+    return bool(_SECRET.search(_HARMLESS_WORDS.sub("", bare)))
+
+
+def _option(arg: str) -> bool:
+    """An option, not a value: a negative number is a value, as argparse reads it."""
+    return arg.startswith("-") and len(arg) > 1 and not re.fullmatch(r"-\d[\d.e+-]*", arg)
+
+
+def _secret_values(argv: Sequence[str]) -> Iterable[tuple[int, str]]:
+    """(index, value) of every argument that is a secret value: `--x=VALUE` yields its index too."""
+    hide = 0  # values still to hide after a secret option; -1: every value up to the next option
+    for i, arg in enumerate(argv):
+        if hide and not _option(arg):
+            yield i, arg
+            hide = hide - 1 if hide > 0 else -1
+            continue
+        hide = 0
+        if not _option(arg):
+            continue
+        name, eq, value = arg.partition("=")
+        if not secret_name(name):
+            continue
+        if eq:
+            yield i, value
+        else:
+            hide = -1 if name.lstrip("-").lower().replace("_", "-") in _MANY_VALUES else 1
+
+
+def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """The argv with secret values (`--api-key V`, `--hf-token=V`, URL passwords) blanked, for
+    screens, logs, the journal and the registry. A secret option followed by another option (a
+    flag, or `--hf-token` alone, which means "the cached token") hides nothing."""
+    out = [redact_text(arg) for arg in argv]
+    for i, _ in _secret_values(argv):
+        name, eq, _ = argv[i].partition("=")
+        out[i] = f"{name}={MASK}" if eq and _option(argv[i]) else MASK
+    return tuple(out)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment with secret-named variables blanked and URL passwords cut from the rest."""
+    return {k: (MASK if secret_name(k) else redact_text(v)) for k, v in env.items()}
+
+
+def _url_passwords(text: str) -> list[str]:
+    return [m["pw"] for m in _URL_PASSWORD.finditer(text) if m["pw"] != MASK]
+
+
+def _blank_assignment(match: re.Match) -> str:
+    value = match["value"]
+    if not secret_name(match["name"]) or value in ("", MASK, "None", "True", "False"):
+        return match[0]
+    return match["head"] + MASK + match[0][len(match["head"]) + len(value) :]
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log line, a diagnosis) with URL passwords and secret-named assignments
+    (`api_key='V'`, `"hf_token": "V"`, `HF_TOKEN=V`) blanked."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _QUOTED_ASSIGN.sub(_blank_assignment, text)
+    return _BARE_ASSIGN.sub(_blank_assignment, text)
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    """The printed argv: redacted and shell-quoted, so pasting it runs exactly that command."""
+    return shlex.join(redact_argv(argv))
+
+
+@dataclass(frozen=True)
+class Scrubber:
+    """The secret values of one launch, blanked wherever they turn up: an engine prints its own
+    arguments (vLLM: `non-default args: {'hf_token': 'V'}`) in words no name rule foresees."""
+
+    secrets: tuple[str, ...] = ()
+
+    @classmethod
+    def from_launch(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> "Scrubber":
+        """From the argv and the whole environment the engine gets (inherited HF_TOKEN included)."""
+        env = env or {}
+        values = [v for _, v in _secret_values(argv)]
+        values += [v for k, v in env.items() if secret_name(k)]
+        values += [pw for text in (*argv, *env.values()) for pw in _url_passwords(text)]
+        kept = {v for v in values if len(v) >= MIN_SECRET and v != MASK}
+        return cls(tuple(sorted(kept, key=len, reverse=True)))  # longest first: no half-blanked secret
+
+    def text(self, line: str) -> str:
+        """The line with every known secret value, URL password and secret assignment blanked."""
+        for secret in self.secrets:
+            line = line.replace(secret, MASK)
+        return redact_text(line)
+
+    __call__ = text

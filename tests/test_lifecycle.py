@@ -1,0 +1,351 @@
+"""The experiment's lifecycle under signals and races: real cockpit and engine processes.
+
+No engine is ever left running that `cockpit servers` does not list; SIGTERM stops what cockpit
+started, SIGHUP leaves the server listed; two cockpits never share GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from cockpit.journal import Journal
+from cockpit.profile import find_profile
+from cockpit.runner.registry import Registry
+from simproc import free_port
+
+SIM_MARK = "cockpit.sim"
+
+
+def _profile(folder: Path, port: int, name: str = "minimax-m2.5") -> str:
+    data = yaml.safe_load(find_profile(name).read_text())
+    data.setdefault("server", {})["port"] = port
+    path = folder / f"{name}-{port}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+class Box:
+    """One cockpit world: its own state folder, journal and simulated box."""
+
+    def __init__(self, root: Path, scale: float = 20):
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.env = {
+            **os.environ,
+            "COCKPIT_STATE_DIR": str(root / "state"),
+            "COCKPIT_JOURNAL": str(root / "journal.sqlite"),
+            "COCKPIT_SIM_STATE": str(root / "simbox"),
+            "COCKPIT_SIM_TIME_SCALE": str(scale),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.registry = Registry(root / "state" / "servers")
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cockpit.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )
+
+    def cockpit(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=timeout, env=self.env
+        )
+
+    def engines(self) -> set[int]:
+        """Engines running on this box, whatever cockpit knows of them."""
+        found = set()
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if SIM_MARK not in " ".join(proc.info["cmdline"] or []):
+                    continue
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if proc.environ().get("COCKPIT_SIM_STATE") == self.env["COCKPIT_SIM_STATE"]:
+                    found.add(proc.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    def listed(self) -> set[int]:
+        """What `cockpit servers` lists (its own code: Registry.live over this state folder)."""
+        with _env(self.env):
+            return {entry.pid for entry in Registry().live()}
+
+    def journal(self) -> Journal:
+        return Journal(self.env["COCKPIT_JOURNAL"])
+
+
+class _env:
+    """os.environ swapped for a box's while in-process code reads it (one thread at a time)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+
+    def __enter__(self):
+        self._lock.acquire()
+        self.saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        os.environ.clear()
+        os.environ.update(self.saved)
+        self._lock.release()
+
+
+def _wait_for(predicate, timeout: float = 30.0, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _read_until(proc: subprocess.Popen, marker: str) -> str:
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError("".join(seen) + proc.stderr.read())
+
+
+# -- interrupts at the engine's first appearance ------------------------------------------------
+
+OFFSETS_MS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 120)  # after the pending entry appears (just before the fork)
+
+
+def _interrupt_trial(root: Path, sig: signal.Signals, offset_ms: float) -> tuple[set[int], set[int], str]:
+    """Start `cockpit run`, signal it `offset_ms` after its pending registry entry appears;
+    return (engines left, engines listed, what cockpit printed)."""
+    box = Box(root)
+    profile = _profile(root, free_port())
+    run = box.spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet")
+    folder = box.registry.folder
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run.poll() is None:
+        try:
+            if any(name.startswith("pending-") or name.endswith(".json") or name == ".launch.lock" for name in os.listdir(folder)):
+                break
+        except FileNotFoundError:
+            pass
+        time.sleep(0.0005)
+    time.sleep(offset_ms / 1000)
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=60)
+    time.sleep(0.3)  # a child forked but not yet exec'd becomes the engine now
+    left, listed = box.engines(), box.listed()
+    stopped = box.cockpit("stop", "all")
+    assert stopped.returncode == 0, stopped.stderr
+    _wait_for(lambda: not box.engines(), timeout=20)
+    return left, listed, out + err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
+def test_interrupts_around_the_spawn_leave_no_engine_unlisted(tmp_path, sig):
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        trials = list(pool.map(lambda i: _interrupt_trial(tmp_path / f"t{i}", sig, OFFSETS_MS[i]), range(len(OFFSETS_MS))))
+    unlisted = [(offset, left - listed, out) for offset, (left, listed, out) in zip(OFFSETS_MS, trials) if left - listed]
+    assert not unlisted, unlisted
+    if sig != signal.SIGKILL:  # Ctrl-C and SIGTERM stop what was started, at any instant
+        leftovers = [(offset, left, out) for offset, (left, _, out) in zip(OFFSETS_MS, trials) if left]
+        assert not leftovers, leftovers
+    assert not any(Path(tmp_path).rglob("servers/.*.tmp"))
+
+
+# -- signals mean what a person expects -----------------------------------------------------------
+
+
+def test_sigterm_while_loading_stops_the_server_and_journals_the_end(tmp_path):
+    box = Box(tmp_path, scale=0.05)  # a slow load: the signal lands while weights load
+    run = box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
+    _read_until(run, "phase     loading")
+    [entry] = box.registry.live()
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=30)
+    assert run.returncode == 143, out + err
+    assert "stopped   terminated (SIGTERM)" in out
+    _wait_for(lambda: _gone(entry.pid))
+    assert not box.listed() and not box.engines()
+    with box.journal() as journal:
+        [row] = journal.experiments()
+    assert row.outcome == "stopped" and row.ended is not None
+
+
+def test_sigterm_during_a_bench_ends_the_bench_child_and_the_server(tmp_path):
+    box = Box(tmp_path, scale=50)
+    profile = _profile(tmp_path, free_port())
+    run = box.spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--bench", "c=1,4 t=60")
+    _read_until(run, "ready     ")
+    [entry] = box.registry.live()
+
+    def bench_child():
+        for child in psutil.Process(run.pid).children():
+            try:
+                if "--jsonl" in child.cmdline():
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    child = _wait_for(bench_child)
+    time.sleep(0.5)  # requests in flight
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, out + err
+    _wait_for(lambda: _gone(child.pid) and _gone(entry.pid))
+    assert not box.listed() and not box.engines()
+
+
+def test_sighup_leaves_the_server_running_listed_and_stoppable(tmp_path):
+    box = Box(tmp_path, scale=0.05)  # the terminal goes away while the weights load
+    run = box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
+    _read_until(run, "phase     loading")
+    [entry] = box.registry.live()
+    run.send_signal(signal.SIGHUP)
+    run.communicate(timeout=30)
+    assert run.returncode == 129
+    assert entry.pid in box.listed() and not _gone(entry.pid)
+    with box.journal() as journal:
+        [row] = journal.experiments()
+    assert "SIGHUP" in (row.note or "") and f"cockpit stop {entry.pid}" in row.note
+    assert row.outcome == "launching" and row.ended is None
+    stopped = box.cockpit("stop", str(entry.pid))
+    assert stopped.returncode == 0, stopped.stderr
+    _wait_for(lambda: _gone(entry.pid))
+    with box.journal() as journal:
+        [row] = journal.experiments()
+    assert row.ended is not None
+
+
+# -- two cockpits, one box ------------------------------------------------------------------------
+
+
+def test_two_simultaneous_launches_get_disjoint_gpus_and_a_third_is_told_who_holds_them(tmp_path):
+    box = Box(tmp_path, scale=0.05)  # both still loading when the third asks
+    runs = [box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet") for _ in range(2)]
+    entries = _wait_for(lambda: len(box.registry.live()) == 2 and box.registry.live())
+    first, second = (set(e.gpus) for e in entries)
+    assert len(first) == len(second) == 4 and not first & second
+    third = box.cockpit("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
+    assert third.returncode == 1
+    assert "needs 4 free GPUs, 0 are free" in third.stdout
+    assert all(f"pid {e.pid} (tp4 on vllm" in third.stdout for e in entries), third.stdout
+    for run in runs:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=30)
+    assert not box.listed()
+
+
+def test_a_second_launch_on_a_registered_port_is_refused_before_it_binds(tmp_path):
+    box = Box(tmp_path, scale=0.05)
+    port = free_port()
+    profile = _profile(tmp_path, port)
+    first = box.spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet")
+    [entry] = _wait_for(box.registry.live)
+    second = box.cockpit("run", "try tp4", "--profile", profile, "--sim", "--quiet")  # GPUs 4-7 are free
+    assert second.returncode == 1 and f"port {port} is already in use" in second.stdout, second.stdout
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=30)
+    assert _gone(entry.pid)
+
+
+# -- the simulated box is as strict as a real GPU -------------------------------------------------
+
+
+def test_the_simulated_box_refuses_an_allocation_above_capacity_with_the_cuda_oom_text(tmp_path):
+    from simproc import SimProcess
+
+    state = tmp_path / "simbox"
+    serve = ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--max-model-len", "32768"]
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    first_port = free_port()
+    first = SimProcess("vllm", [*serve, "--port", str(first_port)], state, env=env)
+    try:
+        first.wait_ready(f"http://127.0.0.1:{first_port}")
+        second = SimProcess("vllm", [*serve, "--port", str(free_port())], state, env=env)  # the same GPUs
+        assert second.wait_exit() == 1
+        out = second.output()
+        assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in out
+        assert "GiB. GPU 0 has a total capacity of 94.97 GiB of which" in out
+        assert f"Process {first.proc.pid} has 85.97 GiB memory in use. Including non-PyTorch memory" in out
+        second.stop()
+    finally:
+        first.stop()
+
+
+# -- a journal that fails never orphans a server ---------------------------------------------------
+
+
+def test_a_journal_write_that_fails_after_launch_stops_the_server(tmp_path, monkeypatch):
+    from cockpit.errors import CockpitError
+    from cockpit.headless import gpu_source
+    from cockpit.layout import parse_layout
+    from cockpit.resolve import SetupOverrides, build_setup
+    from cockpit.runner.experiment import Launcher
+    from cockpit.runner.supervisor import Supervisor
+
+    box = Box(tmp_path, scale=0.05)
+    for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
+        monkeypatch.setenv(name, box.env[name])
+    setup, profile = build_setup(SetupOverrides(profile=_profile(tmp_path, free_port())))
+
+    class FullDisk(Journal):
+        """The disk fills up right after the launch: the journal's next write fails."""
+
+        def update_experiment(self, id, /, **changes):
+            if "pid" in changes:
+                raise CockpitError("cannot use the journal (database or disk is full)")
+            super().update_experiment(id, **changes)
+
+    with FullDisk() as journal:
+        launcher = Launcher(profile, setup, journal, Supervisor(box.registry, gpu_source(setup.hardware, True)), sim=True)
+        with pytest.raises(CockpitError, match="disk is full"):
+            list(launcher.run(parse_layout("tp4")))
+    assert launcher.handle is None
+    assert not box.listed()
+    _wait_for(lambda: not box.engines(), timeout=15)
+
+
+# -- a server with an API key ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "server", [{"args": ["--max-model-len", "32768", "--api-key", "k3y-one"]}, {"env": {"VLLM_API_KEY": "k3y-two"}}], ids=["--api-key", "VLLM_API_KEY"]
+)
+def test_a_server_with_an_api_key_becomes_ready_and_is_benchmarked_with_it(tmp_path, server):
+    box = Box(tmp_path, scale=50)
+    data = yaml.safe_load(Path(_profile(tmp_path, free_port())).read_text())
+    data["server"].update(server)
+    profile = tmp_path / "keyed.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    run = box.cockpit("run", "try tp4", "--profile", str(profile), "--sim", "--quiet", "--bench", "c=2 n=4 in=64 out=16", "--startup-timeout", "60")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ready     http://127.0.0.1:" in run.stdout
+    assert "C=2" in run.stdout and "errors 0" in run.stdout, run.stdout
+    assert "k3y" not in run.stdout + run.stderr
