@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from dataclasses import replace
 from typing import Callable
@@ -123,11 +124,15 @@ def _bench_command(text: str | None) -> Bench | None:
 
 
 def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
-    previous = {sig: signal.signal(sig, _on_signal) for sig in HELD}
-    code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
-    if code < 128:  # once a signal came, the others stay ignored until cockpit has exited
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    # A signal already ignored stays ignored: under nohup a hang-up must not end the run.
+    previous = {sig: signal.signal(sig, _on_signal) for sig in HELD if signal.getsignal(sig) is not signal.SIG_IGN}
+    code = 1
+    try:
+        code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
+    finally:
+        if code < 128:  # once a signal came, the others stay ignored until cockpit has exited
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return code
 
 
@@ -152,8 +157,13 @@ def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet:
     except HungUp as exc:
         out.gone = True  # the terminal is gone: nothing more to print
         if launcher.handle is not None:
-            launcher.note_hangup(launcher.handle)
+            with contextlib.suppress(CockpitError):  # the server stays listed in the registry anyway
+                launcher.note_hangup(launcher.handle)
         return exit_code(exc)
+    except CockpitError:  # the journal failed under a running server: stop it unless it is kept
+        if launcher.handle is not None and not keep:
+            launcher.stop("cockpit failed")
+        raise
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
         if launcher.handle is not None and not keep:
             stopped = launcher.stop("interrupted" if not isinstance(exc, Terminated) else "terminated (SIGTERM)")

@@ -90,6 +90,8 @@ _MIGRATIONS = [
     ALTER TABLE bench_points ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE bench_points ADD COLUMN error TEXT;
     ALTER TABLE experiments ADD COLUMN note TEXT;
+    UPDATE bench_points SET failed = 1, error = 'most requests failed (journaled before failed levels were marked)'
+        WHERE output_tok_s <= 0 OR errors * 2 > requests + errors;
     """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)

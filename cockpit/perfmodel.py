@@ -54,25 +54,31 @@ class Calibration:
             if key == "t_floor_ms":
                 if not isinstance(value, Mapping):
                     raise CockpitError(f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}")
-                floors = {str(k): _calibration_number(f"t_floor_ms {k}", v, source) for k, v in value.items()}
+                floors = {str(k): _calibration_number(f"t_floor_ms {k}", v, source, zero=True) for k, v in value.items()}
                 changes[key] = {**self.t_floor_ms, **floors}
             elif key == "max_running":
                 changes[key] = _calibration_count(key, value, source)
             else:
-                changes[key] = _calibration_number(key, value, source, 1.0 if key.startswith("eta_") else MAX_CALIBRATION)
+                high = 1.0 if key.startswith("eta_") else MAX_CALIBRATION
+                changes[key] = _calibration_number(key, value, source, high, zero=key in _ADDED_TERMS)
         return replace(self, **changes)
 
 
 MAX_CALIBRATION = 1e6  # far above any time (us, ms), bandwidth (GB/s) or factor a box measures
+# Overheads added to a step: 0 means "none" (shares, factors and bandwidths divide or multiply).
+_ADDED_TERMS = frozenset({"t_layer_us", "t_sched_ms", "alpha_p2p_us"})
 
 
-def _calibration_number(key: str, value: Any, source: str, high: float = MAX_CALIBRATION) -> float:
-    """A calibration constant: a real number above 0 and at most ``high`` (1 for the eta_ shares)."""
+def _calibration_number(key: str, value: Any, source: str, high: float = MAX_CALIBRATION, zero: bool = False) -> float:
+    """A calibration constant: a real number above 0 (or 0 for an added overhead) and at most
+    ``high`` (1 for the eta_ shares)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile")
-    if not 0 < value <= high:  # also refuses nan and inf
+    low_ok = value >= 0 if zero else value > 0
+    if not (low_ok and value <= high):  # also refuses nan and inf
+        least = "0 or more" if zero else "above 0"
         raise CockpitError(
-            f"{source}: calibration '{key}' must be above 0 and at most {high:g} (got {shown(value)}): fix the profile"
+            f"{source}: calibration '{key}' must be {least} and at most {high:g} (got {shown(value)}): fix the profile"
         )
     return float(value)
 

@@ -7,6 +7,7 @@ errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -187,6 +188,8 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
 
 def check_port(value: Any, where: str) -> int:
     """A TCP port a server can listen on: 1-65535 (0 would let the OS pick one cockpit cannot find)."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 5:
+        value = int(value)  # `port: "8000"`: quoted, but a port
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise CockpitError(f"{where} must be 1-65535 (got {shown(value)}): pick a free port like 8000")
     return value
@@ -245,6 +248,8 @@ def _env(value: Any, source: str) -> dict[str, str]:
     for key, item in value.items():
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
             raise CockpitError(f"{source}: server.env name {shown(key)} is not a variable name: use names like NCCL_DEBUG")
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item):
+            item = str(item)  # `OMP_NUM_THREADS: 8`: the environment holds text
         if not isinstance(item, str) or "\0" in item:
             raise CockpitError(
                 f"{source}: server.env {key} must be a string (got {shown(item)}): quote it in the YAML, like {key}: \"1\""

@@ -17,8 +17,9 @@ MASK = "***"
 MIN_SECRET = 4  # shorter values are not scrubbed from free text: "1" would blank every digit
 
 _SECRET = re.compile(r"token|key|secret|passw(or)?d|auth", re.I)
-# Words that contain a secret word but count or name things: tokens, tokenizer, detokenizer.
-_HARMLESS_WORDS = re.compile(r"tokens(?![a-z])|(de)?tokeniz[a-z]*", re.I)
+# Words that contain a secret word but count or name things: tokens, tokenizer, detokenizer,
+# token ids (eos_token_id), an author (GIT_AUTHOR_NAME).
+_HARMLESS_WORDS = re.compile(r"tokens(?![a-z])|(de)?tokeniz[a-z]*|token-ids?(?![a-z])|author(?!i)", re.I)
 # The real engines' options (vLLM 0.33.0, SGLang 0.5.23) still matching after that, none a secret:
 # thresholds, counts, a path, and boolean flags (which also must never swallow the next argument).
 _HARMLESS_NAMES = frozenset(
@@ -42,6 +43,10 @@ _QUOTED_ASSIGN = re.compile(
     r"(?P<head>(?P<name>[\w.-]+)['\"]?\s*[:=]\s*(?P<q>['\"]))(?P<value>[^'\"]*)(?P=q)"
 )
 _BARE_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)=)(?P<value>[^\s,;&?='\")\]}]+)")
+_BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[^\s'\",;]+)", re.I)
+# An inherited variable is a secret by these endings only: the plain word rule on a whole
+# environment (SSH_AUTH_SOCK, a path in GIT_AUTHOR_*) would blank ordinary words in every line.
+_SECRET_ENV_NAME = re.compile(r"(^|_)(TOKEN|API_KEY|SECRET|PASSWORD|PASSWD)$|^(HF_TOKEN|HUGGING_FACE_HUB_TOKEN)$", re.I)
 
 
 def secret_name(name: str) -> bool:
@@ -108,6 +113,7 @@ def redact_text(text: str) -> str:
     """Free text (a log line, a diagnosis) with URL passwords and secret-named assignments
     (`api_key='V'`, `"hf_token": "V"`, `HF_TOKEN=V`) blanked."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _BEARER.sub(lambda m: m["head"] + MASK if m["value"] != MASK else m[0], text)
     text = _QUOTED_ASSIGN.sub(_blank_assignment, text)
     return _BARE_ASSIGN.sub(_blank_assignment, text)
 
@@ -115,6 +121,13 @@ def redact_text(text: str) -> str:
 def shell_line(argv: Sequence[str]) -> str:
     """The printed argv: redacted and shell-quoted, so pasting it runs exactly that command."""
     return shlex.join(redact_argv(argv))
+
+
+def launch_secrets_env(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """What a launch's scrubber looks at: the profile's ``env`` whole, and of the ``inherited``
+    environment only the variables named like a credential (HF_TOKEN, *_API_KEY, *_PASSWORD)."""
+    picked = {k: v for k, v in inherited.items() if _SECRET_ENV_NAME.search(k)}
+    return {**picked, **env}
 
 
 @dataclass(frozen=True)

@@ -374,11 +374,13 @@ def test_a_journal_of_the_first_schema_is_migrated_keeping_its_rows(tmp_path):
     db.execute("INSERT INTO schema_version VALUES (1)")
     db.execute("INSERT INTO experiments (started, host, profile, model, engine, layout) VALUES (1, 'h', 'p', 'm', 'vllm', 'tp8')")
     db.execute("INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s) VALUES (1, 2, 32, 577.8)")
+    db.execute("INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s, requests, errors) VALUES (1, 3, 64, 3.0, 1, 9)")
     db.close()
     with Journal(path) as journal:
         assert journal.experiment(1).note is None
-        [point] = journal.points(1)
+        point, mostly_failed = journal.points(1)
         assert (point.output_tok_s, point.failed, point.error) == (577.8, False, None)
+        assert mostly_failed.failed and "most requests failed" in mostly_failed.error  # marked as it would be now
         journal.add_note(1, "migrated")
     version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0]
     assert version == SCHEMA_VERSION >= 2

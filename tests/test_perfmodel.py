@@ -131,7 +131,7 @@ def test_plan_json_carries_predicted_tok_s():
         ({"skew": True}, ["needs a number"]),
         ({"max_running": -1}, ["max_running"]),
         ({"max_running": 2.5}, ["needs a number"]),
-        ({"t_floor_ms": {"tp8": 0}}, ["t_floor_ms tp8"]),
+        ({"t_floor_ms": {"tp8": -1}}, ["t_floor_ms tp8"]),
         ({"t_floor_ms": {"tp8": "slow"}}, ["needs a number"]),
     ],
 )

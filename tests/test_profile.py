@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cockpit.errors import CockpitError
-from cockpit.profile import load_profile, profile_names
+from cockpit.profile import load_profile, parse_profile, profile_names
 from cockpit.resolve import SetupOverrides, build_setup
 
 
@@ -91,7 +91,7 @@ _BASE = "model: qwen3-30b-a3b-fp8\n"
         ("server: {args: [--mem-fraction-static, '1.2']}\n", "--mem-fraction-static"),
         ("server: {env: [A=1]}\n", "server.env must be a mapping"),
         ("server: {env: {A: [1]}}\n", "server.env A must be a string"),
-        ("server: {env: {A: 1}}\n", 'quote it in the YAML, like A: "1"'),
+        ("server: {env: {A: on}}\n", 'quote it in the YAML, like A: "1"'),
         ("server: {gpus: '0,1'}\n", "server.gpus must be a list"),
         ("server: {gpus: [0, -1]}\n", "server.gpus[1]"),
         ("layouts: tp4\n", "layouts must be a list"),
@@ -171,3 +171,9 @@ def test_absurd_overrides_name_the_option():
     for mem in (math.inf, math.nan, 0.0, 1e9):
         with pytest.raises(CockpitError, match="--gpu-mem must be a positive"):
             build_setup(SetupOverrides(gpu_mem=mem))
+
+
+def test_numbers_yaml_reads_where_text_is_meant_are_taken_as_text():
+    """`OMP_NUM_THREADS: 8` and `port: "8000"` mean what they say; only booleans are a trap."""
+    profile = parse_profile({"model": "qwen3-30b-a3b-fp8", "server": {"port": "8000", "env": {"OMP_NUM_THREADS": 8, "NCCL_P2P_LEVEL": 1.5}}})
+    assert profile.port == 8000 and profile.env == {"OMP_NUM_THREADS": "8", "NCCL_P2P_LEVEL": "1.5"}

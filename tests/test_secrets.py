@@ -178,3 +178,19 @@ def test_a_launch_leaves_its_secrets_nowhere(profile_file, tmp_path, monkeypatch
     loose = [mode(p) for p in present if stat.S_IMODE(p.stat().st_mode) != 0o600]
     loose += [mode(d) for d in {journal.parent, *(p.parent for p in present)} if stat.S_IMODE(d.stat().st_mode) != 0o700]
     assert not loose, loose
+
+
+def test_bearer_tokens_and_token_ids():
+    assert redact_text("Authorization: Bearer sk-abc123 sent") == "Authorization: Bearer *** sent"
+    assert redact_text("eos_token_id=2, pad_token_id=0") == "eos_token_id=2, pad_token_id=0"
+    assert not secret_name("GIT_AUTHOR_NAME") and secret_name("--authorization")
+
+
+def test_a_launch_scrubs_the_profile_env_and_inherited_credentials_only():
+    from cockpit.secrets import Scrubber, launch_secrets_env
+
+    inherited = {"HF_TOKEN": "hf-s3cret", "MY_API_KEY": "k-s3cret", "SSH_AUTH_SOCK": "/tmp/agent", "GIT_AUTHOR_NAME": "model"}
+    env = launch_secrets_env({"DATABASE_URL": "postgres://u:pw-s3cret@h/db"}, inherited)
+    scrub = Scrubber.from_launch(["vllm", "serve", "m"], env).text
+    line = "loading model from /tmp/agent with hf-s3cret k-s3cret pw-s3cret"
+    assert scrub(line) == "loading model from /tmp/agent with *** *** ***"

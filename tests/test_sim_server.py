@@ -411,12 +411,12 @@ def stream_with(url: str, headers: dict) -> tuple[list[dict], str]:
 
 
 def test_which_keys_an_engine_requires():
-    from cockpit.sim.server import api_keys
+    from cockpit.engines import api_keys
 
     env = {"VLLM_API_KEY": "from-env"}
-    assert api_keys("vllm", None, env) == ("from-env",)  # vLLM falls back to VLLM_API_KEY
-    assert api_keys("vllm", ["a", "b"], env) == ("a", "b")  # --api-key wins, one or more
-    assert api_keys("vllm", "a", {}) == ("a",)
-    assert api_keys("sglang", None, env) == ()  # SGLang reads --api-key only
-    assert api_keys("sglang", "k", env) == ("k",)
-    assert api_keys("vllm", None, {"VLLM_API_KEY": ""}) == ()
+    assert api_keys("vllm", ["--port", "1"], env) == ("from-env",)  # vLLM falls back to VLLM_API_KEY
+    assert api_keys("vllm", ["--api-key", "a", "b", "--port", "1"], env) == ("a", "b")  # --api-key wins, one or more
+    assert api_keys("vllm", ["--api-key=a"], {}) == ("a",)
+    assert api_keys("sglang", [], env) == ()  # SGLang reads --api-key only
+    assert api_keys("sglang", ["--api-key", "k", "x"], env) == ("k",)
+    assert api_keys("vllm", [], {"VLLM_API_KEY": ""}) == ()

@@ -21,6 +21,8 @@ from cockpit.commands import parse_levels
 from cockpit.errors import CockpitError
 
 Print = Callable[[str], None]
+PARENT_ENV = "COCKPIT_BENCH_PARENT"  # set by the cockpit that starts `cockpit bench --jsonl`
+PARENT_POLL_S = 0.5
 
 
 def add_bench_parser(commands) -> argparse.ArgumentParser:
@@ -105,7 +107,8 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
     from cockpit.bench.loadgen import LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
-    parent = os.getppid()
+    # The parent names itself: a parent that died while we imported would be missed by getppid().
+    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
     if args.jsonl:
         _listen_for_interrupt()
         _exit_with_parent(parent)
@@ -169,7 +172,6 @@ def _listen_for_interrupt() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-PARENT_POLL_S = 0.5
 
 
 def _exit_with_parent(parent: int) -> None:

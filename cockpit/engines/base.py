@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
@@ -94,6 +94,25 @@ def parse_server_args(args: Sequence[str]) -> ServerArgs:
             step = 1
         i += step
     return ServerArgs(**values)
+
+
+def api_keys(engine: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """The keys a server will require of its clients, read as the engines read them:
+    `--api-key K [K ...]` or `--api-key=K` (vLLM takes several, SGLang one); else, for vLLM,
+    VLLM_API_KEY (vllm/entrypoints/openai/api_server.py: `args.api_key or envs.VLLM_API_KEY`).
+    Empty: the server is open."""
+    args = list(args)
+    keys: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--api-key="):
+            keys.append(arg.split("=", 1)[1])
+        elif arg == "--api-key":
+            values = args[i + 1 :]
+            end = next((j for j, value in enumerate(values) if value.startswith("-")), len(values))
+            keys.extend(values[: end if engine == "vllm" else min(end, 1)])
+    if engine == "vllm" and not keys:
+        keys = [env.get("VLLM_API_KEY", "")]
+    return tuple(k for k in keys if k)
 
 
 def _number(name: str, text: str | None, kind: type) -> float:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from typing import Iterator, Mapping
 
-from cockpit.bench.command import bench_argv, describe_level
+from cockpit.bench.command import PARENT_ENV, bench_argv, describe_level
 from cockpit.commands import Bench
 from cockpit.profile import Profile
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event
@@ -51,7 +51,8 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
     SIGHUP, the caller closing it) passes SIGINT on, so the child journals what it finished and
     ends; it never outlives this call. The server's API key goes by environment, not argv."""
     levels = 0
-    env: Mapping[str, str] = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else os.environ
+    # The key is the server's or none: a key the user exported for another service stays home.
+    env: Mapping[str, str] = {**os.environ, "OPENAI_API_KEY": api_key or "", PARENT_ENV: str(os.getpid())}
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
     try:
         for line in child.stdout:

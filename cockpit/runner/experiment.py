@@ -5,6 +5,7 @@ Both faces use this: ``cockpit run`` prints the events, the TUI turns them into 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -14,16 +15,17 @@ from typing import Iterator, Mapping, Sequence
 
 from cockpit.children import python_module
 from cockpit.commands import Bench
+from cockpit.engines import api_keys
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.layout import Layout
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
-from cockpit.runner.events import Diagnosis, Event, Failed, Launching, Planned, Ready, Stopped
+from cockpit.runner.events import Diagnosis, Event, Failed, Launching, LogLine, Planned, Ready, Stopped
 from cockpit.runner.registry import ServerEntry, new_log_path
 from cockpit.runner.signals import held_signals
 from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port
-from cockpit.secrets import Scrubber, redact_argv, redact_env
+from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv, redact_env
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
 
@@ -38,20 +40,6 @@ _LAYOUT_KINDS = {"oom", "fp8-block", "attention-heads", "kv-heads", "world-size"
 def sim_command(engine: str, default_command: Sequence[str]) -> tuple[str, ...]:
     """The launcher that runs the simulated engine in place of the real one."""
     return (*python_module("cockpit.sim"), engine, "--", *default_command)
-
-
-def server_api_key(engine: str, args: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """The first key of `--api-key K [K ...]` or `--api-key=K`; for vLLM, else VLLM_API_KEY
-    (vllm/entrypoints/openai/api_server.py takes `args.api_key or envs.VLLM_API_KEY`)."""
-    args = list(args)
-    for i, arg in enumerate(args):
-        if arg == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-    if engine == "vllm":
-        return env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or None
-    return None
 
 
 def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:
@@ -98,6 +86,8 @@ class Launcher:
     experiment: int | None = None
     _verdicts: list[Verdict] | None = field(default=None, repr=False)
     _stopping: set[int] = field(default_factory=set, repr=False)  # experiments we are stopping
+    _scrubber: Scrubber | None = field(default=None, repr=False)
+    cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
 
     # -- before launch ----------------------------------------------------------------------
 
@@ -119,7 +109,8 @@ class Launcher:
 
     def api_key(self) -> str | None:
         """The key the server wants from clients (readiness probe, benchmark), if it was given one."""
-        return server_api_key(self.setup.engine.name, self.profile.args, self.profile.env)
+        keys = api_keys(self.setup.engine.name, self.profile.args, {**os.environ, **self.profile.env})
+        return keys[0] if keys else None
 
     def environment(self, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(self.profile.env)
@@ -132,8 +123,13 @@ class Launcher:
 
     # -- the experiment ---------------------------------------------------------------------
 
-    def run(self, layout: Layout, *, force: bool = False) -> Iterator[Event]:
-        """Plan, launch and follow one layout; the last event is Ready or Failed."""
+    def cancel_launches(self) -> None:
+        """A stop came: a launch still waiting for the launch lock gives up (no engine starts)."""
+        self.cancels += 1
+
+    def run(self, layout: Layout, *, force: bool = False, since: int | None = None) -> Iterator[Event]:
+        """Plan, launch and follow one layout; the last event is Ready or Failed. ``since``: the
+        value of ``cancels`` when the launch was asked for; a stop after that cancels it."""
         verdict = plan_layout(self.setup, layout)
         used = verdict.placement.gpus_used if verdict.placement else 0
         allowed = list(self.profile.gpu_ids) if self.profile.gpu_ids is not None else list(range(self.setup.hardware.count))
@@ -141,7 +137,10 @@ class Launcher:
         failure: Diagnosis | None = None
         # Choosing GPUs and registering the server are one step under the box-wide lock: a second
         # cockpit waits here, then sees this server's GPUs and port as taken.
+        since = self.cancels if since is None else since
         with registry.launch_lock():
+            if self.cancels != since:  # stopped while it waited for another cockpit's launch
+                return
             samples = self.monitor.sample_now() if self.monitor else []
             others = registry.live() + registry.starting()
             held = {gpu: entry for entry in others for gpu in entry.gpus}
@@ -155,12 +154,18 @@ class Launcher:
                 argv=list(redact_argv(verdict.argv)),
                 gpus=list(gpus),
             )
-            refusal = self._refusal(verdict, force, used, free, samples, held, others)
-            if refusal is None:
-                argv = self.argv(verdict)
-                env = self.environment(gpus)
-                log_path = new_log_path(exp, str(layout))
-                failure = self._spawn(exp, argv, env, log_path, str(layout), gpus)
+            try:
+                refusal = self._refusal(verdict, force, used, free, samples, held, others)
+                if refusal is None:
+                    argv = self.argv(verdict)
+                    env = self.environment(gpus)
+                    log_path = new_log_path(exp, str(layout))
+                    failure = self._spawn(exp, argv, env, log_path, str(layout), gpus)
+            except BaseException as exc:  # interrupted or refused before anything ran: journal the end
+                if self.handle is None:
+                    with contextlib.suppress(CockpitError):
+                        self.journal.set_outcome(exp, "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")
+                raise
         placement = str(verdict.placement) if verdict.placement else "not expressible"
         yield Planned(exp, str(layout), f"{verdict.verdict} ({verdict.headline})" if verdict.headline else verdict.verdict, placement, gpus)
         failure = refusal or failure
@@ -229,11 +234,8 @@ class Launcher:
     def _follow(self, handle: ServerHandle) -> Iterator[Event]:
         exp = handle.entry.experiment
         ready_paths = self.setup.engine.ready_paths
-        scrubber = Scrubber.from_launch([*(self.profile.command or ()), *self.profile.args], {**os.environ, **self.profile.env})
-        events = self.supervisor.follow(
-            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key(), scrub=scrubber.text
-        )
-        for event in events:
+        events = self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key())
+        for event in map(self._scrubbed, events):
             if isinstance(event, Failed) and exp in self._stopping:
                 return  # it died of our own SIGTERM: `stop` journals and reports that
             if isinstance(event, Failed):
@@ -271,7 +273,8 @@ class Launcher:
         exp = handle.entry.experiment
         self._stopping.add(exp)  # before the signal: the exit it causes is ours, not a failure
         with held_signals():  # a stop half done would leave the journal saying it still runs
-            self._record_peaks(exp)
+            with contextlib.suppress(CockpitError):  # a failing journal must not keep the server up
+                self._record_peaks(exp)
             try:
                 how = self.supervisor.stop(handle)
             finally:
@@ -286,6 +289,19 @@ class Launcher:
             f"{time.strftime('%Y-%m-%d %H:%M:%S')} cockpit got SIGHUP (its terminal closed); the server "
             f"keeps running as pid {handle.pid}: `cockpit attach {handle.pid}`, `cockpit stop {handle.pid}`",
         )
+
+    def _scrubbed(self, event: Event) -> Event:
+        """The engine prints its own arguments (vLLM: `non-default args: {'hf_token': ...}`): its
+        lines are diagnosed as written, then shown and journaled with the secrets blanked."""
+        if self._scrubber is None:
+            self._scrubber = Scrubber.from_launch([*(self.profile.command or ()), *self.profile.args], launch_secrets_env(self.profile.env, os.environ))
+        scrub = self._scrubber.text
+        if isinstance(event, LogLine):
+            return replace(event, text=scrub(event.text))
+        if isinstance(event, Failed):
+            d = event.diagnosis
+            return replace(event, diagnosis=replace(d, cause=scrub(d.cause), next_step=scrub(d.next_step) if d.next_step else d.next_step))
+        return event
 
     def _forget(self, handle: ServerHandle) -> None:
         """The server is gone: no handle, no peaks tracked for it."""

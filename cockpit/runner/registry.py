@@ -184,17 +184,20 @@ class Registry:
     def live(self) -> list[ServerEntry]:
         """Servers that still run (pending entries resolved); entries of dead ones are removed."""
         self._sweep_tmp()
-        alive = []
-        for entry in self.entries():
+        entries = self.entries()
+        pending = [e for e in entries if e.pending]
+        found = find_tokens({e.token for e in pending}) if pending else {}
+        alive: dict[int, ServerEntry] = {}
+        for entry in entries:
             if entry.pending:
-                resolved = self._resolve(entry)
+                resolved = self._resolve(entry, found.get(entry.token))
                 if resolved is not None:
-                    alive.append(resolved)
+                    alive[resolved.pid] = resolved
             elif entry.alive():
-                alive.append(entry)
+                alive.setdefault(entry.pid, entry)  # a confirm under way: its pending twin is the same server
             else:
                 self.remove(entry.pid)
-        return sorted(alive, key=lambda e: e.pid)
+        return [alive[pid] for pid in sorted(alive)]
 
     def starting(self) -> list[ServerEntry]:
         """Pending entries whose owner still runs: a server being spawned right now."""
@@ -203,10 +206,9 @@ class Registry:
     def find(self, pid: int) -> ServerEntry | None:
         return next((e for e in self.live() if e.pid == pid), None)
 
-    def _resolve(self, pending: ServerEntry) -> ServerEntry | None:
-        """The engine that carries the pending entry's token, now under its PID; None (and the
-        entry gone) when there is no such engine and its owner is gone too."""
-        pid = find_token(pending.token)
+    def _resolve(self, pending: ServerEntry, pid: int | None) -> ServerEntry | None:
+        """The engine that carries the pending entry's token (``pid``), now under its PID; None
+        (and the entry gone) when there is no such engine and its owner is gone too."""
         if pid is not None:
             return self.confirm(pending, pid)
         if not _process_alive(pending.owner) and time.time() - pending.started > PENDING_GRACE_S:
@@ -255,20 +257,24 @@ class Registry:
             os.close(fd)  # closing the descriptor releases the lock
 
 
-def find_token(token: str) -> int | None:
-    """The PID of the process group leader whose environment carries ``token``."""
-    if not token:
-        return None
+def find_tokens(tokens: set[str]) -> dict[str, int]:
+    """token -> the PID of the process group leader whose environment carries it (one pass
+    over the user's processes, however many tokens)."""
+    tokens = {t for t in tokens if t}
+    found: dict[str, int] = {}
+    if not tokens:
+        return found
     me = os.getuid()
     for proc in psutil.process_iter(["pid", "uids"]):
         try:
             if proc.info["uids"] is None or proc.info["uids"].real != me:
                 continue
-            if proc.environ().get(TOKEN_ENV) == token and os.getpgid(proc.pid) == proc.pid:
-                return proc.pid
+            token = proc.environ().get(TOKEN_ENV)
+            if token in tokens and os.getpgid(proc.pid) == proc.pid:
+                found[token] = proc.pid
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
-    return None
+    return found
 
 
 def _process_alive(pid: int) -> bool:

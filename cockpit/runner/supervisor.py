@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
+from cockpit.errors import CockpitError
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.phases import PhaseTracker, strip_ansi
@@ -64,9 +65,8 @@ class ServerHandle:
 class LogTail:
     """Reads new complete lines from a growing log file (tqdm's carriage returns split lines)."""
 
-    def __init__(self, path: Path, scrub: Callable[[str], str] = str):
+    def __init__(self, path: Path):
         self.path = path
-        self.scrub = scrub  # secrets the engine printed (its own arguments) never go further
         self.offset = 0
         self.partial = ""
 
@@ -81,12 +81,12 @@ class LogTail:
         text = self.partial + data.decode("utf-8", errors="replace")
         parts = re.split(r"\r\n|\r|\n", text)
         self.partial = parts.pop()
-        return [self.scrub(strip_ansi(p)) for p in parts if p.strip()]
+        return [strip_ansi(p) for p in parts if p.strip()]
 
     def flush(self) -> list[str]:
         lines = self.read()
         if self.partial.strip():
-            lines.append(self.scrub(strip_ansi(self.partial)))
+            lines.append(strip_ansi(self.partial))
         self.partial = ""
         return lines
 
@@ -135,22 +135,32 @@ class Supervisor:
             gpus=tuple(gpus),
             token=token,
         )
-        with held_signals():
+        try:
+            log = open(log_path, "ab", opener=_private_opener)
+        except OSError as err:
+            raise CockpitError(f"cannot write the server's log {log_path}: {err.strerror}; check the state folder") from None
+        with log, held_signals():
             pending = self.registry.add_pending(pending)
             try:
-                with open(log_path, "ab", opener=_private_opener) as log:
-                    popen = subprocess.Popen(
-                        list(argv),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env={**os.environ, **env, TOKEN_ENV: token},
-                        start_new_session=True,  # own session and process group: survives our exit
-                    )
-            except BaseException:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **env, TOKEN_ENV: token},
+                    start_new_session=True,  # own session and process group: survives our exit
+                )
+            except BaseException:  # no such launcher, not executable: nothing runs
                 self.registry.drop_pending(pending)
                 raise
-            handle = ServerHandle(self.registry.confirm(pending, popen.pid), popen)
+            try:
+                entry = self.registry.confirm(pending, popen.pid)
+            except BaseException as exc:  # the registry cannot be written: a server we cannot list must not run
+                _signal_group(popen.pid, signal.SIGKILL)
+                popen.wait()
+                self.registry.drop_pending(pending)
+                raise CockpitError(f"cannot register the server in {self.registry.folder} ({exc}); it was stopped") from None
+            handle = ServerHandle(entry, popen)
             if on_started is not None:
                 on_started(handle)
         return handle
@@ -168,13 +178,12 @@ class Supervisor:
         ready_paths: Sequence[str] = ("/health", "/v1/models"),
         poll: float = 0.05,
         api_key: str | None = None,
-        scrub: Callable[[str], str] = str,
     ) -> Iterator[Event]:
         """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``."""
         experiment = handle.entry.experiment
         tracker = PhaseTracker(experiment)
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        reader = LogTail(Path(handle.entry.log_path), scrub)
+        reader = LogTail(Path(handle.entry.log_path))
         error_at: float | None = None
         next_health = 0.0
         import httpx  # here, not at the top: the screen's first frame does not wait for it

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from cockpit.engines import get_engine
+from cockpit.engines import api_keys, get_engine
 from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
 from cockpit.model import load_model
@@ -115,15 +115,16 @@ class SimEngine:
     def _check_room(self) -> None:
         """A GPU is shared: what other processes hold there is not ours to take. Growing past
         the capacity fails as torch does, with its message (other processes named)."""
-        capacity = self.box.memory_bytes
-        state = self.box.read()
-        for gpu, used in self.held.items():
-            others = [(p.pid, load.used_bytes) for p, load in state.loads(gpu) if p.pid != os.getpid() and load.used_bytes]
-            taken = sum(b for _, b in others)
-            if taken + used <= capacity:
-                continue
-            before = self._published.get(gpu, 0)
-            raise SimOutOfMemory(cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others))
+        grown = {gpu: used for gpu, used in self.held.items() if used > self._published.get(gpu, 0)}
+        if grown:  # only an allocation can fail; what is held stays held
+            capacity = self.box.memory_bytes
+            state = self.box.read()
+            for gpu, used in grown.items():
+                before = self._published.get(gpu, 0)
+                others = [(p.pid, load.used_bytes) for p, load in state.loads(gpu) if p.pid != os.getpid() and load.used_bytes]
+                taken = sum(b for _, b in others)
+                if taken + used > capacity:
+                    raise SimOutOfMemory(cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others))
         self._published = dict(self.held)
 
     # -- the life -----------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class SimEngine:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     async def serve(self, setup: Setup, verdict: Verdict) -> int:
-        from cockpit.sim.server import api_keys, make_app, serve
+        from cockpit.sim.server import make_app, serve
 
         perf = for_verdict(setup, verdict)
         assert perf is not None  # a fitting verdict always has a performance model
@@ -217,7 +218,7 @@ class SimEngine:
             batcher=batcher,
             max_model_len=setup.server.max_model_len or setup.model.max_context,
             model_path=self.args.model,
-            api_key=api_keys(self.args.engine, self.args.api_key, self.env),
+            api_key=api_keys(self.args.engine, self.args.argv, self.env),
         )
         try:
             runner = await serve(app, host=self.args.host, port=self.args.port)

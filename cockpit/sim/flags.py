@@ -29,7 +29,6 @@ class EngineArgs:
     port: int
     argv: tuple[str, ...]  # the flags after the launcher, for the planner's memory arguments
     non_default: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
-    api_key: tuple[str, ...] = ()  # --api-key (vLLM takes several); the server requires one
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -126,5 +125,4 @@ def parse_engine_args(engine: str, argv: Sequence[str]) -> EngineArgs:
         )
         model = ns.model_path
     served = ns.served_model_name[0] if ns.served_model_name else model
-    keys = tuple(ns.api_key) if isinstance(ns.api_key, list) else tuple(k for k in [ns.api_key] if k)
-    return EngineArgs(engine, model, served, layout, ns.host, ns.port, tuple(flags), non_default, keys)
+    return EngineArgs(engine, model, served, layout, ns.host, ns.port, tuple(flags), non_default)

@@ -15,7 +15,6 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,15 +91,6 @@ def error_body(status: int, message: str, err_type: str) -> dict[str, Any]:
 def text_tokens(text: str) -> int:
     """Tokens in a text without a tokenizer: about four characters each."""
     return math.ceil(len(text) / 4)
-
-
-def api_keys(engine: str, flag: str | Seq[str] | None, env: Mapping[str, str]) -> tuple[str, ...]:
-    """The keys a real engine would require: vLLM's ``--api-key`` (one or more) else
-    VLLM_API_KEY; SGLang's ``--api-key`` only. Empty: the server is open."""
-    keys = [flag] if isinstance(flag, str) else list(flag or ())
-    if engine == "vllm" and not keys:
-        keys = [env.get("VLLM_API_KEY", "")]
-    return tuple(k for k in keys if k)
 
 
 def make_app(

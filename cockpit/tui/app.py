@@ -11,6 +11,8 @@ one-off jobs (opening a profile, looking for servers left running) are Textual t
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -66,6 +68,7 @@ from cockpit.tui.widgets.prompt_bar import complete
 SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "leave_prompt"}
 LOG_FLUSH_S = 0.1
 HEADER_TICK_S = 1.0
+HANGUP_GRACE_S = 5.0  # after SIGHUP, how long a clean exit may take before the process just ends
 
 
 class CockpitApp(App):
@@ -142,11 +145,13 @@ class CockpitApp(App):
         import signal
 
         loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGTERM, self._terminated)
-            loop.add_signal_handler(signal.SIGHUP, self._hung_up)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests, web)
-            pass
+        for sig, handler in ((signal.SIGTERM, self._terminated), (signal.SIGHUP, self._hung_up)):
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # nohup: a hang-up stays ignored
+            try:
+                loop.add_signal_handler(sig, handler)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests, web)
+                return
 
     def _terminated(self) -> None:
         self._exit_code = 143
@@ -158,10 +163,19 @@ class CockpitApp(App):
 
     def _hung_up(self) -> None:
         handle = self.session.launcher.handle
-        if handle is not None:
-            self.session.launcher.note_hangup(handle)
-        self.control.close()
-        self.exit(return_code=129)
+        try:
+            if handle is not None:
+                self.session.launcher.note_hangup(handle)
+        except CockpitError:
+            pass  # the server stays listed in the registry; the note is a courtesy
+        finally:
+            self.control.close()
+            self.exit(return_code=129)
+            # With the terminal gone, a clean shutdown may block on it; the server is listed and
+            # the note written, so after a grace period the process ends regardless.
+            deadline = threading.Timer(HANGUP_GRACE_S, os._exit, (129,))
+            deadline.daemon = True  # a clean exit in time ends it with the process
+            deadline.start()
 
     async def _open(self, session: Session) -> None:
         """Show a session: GPU panes, picker, results; subscribe to its monitor."""

@@ -165,10 +165,11 @@ class Control:
 
         with self._lock:
             previous = self._server_thread
+            since = self.launcher.cancels  # a stop asked for after this launch cancels it
 
             def job() -> None:
                 self._stop_current("replaced by a new launch", previous)
-                self._run(layout, force)
+                self._run(layout, force, since)
 
             self._server_thread = self._spawn("launch", job)
 
@@ -192,6 +193,7 @@ class Control:
     def stop(self, reason: str = "stopped by the user") -> None:
         """Stop the bench (if any) and the server; ends a sweep after its current step."""
         self._abort_sweep.set()
+        self.launcher.cancel_launches()
 
         def job() -> None:
             try:
@@ -218,6 +220,7 @@ class Control:
         """Each layout in turn: launch, bench, stop; a layout that fails is journaled and skipped."""
         layouts = tuple(layouts)
         self._abort_sweep.clear()
+        since = self.launcher.cancels
 
         def job() -> None:
             self._stop_current("replaced by a sweep")
@@ -226,7 +229,7 @@ class Control:
                 if self._abort_sweep.is_set() or self._closed.is_set():
                     break
                 self.emit(SweepStep(index, len(layouts), str(layout)))
-                outcome = self._run(layout, force=False)
+                outcome = self._run(layout, False, since)
                 if isinstance(outcome, Ready) and not self._abort_sweep.is_set():
                     self._consume(self.launcher.bench(bench))
                 # Stopped by the person or not, a server this step launched goes down here.
@@ -241,6 +244,7 @@ class Control:
         """The screen is going away: end our bench child; a server keeps running (detached)."""
         self._closed.set()
         self._abort_sweep.set()
+        self.launcher.cancel_launches()
         interrupt_bench_children()
 
     def wait(self, timeout: float = JOIN_TIMEOUT_S) -> None:
@@ -251,8 +255,8 @@ class Control:
 
     # -- inside the threads -----------------------------------------------------------------
 
-    def _run(self, layout: Layout, force: bool):
-        return self._consume(self.launcher.run(layout, force=force))
+    def _run(self, layout: Layout, force: bool, since: int | None = None):
+        return self._consume(self.launcher.run(layout, force=force, since=since))
 
     def _consume(self, events):
         """Hand every event on; log lines to the buffer. Returns the last event."""
