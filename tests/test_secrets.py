@@ -10,8 +10,9 @@ import pytest
 
 from cockpit.secrets import Scrubber, redact_argv, redact_env, redact_text, secret_name, shell_line
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "engines"
-ENGINE_FILES = ("vllm-0.33.0-serve-options.json", "sglang-0.5.23-server-options.json")
+# Every option of the real server parsers (vLLM 0.33.0 `vllm serve`, SGLang 0.5.23 launch_server).
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "engines"
+ENGINE_FILES = ("vllm-0.33.0-options.json", "sglang-0.5.23-options.json")
 # The real engines' options that do carry a secret; every other option is shown as it is.
 ENGINE_SECRETS = {"--api-key", "--hf-token", "--admin-api-key", "--ssl-keyfile-password"}
 
@@ -113,7 +114,6 @@ def test_launching_prints_a_pasteable_redacted_line():
     assert text == "launching pid 42: HF_TOKEN='***' A='x y' vllm serve 'my model' '--hf-token=***'"
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="the engines' option lists are not checked out here")
 @pytest.mark.parametrize("name", ENGINE_FILES)
 def test_every_real_engine_option_is_judged_right(name):
     """Of the real engines' options, only the secret-bearing ones are hidden, and no flag that
