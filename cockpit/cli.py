@@ -35,17 +35,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _seconds(text: str) -> float:
-    """A positive, finite number of seconds (nan, inf and 0 would never end or never start)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got '{text[:20]}'") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text[:20]}")
-    return value
-
-
 def _add_setup_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)")
     parser.add_argument("--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id")
@@ -80,11 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
     run.add_argument("--force", action="store_true", help="launch even when the planner says the layout fails")
     run.add_argument("--keep", action="store_true", help="leave the server running when done or on Ctrl-C")
-    run.add_argument("--startup-timeout", type=_seconds, default=1800.0, metavar="S", help="seconds to wait for ready")
+    run.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready")
     run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
 
     run.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"', help="benchmark the server once it is ready")
-    run.add_argument("--timeout", type=_seconds, metavar="S", help="with --bench: seconds a request may wait for its next bytes")
+    run.add_argument("--timeout", type=float, metavar="S", help="with --bench: seconds a request may wait for its next bytes")
 
     from cockpit.bench.command import add_bench_parser
 

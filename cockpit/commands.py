@@ -9,8 +9,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import shown
+from cockpit.errors import CockpitError, shown
 from cockpit.layout import Layout, parse_layout
 
 
@@ -179,13 +178,23 @@ def check_bench_number(field_name: str, value: object, where: str, fix: str) -> 
     """A benchmark size (tokens, requests, seconds) from the prompt or a profile: positive and bounded.
 
     Seconds may have a fraction; the others are whole numbers. ``where`` names what was typed."""
-    seconds = field_name in _SECONDS_FIELDS
-    high = MAX_SECONDS if seconds else _BENCH_LIMITS[field_name]
-    number = not isinstance(value, bool) and isinstance(value, (int, float) if seconds else int)
-    if not number or not 0 < value <= high:  # type: ignore[operator]  # also refuses nan and inf
-        kind = "seconds above 0" if seconds else "a whole number of 1 or more"
-        raise CockpitError(f"{where} must be {kind} and at most {high:,.0f} (got {shown(value)}): {fix}")
-    return float(value) if seconds else value  # type: ignore[arg-type,return-value]
+    if field_name in _SECONDS_FIELDS:
+        return check_seconds(value, where, fix)
+    high = _BENCH_LIMITS[field_name]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
+        raise CockpitError(f"{where} must be a whole number of 1 or more and at most {high:,.0f} (got {shown(value)}): {fix}")
+    return value
+
+
+def check_seconds(value: object, where: str, fix: str = "give seconds like 600") -> float:
+    """Seconds to run or to wait (a level's duration, a timeout): above 0 and at most a week,
+    because nan, inf or 0 would never end or never start."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not 0 < value <= MAX_SECONDS:  # type: ignore[operator]  # also refuses nan and inf
+        raise CockpitError(
+            f"{where} must be a positive number of seconds, at most {MAX_SECONDS:,.0f} (got {shown(value)}): {fix}"
+        )
+    return float(value)  # type: ignore[arg-type]
 
 
 def _is_bench_token(token: str) -> bool:

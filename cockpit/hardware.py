@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 import re
-import reprlib
 from dataclasses import dataclass, field
 
-from cockpit.errors import CockpitError
+from cockpit.errors import CockpitError, shown
 
 GIB = 2**30
 # Upper bounds that no real box reaches, so a typo (`--gpus 80000`, `--gpu-mem 1e9`) is refused
@@ -20,28 +19,6 @@ GIB = 2**30
 # 8-72 GPUs of at most a few hundred GiB each.
 MAX_GPUS = 512
 MAX_GPU_MEM_GIB = 16384.0
-
-
-def _short_repr() -> reprlib.Repr:
-    short = reprlib.Repr()
-    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxlong, short.maxother = 2, 4, 4, 60, 40, 60
-    return short
-
-
-_SHORT = _short_repr()
-
-
-def shown(value: object, limit: int = 60) -> str:
-    """A value as an error message echoes it: a bounded repr, on one line, cut to ``limit`` characters.
-
-    Bounded because a YAML alias bomb or a 10**5000 from a file must not blow up the message."""
-    if isinstance(value, int) and value.bit_length() > 4000:  # repr() refuses ints this long
-        return f"a number of about {int(value.bit_length() * 0.30103):,} digits"
-    try:
-        text = _SHORT.repr(value)
-    except ValueError:  # a huge int inside a list
-        text = f"a {type(value).__name__} too long to show"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_gpu_count(count: object, where: str = "the GPU count") -> int:

@@ -7,12 +7,12 @@ import signal
 from dataclasses import replace
 from typing import Callable
 
-from cockpit.commands import Bench, Try, parse_command
+from cockpit.commands import Bench, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
-from cockpit.runner.experiment import Launcher, check_startup_timeout, journal_stopped
+from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.registry import Registry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
@@ -71,10 +71,10 @@ def run_headless(
     if timeout is not None:
         if bench_command is None:
             raise CockpitError("--timeout is the benchmark's per-request timeout: give --bench too")
-        bench_command = replace(bench_command, timeout_s=timeout)
+        bench_command = replace(bench_command, timeout_s=check_seconds(timeout, "--timeout"))
     if not isinstance(command, Try):
         raise CockpitError(f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"')
-    check_startup_timeout(startup_timeout)
+    check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
     setup, prof = build_setup(SetupOverrides(profile=profile))
     sim = use_sim(sim)
     if sim:

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import platformdirs
 
 from cockpit.errors import CockpitError
+from cockpit.paths import private_dir
 from cockpit.runner.events import Diagnosis
 
 LAUNCHING, READY, FAILED, STOPPED = "launching", "ready", "failed", "stopped"
@@ -508,19 +509,7 @@ def _cannot_write(err: sqlite3.OperationalError) -> bool:
 
 def _create_private(path: Path) -> None:
     """Create the missing folders 0700 and the file 0600; leave what already exists alone."""
-    try:
-        missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
-        for folder in reversed(missing):
-            try:
-                folder.mkdir(mode=0o700)
-            except FileExistsError:
-                continue
-            os.chmod(folder, 0o700)  # the umask may have taken bits; never adds any beyond 0700
-    except OSError as err:
-        raise CockpitError(
-            f"cannot create the journal folder {path.parent}: {err.strerror}; "
-            "set COCKPIT_JOURNAL to a file in a writable folder."
-        ) from None
+    private_dir(path.parent, fix="set COCKPIT_JOURNAL to a file in a writable folder.")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:

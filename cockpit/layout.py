@@ -12,7 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from cockpit.errors import CockpitError
+from cockpit.errors import CockpitError, cut
 from cockpit.hardware import MAX_GPUS
 
 ENGINES = ("vllm", "sglang")
@@ -49,7 +49,7 @@ class Layout:
                 continue
             if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_GPUS:
                 raise CockpitError(
-                    f"{name} must be a whole number from 1 to {MAX_GPUS}, got {_cut(repr(size))}: try `{name}4`."
+                    f"{name} must be a whole number from 1 to {MAX_GPUS}, got {cut(repr(size))}: try `{name}4`."
                 )
         if self.ep is not None and not self.expert_parallel:
             # An EP size implies expert parallelism; normalise so equal layouts compare equal.
@@ -85,7 +85,7 @@ class Layout:
 
 def parse_layout(text: str) -> Layout:
     """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout."""
-    shown = _cut(text.strip())
+    shown = cut(text.strip())
     lowered = _DPA_ALIAS.sub("dpa", text.strip().lower())
     tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]
     if not tokens:
@@ -106,7 +106,7 @@ def parse_layout(text: str) -> Layout:
             )
         if name == "dpa" and digits:
             raise CockpitError(
-                f"'{_cut(token)}' in '{shown}': dpa takes no size; put it next to a dp size, "
+                f"'{cut(token)}' in '{shown}': dpa takes no size; put it next to a dp size, "
                 "like `tp8 dp8 dpa ep8`."
             )
         if name in _SIZED and not digits:
@@ -130,28 +130,23 @@ def _size(name: str, digits: str, token: str, shown: str) -> int:
     significant = digits.lstrip("0")
     if len(significant) > 6 or int(significant or "0") > MAX_GPUS:
         raise CockpitError(
-            f"'{_cut(token)}' in '{shown}' is too big: sizes are at most {MAX_GPUS}, "
+            f"'{cut(token)}' in '{shown}' is too big: sizes are at most {MAX_GPUS}, "
             f"since no box holds more GPUs; write it like `{name}8`."
         )
     if int(significant or "0") < 1:
-        raise CockpitError(f"'{_cut(token)}' in '{shown}' is not a size: sizes are 1 or more, like `{name}4`.")
+        raise CockpitError(f"'{cut(token)}' in '{shown}' is not a size: sizes are 1 or more, like `{name}4`.")
     return int(significant)
 
 
-def _cut(text: str, limit: int = 60) -> str:
-    """Echo at most ``limit`` characters of what was typed, so an error stays one short line."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _unknown_token(token: str, shown: str) -> str:
-    token = _cut(token)
+    token = cut(token)
     if any(not (c.isalnum() or c == "=") for c in token):  # `tp10**9`, `tp4.5`: no guess helps
         return f"unknown token '{token}' in '{shown}': sizes are plain whole numbers up to {MAX_GPUS}, like `tp8`. {_EXAMPLES}"
     letters = "".join(c for c in token if c.isalpha())
     digits = "".join(c for c in token if c.isdigit())
     close = difflib.get_close_matches(letters, _NAMES, n=1, cutoff=0.5) if letters else []
     if close:
-        guess = close[0] if close[0] == "dpa" else _cut(close[0] + digits)
+        guess = close[0] if close[0] == "dpa" else cut(close[0] + digits)
         return f"unknown token '{token}' in '{shown}': did you mean '{guess}'? {_EXAMPLES}"
     return f"unknown token '{token}' in '{shown}'. {_EXAMPLES}"
 

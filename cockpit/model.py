@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import shown
+from cockpit.errors import CockpitError, shown
+from cockpit.textfile import read_text
 
 # Tensor classes: each is sharded its own way by the engines.
 ATTN_SHARDED = "attn_sharded"  # q/k/v/o (GQA), MLA q_b/kv_b/o: split over attention TP
@@ -251,32 +251,16 @@ MAX_CONFIG_BYTES = 16 * 2**20  # real config.json files are a few KB; anything t
 
 def read_config(path: Path | str, name: str | None = None) -> ModelArch:
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise CockpitError(
-                f"{path} is {path.stat().st_size / 2**20:,.0f} MiB, too big for a config.json: point --model at the model's config.json"
-            )
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CockpitError(f"cannot read {path}: {exc.strerror}: check the path") from exc
-    config = parse_json(data, path)
+    text = read_text(path, limit=MAX_CONFIG_BYTES, what=str(path), fix="point --model at the model's config.json")
+    config = parse_json(text, path)
     if not isinstance(config, dict):
         raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
     default_name = path.parent.name if path.name == "config.json" else path.stem
     return parse_config(config, source=str(path), name=name or default_name)
 
 
-def parse_json(data: bytes, path: Path | str) -> Any:
-    """JSON from a file's bytes; binary, UTF-16, too deep or too long numbers are one line each."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise CockpitError(f"{path} is UTF-16 text: save it as UTF-8 (the encoding config.json files use)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CockpitError(
-            f"{path} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}; a binary file?): "
-            "point --model at the model's config.json"
-        ) from None
+def parse_json(text: str, path: Path | str) -> Any:
+    """JSON from a config's text; too deep or too long numbers are one line each."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 from cockpit.engines import Placement
-from cockpit.errors import CockpitError
-from cockpit.hardware import Hardware, shown
+from cockpit.errors import CockpitError, shown
+from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
 from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, stage_weights
 

@@ -16,11 +16,12 @@ import yaml
 
 from cockpit.commands import MAX_CONCURRENCY, check_bench_number
 from cockpit.engines.base import parse_server_args
-from cockpit.errors import CockpitError
-from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory, shown
+from cockpit.errors import CockpitError, shown
+from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory
 from cockpit.layout import parse_layout
 from cockpit.model import whole_number
 from cockpit.perfmodel import Calibration
+from cockpit.textfile import read_text
 
 ENGINES = ("vllm", "sglang")
 
@@ -93,26 +94,15 @@ MAX_PROFILE_BYTES = 1 * 2**20  # a profile is a screenful of YAML; a bigger file
 
 def load_profile(name_or_path: str) -> Profile:
     path = find_profile(name_or_path)
-    try:
-        if path.stat().st_size > MAX_PROFILE_BYTES:
-            raise CockpitError(f"profile {path} is over {MAX_PROFILE_BYTES // 2**20} MiB, too big to be a profile: check the path")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CockpitError(f"cannot read profile {path}: {exc.strerror}: check the path") from exc
-    data = _parse_yaml(raw, path)
+    text = read_text(path, limit=MAX_PROFILE_BYTES, what=f"profile {path}", fix="give a YAML profile")
+    data = _parse_yaml(text, path)
     if not isinstance(data, dict):
         raise CockpitError(f"profile {path} must be a YAML mapping (model:, engine:, hardware:, ...)")
     return parse_profile(data, name=path.stem, source=str(path))
 
 
-def _parse_yaml(raw: bytes, path: Path) -> Any:
-    """YAML from a file's bytes; binary, UTF-16 and pathological files are one line each."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise CockpitError(f"profile {path} is UTF-16 text: save it as UTF-8")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CockpitError(f"profile {path} is not UTF-8 text (byte {exc.start}; a binary file?): give a YAML profile") from None
+def _parse_yaml(text: str, path: Path) -> Any:
+    """YAML from a profile's text; pathological files are one line each."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -172,6 +172,18 @@ CASES = [
     Case("bench c huge", ("run", "try tp4", "--sim", "--bench", "c=1,99999999999"), "at most 100,000"),
     Case("bench timeout=0", ("run", "try tp4", "--sim", "--bench", "timeout=0"), "timeout="),
     Case("bench as the run text", ("run", "bench c=0", "--sim"), "c=0"),
+    # command-line bounds
+    Case("startup timeout nan", ("run", "try tp4", "--sim", "--startup-timeout", "nan"), "--startup-timeout must be a positive"),
+    Case("startup timeout inf", ("run", "try tp4", "--sim", "--startup-timeout", "inf"), "--startup-timeout must be a positive"),
+    Case("startup timeout zero", ("run", "try tp4", "--sim", "--startup-timeout", "0"), "--startup-timeout must be a positive"),
+    Case("startup timeout a word", ("run", "try tp4", "--sim", "--startup-timeout", "soon"), "--startup-timeout"),
+    Case("run timeout negative", ("run", "try tp4", "--sim", "--bench", "c=1", "--timeout", "-1"), "--timeout must be a positive"),
+    Case("run timeout without bench", ("run", "try tp4", "--sim", "--timeout", "5"), "give --bench too"),
+    Case("bench timeout nan", ("bench", "--url", "http://127.0.0.1:9", "--timeout", "nan"), "--timeout must be a positive"),
+    Case("bench duration zero", ("bench", "--url", "http://127.0.0.1:9", "--duration", "0"), "--duration must be a positive"),
+    Case("web port zero", ("web", "--port", "0"), "a port is a number 1-65535"),
+    Case("web port too high", ("web", "--port", "70000"), "a port is a number 1-65535"),
+    Case("gpus not a number", ("plan", "--gpus", "eight"), "invalid int value"),
 ]
 
 

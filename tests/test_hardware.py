@@ -206,7 +206,7 @@ def test_a_box_of_512_is_the_largest() -> None:
 
 
 def test_shown_values_stay_short() -> None:
-    from cockpit.hardware import shown
+    from cockpit.errors import shown
 
     assert shown(10**5000) == "a number of about 5,000 digits"
     assert len(shown("x" * 1000)) == 60 and len(shown([[list(range(100))] * 100] * 100)) <= 60

@@ -24,6 +24,7 @@ from cockpit.journal import Journal
 from cockpit.profile import find_profile
 from cockpit.runner.registry import Registry
 from simproc import free_port
+from test_run import read_until
 
 SIM_MARK = "cockpit.sim"
 
@@ -127,15 +128,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _read_until(proc: subprocess.Popen, marker: str) -> str:
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError("".join(seen) + proc.stderr.read())
-
-
 # -- interrupts at the engine's first appearance ------------------------------------------------
 
 OFFSETS_MS = (0, 1, 2, 3, 5, 8, 13, 21, 50, 120)  # after the pending entry appears (just before the fork)
@@ -185,7 +177,7 @@ def test_interrupts_around_the_spawn_leave_no_engine_unlisted(tmp_path, sig):
 def test_sigterm_while_loading_stops_the_server_and_journals_the_end(tmp_path):
     box = Box(tmp_path, scale=0.05)  # a slow load: the signal lands while weights load
     run = box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
-    _read_until(run, "phase     loading")
+    read_until(run, "phase     loading")
     [entry] = box.registry.live()
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=30)
@@ -202,7 +194,7 @@ def test_sigterm_during_a_bench_ends_the_bench_child_and_the_server(tmp_path):
     box = Box(tmp_path, scale=50)
     profile = _profile(tmp_path, free_port())
     run = box.spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--bench", "c=1,4 t=60")
-    _read_until(run, "ready     ")
+    read_until(run, "ready     ")
     [entry] = box.registry.live()
 
     def bench_child():
@@ -226,7 +218,7 @@ def test_sigterm_during_a_bench_ends_the_bench_child_and_the_server(tmp_path):
 def test_sighup_leaves_the_server_running_listed_and_stoppable(tmp_path):
     box = Box(tmp_path, scale=0.05)  # the terminal goes away while the weights load
     run = box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
-    _read_until(run, "phase     loading")
+    read_until(run, "phase     loading")
     [entry] = box.registry.live()
     run.send_signal(signal.SIGHUP)
     run.communicate(timeout=30)
@@ -303,34 +295,126 @@ def test_the_simulated_box_refuses_an_allocation_above_capacity_with_the_cuda_oo
 # -- a journal that fails never orphans a server ---------------------------------------------------
 
 
-def test_a_journal_write_that_fails_after_launch_stops_the_server(tmp_path, monkeypatch):
-    from cockpit.errors import CockpitError
-    from cockpit.headless import gpu_source
-    from cockpit.layout import parse_layout
-    from cockpit.resolve import SetupOverrides, build_setup
-    from cockpit.runner.experiment import Launcher
-    from cockpit.runner.supervisor import Supervisor
+class InProcess:
+    """A Launcher in this process over a box of its own (a slow load: the server stays up)."""
 
-    box = Box(tmp_path, scale=0.05)
-    for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
-        monkeypatch.setenv(name, box.env[name])
-    setup, profile = build_setup(SetupOverrides(profile=_profile(tmp_path, free_port())))
+    def __init__(self, tmp_path: Path, monkeypatch):
+        from cockpit.resolve import SetupOverrides, build_setup
+
+        self.box = Box(tmp_path, scale=0.05)
+        for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
+            monkeypatch.setenv(name, self.box.env[name])
+        self.setup, self.profile = build_setup(SetupOverrides(profile=_profile(tmp_path, free_port())))
+
+    def launcher(self, journal: Journal, registry: Registry | None = None):
+        from cockpit.headless import gpu_source
+        from cockpit.runner.experiment import Launcher
+        from cockpit.runner.supervisor import Supervisor
+
+        supervisor = Supervisor(registry or self.box.registry, gpu_source(self.setup.hardware, True))
+        return Launcher(self.profile, self.setup, journal, supervisor, sim=True)
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch) -> InProcess:
+    return InProcess(tmp_path, monkeypatch)
+
+
+DISK_FULL = "cannot use the journal (database or disk is full)"
+
+
+@pytest.mark.parametrize("failing", ["pid", "outcome"], ids=["right-after-spawn", "at-ready-or-failure"])
+def test_a_journal_write_that_fails_after_launch_stops_the_server(in_process, failing, monkeypatch):
+    from cockpit.errors import CockpitError
+    from cockpit.layout import parse_layout
+
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")  # ready soon: the outcome write is reached
 
     class FullDisk(Journal):
-        """The disk fills up right after the launch: the journal's next write fails."""
+        """The disk fills up after the launch: the journal's next write of ``failing`` fails."""
 
         def update_experiment(self, id, /, **changes):
-            if "pid" in changes:
-                raise CockpitError("cannot use the journal (database or disk is full)")
+            if failing in changes:
+                raise CockpitError(DISK_FULL)
             super().update_experiment(id, **changes)
 
     with FullDisk() as journal:
-        launcher = Launcher(profile, setup, journal, Supervisor(box.registry, gpu_source(setup.hardware, True)), sim=True)
+        launcher = in_process.launcher(journal)
         with pytest.raises(CockpitError, match="disk is full"):
             list(launcher.run(parse_layout("tp4")))
     assert launcher.handle is None
-    assert not box.listed()
-    _wait_for(lambda: not box.engines(), timeout=15)
+    assert not in_process.box.listed()
+    _wait_for(lambda: not in_process.box.engines(), timeout=15)
+
+
+def test_a_journal_that_fails_during_a_stop_does_not_keep_the_server_up(in_process):
+    from cockpit.errors import CockpitError
+    from cockpit.layout import parse_layout
+    from cockpit.runner.events import Launching
+
+    class FullDisk(Journal):
+        def record_peak(self, id, peaks):
+            raise CockpitError(DISK_FULL)
+
+    with FullDisk() as journal:
+        launcher = in_process.launcher(journal)
+        next(e for e in launcher.run(parse_layout("tp4")) if isinstance(e, Launching))
+        pid = launcher.handle.pid
+        assert launcher.stop("done") is not None
+    assert _gone(pid) and not in_process.box.listed()
+
+
+def test_a_stop_cancels_a_launch_still_waiting_for_the_launch_lock(in_process):
+    from cockpit.layout import parse_layout
+
+    with Journal() as journal:
+        launcher = in_process.launcher(journal)
+        since = launcher.cancels
+        events: list = []
+        with in_process.box.registry.launch_lock():  # another cockpit is launching
+            waiting = threading.Thread(target=lambda: events.extend(launcher.run(parse_layout("tp4"), since=since)))
+            waiting.start()
+            time.sleep(0.3)
+            launcher.cancel_launches()  # the person pressed stop meanwhile
+        waiting.join(timeout=30)
+        assert not waiting.is_alive() and events == [] and launcher.handle is None
+        assert journal.experiments() == []  # nothing was started, nothing journaled
+    assert not in_process.box.engines() and not in_process.box.listed()
+
+
+def test_a_registry_that_cannot_be_written_after_the_spawn_kills_the_engine(in_process):
+    from cockpit.errors import CockpitError
+    from cockpit.layout import parse_layout
+
+    class FullRegistry(Registry):
+        def confirm(self, pending, pid):
+            self.spawned = pid
+            raise OSError(28, "No space left on device")
+
+    registry = FullRegistry(in_process.box.registry.folder)
+    with Journal() as journal:
+        launcher = in_process.launcher(journal, registry)
+        with pytest.raises(CockpitError, match="cannot register the server .* it was stopped"):
+            list(launcher.run(parse_layout("tp4")))
+        [row] = journal.experiments()
+    assert _gone(registry.spawned) and launcher.handle is None
+    assert row.outcome == "failed" and row.ended is not None
+    assert not list(registry.folder.glob("*.json"))  # no pending entry left either
+
+
+def test_a_hang_up_already_ignored_stays_ignored(tmp_path):
+    """Under nohup the run goes on to its end: the server is stopped as usual, exit 0."""
+    box = Box(tmp_path, scale=50)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cockpit.cli", "run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=box.env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    read_until(run, "launching")
+    run.send_signal(signal.SIGHUP)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, out + err
+    assert "stopped   done" in out and not box.listed()
 
 
 # -- a server with an API key ----------------------------------------------------------------------

@@ -145,3 +145,12 @@ def test_absurd_calibration_values_are_refused(overrides, words):
 
 def test_max_running_zero_keeps_the_engine_default():
     assert Calibration().overridden({"max_running": 0, "eta_bw": 1}).max_running == 0
+
+
+def test_an_added_overhead_may_be_zero_a_share_may_not():
+    """0 ms of scheduler time means "none"; a bandwidth share of 0 would divide by zero."""
+    calibration = Calibration().overridden({"t_layer_us": 0, "t_sched_ms": 0, "alpha_p2p_us": 0, "t_floor_ms": {"tp8": 0}})
+    assert (calibration.t_layer_us, calibration.t_sched_ms, calibration.alpha_p2p_us) == (0, 0, 0)
+    for share in ("eta_bw", "bw_p2p_gbs", "skew"):
+        with pytest.raises(CockpitError, match=f"'{share}' must be above 0"):
+            Calibration().overridden({share: 0})

@@ -108,7 +108,8 @@ def test_shell_line_is_pasteable(argv):
 def test_launching_prints_a_pasteable_redacted_line():
     from cockpit.runner.events import Launching
 
-    event = Launching(1, ("vllm", "serve", "my model", "--hf-token=s3cret"), 42, "/log", {"HF_TOKEN": "s3cret", "A": "x y"})
+    event = Launching.redacted(1, ("vllm", "serve", "my model", "--hf-token=s3cret"), 42, "/log", {"HF_TOKEN": "s3cret", "A": "x y"})
+    assert "s3cret" not in repr(event)  # held redacted, not only printed so
     text = str(event)
     assert "s3cret" not in text
     assert text == "launching pid 42: HF_TOKEN='***' A='x y' vllm serve 'my model' '--hf-token=***'"

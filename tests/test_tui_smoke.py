@@ -19,59 +19,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_installed_cockpit_in_tmux_launches_a_layout_and_quits(tmp_path, monkeypatch, profile_file):
-    profile, port = profile_file("minimax-m2.5")
-    env = {
-        "COCKPIT_SIM_STATE": str(tmp_path / "simbox"),
-        "COCKPIT_SIM_TIME_SCALE": "50",
-        "COCKPIT_JOURNAL": str(tmp_path / "journal.sqlite"),
-        "COCKPIT_STATE_DIR": str(tmp_path / "state"),
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    socket = f"cockpit-test-{os.getpid()}"
-
-    def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, check=True).stdout
-
-    def screen_until(text: str, timeout: float = 20, line_start: bool = False) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            shown = tmux("capture-pane", "-p", "-t", "ck")
-            if any(line.strip().startswith(text) for line in shown.splitlines()) if line_start else text in shown:
-                return shown
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {text!r} on the screen:\n{shown}")
-            time.sleep(0.1)
-
-    settings = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
-    command = f"sleep 0.3; {COCKPIT} --sim --profile {profile}; echo EXITED $?; sleep 30"  # tmux sizes first
-    tmux("new-session", "-d", "-s", "ck", "-x", "120", "-y", "40", *settings, command)
-    try:
-        screen_until("○ no server")
-        for _ in range(20):  # keys sent before the app reads the terminal can be dropped: type until shown
-            tmux("send-keys", "-t", "ck", ":")
-            tmux("send-keys", "-t", "ck", "-l", "try tp4")
-            try:
-                screen_until("try tp4", timeout=1, line_start=True)  # the prompt line, not its placeholder
-                break
-            except AssertionError:
-                tmux("send-keys", "-t", "ck", "C-u")
-        tmux("send-keys", "-t", "ck", "Enter")
-        shown = screen_until("● tp4 ready")
-        assert "GPU0 ▶ tp4" in shown and "GPU7 · idle" in shown
-        assert f"serves http://127.0.0.1:{port}" in shown
-        tmux("send-keys", "-t", "ck", "Escape")  # the prompt keeps the keys until Escape
-        time.sleep(0.3)  # apart, or the terminal reads Escape then q as alt+q
-        tmux("send-keys", "-t", "ck", "q")
-        screen_until("Quit cockpit?")
-        tmux("send-keys", "-t", "ck", "s")
-        screen_until("EXITED 0")
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
-    assert not Registry().live()
-
-
 class Tmux:
     """A cockpit in its own tmux server: start it, type into it, read its screen."""
 
@@ -83,21 +30,26 @@ class Tmux:
     def __call__(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True).stdout
 
-    def screen_until(self, text: str, timeout: float = 20) -> str:
+    def screen_until(self, text: str, timeout: float = 20, line_start: bool = False) -> str:
         deadline = time.monotonic() + timeout
         while True:
             shown = self("capture-pane", "-p", "-t", "ck")
-            if text in shown:
+            if any(line.strip().startswith(text) for line in shown.splitlines()) if line_start else text in shown:
                 return shown
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {text!r} on the screen:\n{shown}")
             time.sleep(0.1)
 
-    def type_command(self, text: str) -> None:
-        for _ in range(20):  # keys sent before the app reads the terminal can be dropped
+    def type_command(self, text: str, prompt: bool = False) -> None:
+        """Type until the screen shows it (keys sent before the app reads the terminal can be
+        dropped), then Enter. ``prompt``: open the prompt with `:` first and match its line only,
+        not the placeholder's words."""
+        for _ in range(20):
+            if prompt:
+                self("send-keys", "-t", "ck", ":")
             self("send-keys", "-t", "ck", "-l", text)
             try:
-                self.screen_until(text, timeout=1)
+                self.screen_until(text, timeout=1, line_start=prompt)
                 break
             except AssertionError:
                 self("send-keys", "-t", "ck", "C-u")
@@ -111,6 +63,34 @@ class Tmux:
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def test_installed_cockpit_in_tmux_launches_a_layout_and_quits(tmp_path, monkeypatch, profile_file):
+    profile, port = profile_file("minimax-m2.5")
+    env = {
+        "COCKPIT_SIM_STATE": str(tmp_path / "simbox"),
+        "COCKPIT_SIM_TIME_SCALE": "50",
+        "COCKPIT_JOURNAL": str(tmp_path / "journal.sqlite"),
+        "COCKPIT_STATE_DIR": str(tmp_path / "state"),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    tmux = Tmux(env, f"sleep 0.3; {COCKPIT} --sim --profile {profile}; echo EXITED $?; sleep 30")  # tmux sizes first
+    try:
+        tmux.screen_until("○ no server")
+        tmux.type_command("try tp4", prompt=True)
+        shown = tmux.screen_until("● tp4 ready")
+        assert "GPU0 ▶ tp4" in shown and "GPU7 · idle" in shown
+        assert f"serves http://127.0.0.1:{port}" in shown
+        tmux("send-keys", "-t", "ck", "Escape")  # the prompt keeps the keys until Escape
+        time.sleep(0.3)  # apart, or the terminal reads Escape then q as alt+q
+        tmux("send-keys", "-t", "ck", "q")
+        tmux.screen_until("Quit cockpit?")
+        tmux("send-keys", "-t", "ck", "s")
+        tmux.screen_until("EXITED 0")
+    finally:
+        tmux.kill()
+    assert not Registry().live()
 
 
 def _slow_box(tmp_path, monkeypatch) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import threading
@@ -17,7 +16,7 @@ import time
 from typing import Callable, Sequence
 
 from cockpit.children import python_module
-from cockpit.commands import parse_levels
+from cockpit.commands import check_seconds, parse_levels
 from cockpit.errors import CockpitError
 
 Print = Callable[[str], None]
@@ -53,12 +52,11 @@ def config_from_args(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CockpitError(f"--{name.replace('_', '-')} must be 1 or more, got {value}")
-    if args.duration is not None and args.duration <= 0:
-        raise CockpitError(f"--duration must be a positive number of seconds, got {args.duration}")
+    if args.duration is not None:
+        check_seconds(args.duration, "--duration")
     if args.rate is not None and args.rate <= 0:
         raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise CockpitError(f"--timeout must be a positive number of seconds, like 600, got {args.timeout:g}")
+    check_seconds(args.timeout, "--timeout")
     if not args.url.startswith(("http://", "https://")):
         raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
     return BenchConfig(

@@ -6,9 +6,10 @@ Every event names its experiment and prints itself in one line.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cockpit.secrets import redact_env, shell_line
+from cockpit.secrets import redact_argv, redact_env
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,23 @@ class Planned:
 
 @dataclass(frozen=True)
 class Launching:
+    """The engine started. Its argv and env are held redacted (``Launching.redacted`` makes one),
+    so no screen or log that shows the event can show a secret."""
+
     experiment: int
     argv: tuple[str, ...]
     pid: int
     log_path: str
     env: dict[str, str] = field(default_factory=dict)  # what cockpit set: CUDA_VISIBLE_DEVICES, ...
 
+    @classmethod
+    def redacted(cls, experiment: int, argv: Sequence[str], pid: int, log_path: str, env: Mapping[str, str]) -> Launching:
+        return cls(experiment, redact_argv(argv), pid, log_path, redact_env(env))
+
     def __str__(self) -> str:
-        """`VAR=value ... argv` shell-quoted and redacted (again: it costs nothing), so pasting it
-        runs that command."""
-        pinned = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(self.env).items())
-        return f"launching pid {self.pid}: {pinned + ' ' if pinned else ''}{shell_line(self.argv)}"
+        """`VAR=value ... argv`, shell-quoted: pasting it runs that command."""
+        pinned = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"launching pid {self.pid}: {pinned + ' ' if pinned else ''}{shlex.join(self.argv)}"
 
 
 @dataclass(frozen=True)

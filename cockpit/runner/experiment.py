@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from cockpit.runner.events import Diagnosis, Event, Failed, Launching, LogLine, 
 from cockpit.runner.registry import ServerEntry, new_log_path
 from cockpit.runner.signals import held_signals
 from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port
-from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv, redact_env
+from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
 
@@ -142,7 +141,7 @@ class Launcher:
             if self.cancels != since:  # stopped while it waited for another cockpit's launch
                 return
             samples = self.monitor.sample_now() if self.monitor else []
-            others = registry.live() + registry.starting()
+            others = registry.claims()
             held = {gpu: entry for entry in others for gpu in entry.gpus}
             free = [g for g in (free_gpus(samples, allowed) if samples else allowed) if g not in held]
             gpus = tuple(free[:used]) if used <= len(free) else tuple(allowed[:used])
@@ -180,8 +179,8 @@ class Launcher:
         except BaseException:
             self._stop_unjournaled(handle)
             raise
-        shown_env = {k: v for k, v in redact_env(env).items() if k not in ("COCKPIT_SIM_CALIBRATION",)}
-        yield Launching(exp, redact_argv(argv), handle.pid, str(log_path), shown_env)
+        shown_env = {k: v for k, v in env.items() if k != "COCKPIT_SIM_CALIBRATION"}
+        yield Launching.redacted(exp, argv, handle.pid, str(log_path), shown_env)
         yield from self.follow(handle)
 
     def _spawn(self, exp: int, argv: Sequence[str], env: dict[str, str], log_path, layout: str, gpus: Sequence[int]) -> Diagnosis | None:
@@ -365,9 +364,3 @@ def journal_stopped(journal: Journal, exp: int) -> None:
         journal.set_outcome(exp, "stopped")
     elif record.ended is None:
         journal.update_experiment(exp, ended=time.time())
-
-
-def check_startup_timeout(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise CockpitError(f"--startup-timeout must be a positive number of seconds, got {value}")
-    return value

@@ -24,15 +24,14 @@ import json
 import os
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-import platformdirs
 import psutil
 
 from cockpit.errors import CockpitError
+from cockpit.paths import private_dir, state_dir
 
 CREATE_TIME_TOLERANCE_S = 0.5
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
@@ -94,26 +93,6 @@ class ServerEntry:
             f"pid {self.pid}: {self.layout or '?'} on {self.engine or '?'} port {self.port}{gpus} "
             f"(experiment {self.experiment}, log {self.log_path})"
         )
-
-
-def state_dir() -> Path:
-    """cockpit's state folder (logs, the server registry): COCKPIT_STATE_DIR or the platform's."""
-    if os.environ.get("COCKPIT_STATE_DIR"):
-        return Path(os.environ["COCKPIT_STATE_DIR"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return Path(platformdirs.user_state_dir("cockpit"))
-
-
-def private_dir(folder: Path) -> Path:
-    """Create ``folder`` (and its parents) readable by the user only; one line if it cannot be."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as err:
-        raise CockpitError(
-            f"cannot create {folder}: {err.strerror}; set COCKPIT_STATE_DIR to a writable folder"
-        ) from None
-    return folder
 
 
 class Registry:
@@ -183,25 +162,34 @@ class Registry:
 
     def live(self) -> list[ServerEntry]:
         """Servers that still run (pending entries resolved); entries of dead ones are removed."""
+        return self._scan()[0]
+
+    def claims(self) -> list[ServerEntry]:
+        """Everything that holds GPUs and a port: servers that run and spawns not yet resolved
+        (a loading engine is not in NVML's view yet, and one being forked has no PID yet)."""
+        running, unresolved = self._scan()
+        return running + unresolved
+
+    def _scan(self) -> tuple[list[ServerEntry], list[ServerEntry]]:
+        """One read of the folder: (servers that run, by PID; pending entries still unresolved)."""
         self._sweep_tmp()
         entries = self.entries()
         pending = [e for e in entries if e.pending]
         found = find_tokens({e.token for e in pending}) if pending else {}
         alive: dict[int, ServerEntry] = {}
+        unresolved = []
         for entry in entries:
             if entry.pending:
                 resolved = self._resolve(entry, found.get(entry.token))
                 if resolved is not None:
                     alive[resolved.pid] = resolved
+                elif self._pending_path(entry.token).exists():
+                    unresolved.append(entry)
             elif entry.alive():
                 alive.setdefault(entry.pid, entry)  # a confirm under way: its pending twin is the same server
             else:
                 self.remove(entry.pid)
-        return [alive[pid] for pid in sorted(alive)]
-
-    def starting(self) -> list[ServerEntry]:
-        """Pending entries whose owner still runs: a server being spawned right now."""
-        return [e for e in self.entries() if e.pending and _process_alive(e.owner)]
+        return [alive[pid] for pid in sorted(alive)], unresolved
 
     def find(self, pid: int) -> ServerEntry | None:
         return next((e for e in self.live() if e.pid == pid), None)

@@ -24,7 +24,8 @@ from cockpit.errors import CockpitError
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry, private_dir
+from cockpit.paths import private_dir
+from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
 from cockpit.secrets import redact_argv
 from cockpit.telemetry.base import GpuSource

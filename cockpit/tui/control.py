@@ -113,7 +113,6 @@ class Control:
         self._bench_thread: threading.Thread | None = None
         self._stop_thread: threading.Thread | None = None
         self._sweep_thread: threading.Thread | None = None
-        self._abort_sweep = threading.Event()
         self._closed = threading.Event()
 
     # -- state ------------------------------------------------------------------------------
@@ -192,7 +191,6 @@ class Control:
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """Stop the bench (if any) and the server; ends a sweep after its current step."""
-        self._abort_sweep.set()
         self.launcher.cancel_launches()
 
         def job() -> None:
@@ -219,23 +217,25 @@ class Control:
     def sweep(self, layouts: Iterable[Layout], bench: Bench) -> None:
         """Each layout in turn: launch, bench, stop; a layout that fails is journaled and skipped."""
         layouts = tuple(layouts)
-        self._abort_sweep.clear()
-        since = self.launcher.cancels
+        launcher, since = self.launcher, self.launcher.cancels  # a stop after this ends the sweep
+
+        def stopped() -> bool:
+            return launcher.cancels != since
 
         def job() -> None:
             self._stop_current("replaced by a sweep")
             done = 0
             for index, layout in enumerate(layouts, 1):
-                if self._abort_sweep.is_set() or self._closed.is_set():
+                if stopped() or self._closed.is_set():
                     break
                 self.emit(SweepStep(index, len(layouts), str(layout)))
                 outcome = self._run(layout, False, since)
-                if isinstance(outcome, Ready) and not self._abort_sweep.is_set():
+                if isinstance(outcome, Ready) and not stopped():
                     self._consume(self.launcher.bench(bench))
                 # Stopped by the person or not, a server this step launched goes down here.
                 self._stop_current("sweep: next layout" if index < len(layouts) else "sweep done")
                 done += 1
-            self.emit(SweepDone(done, len(layouts), stopped=self._abort_sweep.is_set()))
+            self.emit(SweepDone(done, len(layouts), stopped=stopped()))
 
         with self._lock:
             self._sweep_thread = self._spawn("sweep", job)
@@ -243,7 +243,6 @@ class Control:
     def close(self) -> None:
         """The screen is going away: end our bench child; a server keeps running (detached)."""
         self._closed.set()
-        self._abort_sweep.set()
         self.launcher.cancel_launches()
         interrupt_bench_children()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cockpit.runner.registry import state_dir
+from cockpit.paths import state_dir
 
 LIMIT = 500
 
