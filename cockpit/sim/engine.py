@@ -252,12 +252,15 @@ class SimOutOfMemory(Exception):
 
 
 def cuda_oom_text(gpu: int, tried: int, capacity: int, free: int, in_use: int, others: list[tuple[int, int]]) -> str:
-    """torch's CUDA OOM message (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.2), other processes included."""
+    """torch's CUDA OOM message (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.2), other processes
+    named, as public logs show it (vllm-project/vllm#12529, studio-dots-ai/dots.ocr#196)."""
     held = "".join(f"Process {pid} has {torch_size(used)} memory in use. " for pid, used in others)
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {torch_size(tried)}. "
         f"GPU {gpu} has a total capacity of {torch_size(capacity)} of which {torch_size(free)} is free. "
-        f"{held}Including non-PyTorch memory, this process has {torch_size(in_use)} memory in use."
+        f"{held}Including non-PyTorch memory, this process has {torch_size(in_use)} memory in use. "
+        f"Of the allocated memory {torch_size(in_use)} is allocated by PyTorch, and 0 bytes is reserved by "
+        "PyTorch but unallocated."
     )
 
 
