@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 
-_BOOTSTRAP = "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+_BOOTSTRAP = (
+    "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+)
 
 
 def python_module(module: str) -> list[str]:

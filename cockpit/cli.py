@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
@@ -36,12 +36,18 @@ def _port(text: str) -> int:
 
 
 def _add_setup_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)")
-    parser.add_argument("--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id")
+    parser.add_argument(
+        "--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)"
+    )
+    parser.add_argument(
+        "--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id"
+    )
     parser.add_argument("--engine", choices=("vllm", "sglang"))
     parser.add_argument("--gpus", type=int, metavar="N", help="number of GPUs on the box")
     parser.add_argument("--gpu", metavar="TYPE", help="GPU type, e.g. rtx-pro-6000, h100, h200")
-    parser.add_argument("--gpu-mem", type=float, metavar="GIB", help="memory per GPU in GiB (overrides the type's)")
+    parser.add_argument(
+        "--gpu-mem", type=float, metavar="GIB", help="memory per GPU in GiB (overrides the type's)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,41 +58,67 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--profile", metavar="NAME|FILE", help="the profile to open (default: demo)")
-    parser.add_argument("--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found")
+    parser.add_argument(
+        "--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     plan = commands.add_parser("plan", help="which layouts fit, what each GPU holds, and why a layout fails")
     _add_setup_options(plan)
     plan.add_argument(
-        "--layout", action="append", metavar="LAYOUT", help='a layout such as "tp4 ep2" (repeatable; default: all)'
+        "--layout",
+        action="append",
+        metavar="LAYOUT",
+        help='a layout such as "tp4 ep2" (repeatable; default: all)',
     )
     plan.add_argument("--concurrency", metavar="C,C,...", help="concurrency levels for predicted tok/s")
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     run = commands.add_parser("run", help='launch a layout headless: cockpit run "try tp4 ep2"')
-    run.add_argument("text", metavar='"try LAYOUT"', help='what you would type in the prompt bar, e.g. "try tp4 ep2"')
+    run.add_argument(
+        "text", metavar='"try LAYOUT"', help='what you would type in the prompt bar, e.g. "try tp4 ep2"'
+    )
     run.add_argument("--profile", metavar="NAME|FILE", help="the profile (default: demo)")
     run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
-    run.add_argument("--force", action="store_true", help="launch even when the planner says the layout fails")
+    run.add_argument(
+        "--force", action="store_true", help="launch even when the planner says the layout fails"
+    )
     run.add_argument("--keep", action="store_true", help="leave the server running when done or on Ctrl-C")
-    run.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready")
+    run.add_argument(
+        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready"
+    )
     run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
 
-    run.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"', help="benchmark the server once it is ready")
-    run.add_argument("--timeout", type=float, metavar="S", help="with --bench: seconds a request may wait for its next bytes")
+    run.add_argument(
+        "--bench",
+        metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"',
+        help="benchmark the server once it is ready",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="with --bench: seconds a request may wait for its next bytes",
+    )
 
     from cockpit.bench.command import add_bench_parser
 
     add_bench_parser(commands)
 
-    gpus = commands.add_parser("gpus", help="one line per GPU: memory, power, utilisation, temperature, processes")
+    gpus = commands.add_parser(
+        "gpus", help="one line per GPU: memory, power, utilisation, temperature, processes"
+    )
     gpus.add_argument("--profile", metavar="NAME|FILE", help="the profile whose box to simulate (with --sim)")
     gpus.add_argument("--sim", action="store_true", help="read the simulated box")
-    gpus.add_argument("--dcgm", metavar="URL", help="read an NVIDIA dcgm-exporter endpoint, e.g. http://node1:9400/metrics")
+    gpus.add_argument(
+        "--dcgm", metavar="URL", help="read an NVIDIA dcgm-exporter endpoint, e.g. http://node1:9400/metrics"
+    )
 
     web = commands.add_parser("web", help="the same screen in a browser (textual-serve; no authentication)")
     web.add_argument("--port", type=_port, default=8765, help="port to serve on (default 8765)")
-    web.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by SSH tunnel)")
+    web.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: reach it by SSH tunnel)"
+    )
     web.add_argument("--profile", metavar="NAME|FILE", help="the profile to open")
     web.add_argument("--sim", action="store_true", help="use the simulated box")
 
@@ -148,14 +180,23 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
     if not served and not (sys.stdin.isatty() and sys.stdout.isatty()):
         plan_args = argparse.Namespace(
-            profile=args.profile, model=None, engine=None, gpus=None, gpu=None, gpu_mem=None,
-            layout=None, concurrency=None, json=False,
+            profile=args.profile,
+            model=None,
+            engine=None,
+            gpus=None,
+            gpu=None,
+            gpu_mem=None,
+            layout=None,
+            concurrency=None,
+            json=False,
         )
         return cmd_plan(plan_args)
     from cockpit.tui.app import CockpitApp
     from cockpit.tui.session import Session
 
-    app = CockpitApp(Session.open(args.profile, sim=args.sim))  # it finds the driver missing itself, and says so
+    app = CockpitApp(
+        Session.open(args.profile, sim=args.sim)
+    )  # it finds the driver missing itself, and says so
     app.run()
     return app.return_code or 0
 
@@ -181,9 +222,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     setup, profile = build_setup(_overrides(args))
     from cockpit.commands import parse_levels
 
-    levels = parse_levels(args.concurrency, "--concurrency") if args.concurrency is not None else profile.bench.concurrency
+    levels = (
+        parse_levels(args.concurrency, "--concurrency")
+        if args.concurrency is not None
+        else profile.bench.concurrency
+    )
     verdicts = [
-        replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, profile.bench.input_len, profile.bench.output_len))
+        replace(
+            v,
+            predicted_tok_s=predict_tok_s(
+                setup, v, levels, profile.bench.input_len, profile.bench.output_len
+            ),
+        )
         for v in plan_all(setup, args.layout or None)
     ]
     if args.json:
@@ -234,7 +284,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
         source = gpu_source(setup.hardware, bool(why))
         if why:
-            print(f"{why}: these are the simulated box's GPUs ({setup.hardware}, profile {profile.name})", file=sys.stderr)
+            print(
+                f"{why}: these are the simulated box's GPUs ({setup.hardware}, profile {profile.name})",
+                file=sys.stderr,
+            )
     try:
         samples = source.sample()
     finally:
@@ -265,7 +318,9 @@ def cmd_web(args: argparse.Namespace) -> int:
         argv.append("--sim")
     from cockpit.webserve import OriginCheckedServer
 
-    print(f"cockpit web on http://{args.host}:{args.port} (no authentication: reach it through an SSH tunnel)")
+    print(
+        f"cockpit web on http://{args.host}:{args.port} (no authentication: reach it through an SSH tunnel)"
+    )
     OriginCheckedServer(shlex.join(argv), host=args.host, port=args.port, title="cockpit").serve()
     return 0
 

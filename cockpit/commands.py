@@ -89,7 +89,9 @@ COMMANDS = (
     CommandSpec("stop", "stop", "stop the running server"),
     CommandSpec("plan", "plan [<layout>]", "show the verdict for one layout, or for all"),
     CommandSpec(
-        "sweep", "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]", "launch, bench, stop each layout in turn"
+        "sweep",
+        "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]",
+        "launch, bench, stop each layout in turn",
     ),
     CommandSpec("results", "results", "show the comparison table of this profile"),
     CommandSpec("export", "export md|csv", "write the comparison table to a file"),
@@ -155,10 +157,14 @@ def parse_command(text: str) -> Command:
     except CockpitError as layout_error:
         guess = difflib.get_close_matches(word, NAMES, n=1, cutoff=0.6)
         if guess:
-            raise CockpitError(f"unknown command '{word}': did you mean '{guess[0]}'? Type `help` for the list") from None
+            raise CockpitError(
+                f"unknown command '{word}': did you mean '{guess[0]}'? Type `help` for the list"
+            ) from None
         if any(ch.isdigit() for ch in text):
             raise layout_error
-        raise CockpitError(f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`") from None
+        raise CockpitError(
+            f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`"
+        ) from None
 
 
 def parse_levels(text: str, flag: str) -> tuple[int, ...]:
@@ -182,7 +188,9 @@ def check_bench_number(field_name: str, value: object, where: str, fix: str) -> 
         return check_seconds(value, where, fix)
     high = _BENCH_LIMITS[field_name]
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
-        raise CockpitError(f"{where} must be a whole number of 1 or more and at most {high:,.0f} (got {shown(value)}): {fix}")
+        raise CockpitError(
+            f"{where} must be a whole number of 1 or more and at most {high:,.0f} (got {shown(value)}): {fix}"
+        )
     return value
 
 
@@ -211,7 +219,9 @@ def _sweep(rest: str) -> Sweep:
     for word in words:
         key, eq, _ = word.partition("=")
         if eq and key.lower() not in _BENCH_KEYS and key.lower() not in _LAYOUT_KEYS:
-            raise CockpitError(f"sweep: {shown(word)} is neither a layout nor a bench setting (c=, in=, out=, n=, t=, timeout=)")
+            raise CockpitError(
+                f"sweep: {shown(word)} is neither a layout nor a bench setting (c=, in=, out=, n=, t=, timeout=)"
+            )
     bench_words = [w for w in words if _is_bench_token(w)]
     layout_text = " ".join(w for w in words if not _is_bench_token(w))
     layouts = tuple(parse_layout(part) for part in layout_text.split(",") if part.strip())
@@ -238,7 +248,9 @@ def _bench(rest: str, command: str = "bench") -> Bench:
             continue
         number = _typed_number(value, field_name)
         if number is None:
-            raise CockpitError(f"{shown(token)}: {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`")
+            raise CockpitError(
+                f"{shown(token)}: {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`"
+            )
         values[field_name] = check_bench_number(
             field_name, number, f"{shown(token)}: {key}=", f"e.g. `{command} c=1,32,64 n=200 timeout=600`"
         )

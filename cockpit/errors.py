@@ -16,7 +16,14 @@ def cut(text: str, limit: int = 60) -> str:
 
 def _short_repr() -> reprlib.Repr:
     short = reprlib.Repr()
-    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxlong, short.maxother = 2, 4, 4, 60, 40, 60
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxlong, short.maxother = (
+        2,
+        4,
+        4,
+        60,
+        40,
+        60,
+    )
     return short
 
 

@@ -92,12 +92,20 @@ LINKS: dict[str, LinkClass] = {
         # for 2/4/8 GPUs; bus bandwidth ~20 GB/s (2 GPUs), ~12 (4 and 8), from the 64 MB column.
         # p2p: perfmodel.md 4, practical 50-55 GB/s per direction through a switch (AIC: 64).
         LinkClass(
-            "pcie5", "PCIe 5", 50.0, 25.0, 12.0,
+            "pcie5",
+            "PCIe 5",
+            50.0,
+            25.0,
+            12.0,
             by_group=((2, 4.0, 20.0), (4, 13.0, 12.0), (8, 25.0, 12.0)),
         ),
         # Not measured: half of PCIe 5's bandwidth, same latencies (software and hops dominate).
         LinkClass(
-            "pcie4", "PCIe 4", 25.0, 25.0, 6.0,
+            "pcie4",
+            "PCIe 4",
+            25.0,
+            25.0,
+            6.0,
             by_group=((2, 4.0, 10.0), (4, 13.0, 6.0), (8, 25.0, 6.0)),
         ),
         # A100: NVLink 3, 600 GB/s bidirectional. Collectives not measured: NVLink 4's
@@ -262,9 +270,7 @@ def gpu_type(name: str) -> GpuType:
         if hits:
             keys = ", ".join(gpu.key for gpu in hits)
             raise CockpitError(f"GPU type '{name}' could be any of {keys}: give one of those keys.")
-    raise CockpitError(
-        f"unknown GPU type '{name}': known types are {_KNOWN}; or give --gpu-mem GIB."
-    )
+    raise CockpitError(f"unknown GPU type '{name}': known types are {_KNOWN}; or give --gpu-mem GIB.")
 
 
 def hardware(gpu: str, count: int, memory_gib: float | None = None) -> Hardware:
@@ -286,11 +292,12 @@ def parse_box(spec: str) -> Hardware:
     match = re.fullmatch(r"\s*(\d+)\s*[x×*]\s*(\S.*?)\s*", spec, flags=re.IGNORECASE)
     if match is None:
         raise CockpitError(
-            f"cannot read the GPU box '{spec}': "
-            "write COUNTxTYPE, like `8xrtx-pro-6000` or `4xh200`."
+            f"cannot read the GPU box '{spec}': write COUNTxTYPE, like `8xrtx-pro-6000` or `4xh200`."
         )
     if len(match[1]) > 6:  # int() of a thousand-digit count is slow and then refused anyway
-        raise CockpitError(f"the GPU box '{spec[:60]}' has more than {MAX_GPUS} GPUs: give the GPUs of one box, like `8xh200`")
+        raise CockpitError(
+            f"the GPU box '{spec[:60]}' has more than {MAX_GPUS} GPUs: give the GPUs of one box, like `8xh200`"
+        )
     return hardware(match[2], int(match[1]))
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from cockpit.commands import Bench, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
@@ -50,7 +50,9 @@ def use_sim(sim: bool) -> bool:
 
 def announce_live_servers(registry: Registry, out: Print) -> None:
     for entry in registry.live():
-        out(f"running   {entry}: `cockpit attach {entry.pid}` to follow it, `cockpit stop {entry.pid}` to stop it")
+        out(
+            f"running   {entry}: `cockpit attach {entry.pid}` to follow it, `cockpit stop {entry.pid}` to stop it"
+        )
 
 
 def run_headless(
@@ -73,7 +75,9 @@ def run_headless(
             raise CockpitError("--timeout is the benchmark's per-request timeout: give --bench too")
         bench_command = replace(bench_command, timeout_s=check_seconds(timeout, "--timeout"))
     if not isinstance(command, Try):
-        raise CockpitError(f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"')
+        raise CockpitError(
+            f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"'
+        )
     check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
     setup, prof = build_setup(SetupOverrides(profile=profile))
     sim = use_sim(sim)
@@ -84,7 +88,15 @@ def run_headless(
     source = gpu_source(setup.hardware, sim)
     with Journal() as journal, Monitor(source, interval=0.5) as monitor:
         monitor.start()
-        launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim, startup_timeout=startup_timeout)
+        launcher = Launcher(
+            prof,
+            setup,
+            journal,
+            Supervisor(registry, source),
+            monitor,
+            sim=sim,
+            startup_timeout=startup_timeout,
+        )
         return _drive(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
@@ -123,9 +135,13 @@ def _bench_command(text: str | None) -> Bench | None:
     return command
 
 
-def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None) -> int:
+def _drive(
+    launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None
+) -> int:
     # A signal already ignored stays ignored: under nohup a hang-up must not end the run.
-    previous = {sig: signal.signal(sig, _on_signal) for sig in HELD if signal.getsignal(sig) is not signal.SIG_IGN}
+    previous = {
+        sig: signal.signal(sig, _on_signal) for sig in HELD if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     code = 1
     try:
         code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
@@ -136,7 +152,16 @@ def _drive(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: 
     return code
 
 
-def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: _Printer, bench: Bench | None) -> int:
+def _follow(
+    launcher: Launcher,
+    command: Try,
+    *,
+    force: bool,
+    keep: bool,
+    quiet: bool,
+    out: _Printer,
+    bench: Bench | None,
+) -> int:
     outcome: Event | None = None
     try:
         for event in launcher.run(command.layout, force=force):
@@ -166,11 +191,15 @@ def _follow(launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet:
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
         if launcher.handle is not None and not keep:
-            stopped = launcher.stop("interrupted" if not isinstance(exc, Terminated) else "terminated (SIGTERM)")
+            stopped = launcher.stop(
+                "interrupted" if not isinstance(exc, Terminated) else "terminated (SIGTERM)"
+            )
             if stopped:
                 out(str(stopped))
         elif launcher.handle is not None:
-            out(f"kept      pid {launcher.handle.pid} still runs; `cockpit stop {launcher.handle.pid}` stops it")
+            out(
+                f"kept      pid {launcher.handle.pid} still runs; `cockpit stop {launcher.handle.pid}` stops it"
+            )
         return exit_code(exc)
 
 
@@ -178,7 +207,9 @@ def _finish(launcher: Launcher, keep: bool, out: Print) -> None:
     if launcher.handle is None:
         return
     if keep:
-        out(f"kept      {launcher.handle.url} (pid {launcher.handle.pid}); `cockpit stop {launcher.handle.pid}` stops it")
+        out(
+            f"kept      {launcher.handle.url} (pid {launcher.handle.pid}); `cockpit stop {launcher.handle.pid}` stops it"
+        )
         return
     stopped = launcher.stop("done")
     if stopped:

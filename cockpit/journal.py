@@ -209,7 +209,9 @@ class Journal:
         uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
         for suffix in ("", "&immutable=1"):
             with self._guard():
-                db = sqlite3.connect(uri + suffix, uri=True, timeout=10, isolation_level=None, check_same_thread=False)
+                db = sqlite3.connect(
+                    uri + suffix, uri=True, timeout=10, isolation_level=None, check_same_thread=False
+                )
             try:
                 tables = self._tables(db)
             except sqlite3.OperationalError as err:
@@ -540,7 +542,9 @@ def _experiment(row: Sequence[Any]) -> Experiment:
     """A row as written; a JSON column someone broke reads as empty rather than failing the read."""
     values = dict(zip(_EXPERIMENT_COLUMNS, row))
     values["argv"] = tuple(str(a) for a in _json(values["argv"], list))
-    values["gpus"] = tuple(g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool))
+    values["gpus"] = tuple(
+        g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool)
+    )
     values["peak_memory"] = _peaks(values["peak_memory"])
     return Experiment(**values)
 
@@ -588,7 +592,9 @@ class ComparisonRow:
     cells: dict[int, BenchPoint]  # concurrency -> the good point measured there
     peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
     diagnosis: str = ""  # the one-line cause, for a row without numbers
-    failed: dict[int, BenchPoint] = field(default_factory=dict)  # levels with only failed points: .error says why
+    failed: dict[int, BenchPoint] = field(
+        default_factory=dict
+    )  # levels with only failed points: .error says why
 
 
 @dataclass(frozen=True)
@@ -719,7 +725,8 @@ def _markdown(comp: Comparison) -> str:
         else:
             cells = [
                 bold(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells else _missing(row, c)
+                if c in row.cells
+                else _missing(row, c)
                 for c in comp.levels
             ]
             cells.append(bold(_peak_text(row), comp.best_peak == row.layout))
@@ -739,10 +746,14 @@ def _table(comp: Comparison) -> str:
         if row.peak is not None:
             cells = [
                 mark(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells else _missing(row, c) + " "
+                if c in row.cells
+                else _missing(row, c) + " "
                 for c in comp.levels
             ]
-            grid[row.layout] = [*cells, mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout)]
+            grid[row.layout] = [
+                *cells,
+                mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout),
+            ]
     first = max(len(text) for text in ["layout", *(row.layout for row in comp.rows)])
     widths = [max([len(h), *(len(cells[i]) for cells in grid.values())]) for i, h in enumerate(headers)]
 

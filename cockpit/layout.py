@@ -89,9 +89,7 @@ def parse_layout(text: str) -> Layout:
     lowered = _DPA_ALIAS.sub("dpa", text.strip().lower())
     tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]
     if not tokens:
-        raise CockpitError(
-            "empty layout: type one like `tp4 ep2`, `tp8 ep`, `pp8` or `tp2 dp4 ep`."
-        )
+        raise CockpitError("empty layout: type one like `tp4 ep2`, `tp8 ep`, `pp8` or `tp2 dp4 ep`.")
 
     sizes: dict[str, int | None] = {}
     for token in tokens:
@@ -174,22 +172,16 @@ def enumerate_layouts(n_gpus: int, *, moe: bool, engine: str) -> list[Layout]:
         # GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp.
         grid = [Layout(tp, pp) for p in totals for tp, pp in _splits(p, 2)] + single_tp
         replicas = [Layout(tp=tp, dp=dp) for p in totals for tp, dp in _splits(p, 2) if dp > 1]
-        dp_attention = [
-            Layout(tp=t, dp=d, dpa=True) for t in totals for d in _divisors(t) if d > 1
-        ]
+        dp_attention = [Layout(tp=t, dp=d, dpa=True) for t in totals for d in _divisors(t) if d > 1]
         layouts = grid + replicas + dp_attention
         if moe:
-            layouts += [
-                x.with_(ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1
-            ]
+            layouts += [x.with_(ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1]
             layouts += [x.with_(ep=x.tp) for x in dp_attention]
 
     unique = dict.fromkeys(layouts)
     return sorted(
         unique,
-        key=lambda x: (
-            -_gpus_used(x, engine), -x.tp, x.pp, x.dp, x.dpa, x.expert_parallel, x.ep or 0
-        ),
+        key=lambda x: (-_gpus_used(x, engine), -x.tp, x.pp, x.dp, x.dpa, x.expert_parallel, x.ep or 0),
     )
 
 

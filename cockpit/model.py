@@ -13,9 +13,10 @@ import fnmatch
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cockpit.errors import CockpitError, shown
 from cockpit.textfile import read_text
@@ -221,7 +222,9 @@ def find_config(spec: str, env: Mapping[str, str] | None = None) -> Path:
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
-            raise CockpitError(f"model folder {path} has no config.json: point --model at the folder that holds it")
+            raise CockpitError(
+                f"model folder {path} has no config.json: point --model at the folder that holds it"
+            )
         return config
     if path.is_file():
         return path
@@ -251,7 +254,9 @@ MAX_CONFIG_BYTES = 16 * 2**20  # real config.json files are a few KB; anything t
 
 def read_config(path: Path | str, name: str | None = None) -> ModelArch:
     path = Path(path)
-    text = read_text(path, limit=MAX_CONFIG_BYTES, what=str(path), fix="point --model at the model's config.json")
+    text = read_text(
+        path, limit=MAX_CONFIG_BYTES, what=str(path), fix="point --model at the model's config.json"
+    )
     config = parse_json(text, path)
     if not isinstance(config, dict):
         raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
@@ -268,7 +273,9 @@ def parse_json(text: str, path: Path | str) -> Any:
             f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): fix it or point --model at another config.json"
         ) from exc
     except RecursionError:
-        raise CockpitError(f"{path} nests JSON too deeply to be a config.json: point --model at the model's config.json") from None
+        raise CockpitError(
+            f"{path} nests JSON too deeply to be a config.json: point --model at the model's config.json"
+        ) from None
     except ValueError:  # int() refuses a number of thousands of digits
         raise CockpitError(
             f"{path} holds a number of thousands of digits, no model's setting: point --model at the model's config.json"
@@ -298,7 +305,9 @@ def whole_number(value: Any, where: str, low: int, high: int, fix: str) -> int:
     if isinstance(value, float) and value.is_integer() and low <= value <= high:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise CockpitError(f"{where} must be a whole number from {low:,} to {high:,} (got {shown(value)}): {fix}")
+        raise CockpitError(
+            f"{where} must be a whole number from {low:,} to {high:,} (got {shown(value)}): {fix}"
+        )
     return value
 
 
@@ -329,7 +338,13 @@ class _Config:
         return self.check(key or keys[0], value, low, high)
 
     def check(self, key: str, value: Any, low: int, high: int) -> int:
-        return whole_number(value, f"{self.source}: {key}", low, high, "fix the config.json or point --model at the model's own")
+        return whole_number(
+            value,
+            f"{self.source}: {key}",
+            low,
+            high,
+            "fix the config.json or point --model at the model's own",
+        )
 
 
 # model_type -> family. Anything else is refused rather than guessed to be dense.
@@ -357,7 +372,16 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "
         return _parse_config(raw, source, name)
     except CockpitError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError, ZeroDivisionError, OverflowError, re.error) as exc:
+    except (
+        TypeError,
+        ValueError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        ZeroDivisionError,
+        OverflowError,
+        re.error,
+    ) as exc:
         # A shape no check above foresaw (a list where a mapping belongs, ...): still one line.
         raise CockpitError(
             f"{source}: a value has the wrong type or size ({type(exc).__name__}: {str(exc)[:60]}): "
@@ -383,7 +407,9 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         )
     cfg = _Config(text, source, family)
     arch = _architecture(text.get("architectures") or raw.get("architectures"))
-    dtype_bytes = _dtype_bytes(text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype"))
+    dtype_bytes = _dtype_bytes(
+        text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
+    )
 
     layers = cfg.count("num_hidden_layers", high=MAX_LAYERS)
     hidden = cfg.count("hidden_size", high=MAX_HIDDEN)
@@ -422,7 +448,9 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         attention_bias=bool(cfg.get("attention_bias", family == "dense" and model_type == "qwen2")),
         expert_bias=family == "gpt-oss",
     )
-    quant = read_quantization(quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0))
+    quant = read_quantization(
+        quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0)
+    )
     return ModelArch(
         name=name,
         source=source,
@@ -523,7 +551,11 @@ def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, i
         )
     if family in ("mixtral", "minimax-m2", "gpt-oss"):
         # MiniMax-M2 keeps the per-expert width in intermediate_size; experts in num_local_experts.
-        keys = ("moe_intermediate_size", "intermediate_size") if family == "minimax-m2" else ("intermediate_size",)
+        keys = (
+            ("moe_intermediate_size", "intermediate_size")
+            if family == "minimax-m2"
+            else ("intermediate_size",)
+        )
         shared_width = cfg.count("shared_intermediate_size", low=0, high=MAX_WIDTH, default=0)
         experts, top_k = _experts(cfg, "num_local_experts", "num_experts_per_tok", "experts_per_token")
         return (
@@ -545,7 +577,9 @@ def _layer_list(cfg: _Config, key: str, layers: int) -> set[int]:
     """A list of layer indices such as mlp_only_layers."""
     value = cfg.get(key, [])
     if not isinstance(value, list):
-        raise CockpitError(f"{cfg.source}: {key} must be a list of layer numbers (got {shown(value)}): fix the config.json")
+        raise CockpitError(
+            f"{cfg.source}: {key} must be a list of layer numbers (got {shown(value)}): fix the config.json"
+        )
     return {cfg.check(key, i, 0, max(0, layers - 1)) for i in value}
 
 
@@ -612,7 +646,9 @@ def _uniform(value: float) -> dict[str, float]:
     return {cls: float(value) for cls in TENSOR_CLASSES}
 
 
-def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", first_moe_layer: int = 1) -> Quantization:
+def read_quantization(
+    raw: Any, dtype_bytes: int = 2, source: str = "<config>", first_moe_layer: int = 1
+) -> Quantization:
     """Bytes per parameter per tensor class, from a checkpoint's quantization_config."""
     base = _uniform(dtype_bytes)
     plain = {2: "BF16", 4: "FP32"}[dtype_bytes]
@@ -632,7 +668,11 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
             quantized = set(_LINEAR_CLASSES) - kept
             values = {**base, **{c: per for c in quantized}}
             return Quantization(
-                "fp8-block", f"FP8 block {bn}x{bk}", values, block=(bn, bk), blocked_classes=frozenset(quantized)
+                "fp8-block",
+                f"FP8 block {bn}x{bk}",
+                values,
+                block=(bn, bk),
+                blocked_classes=frozenset(quantized),
             )
         quantized = set(_LINEAR_CLASSES) - kept
         return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
@@ -650,7 +690,9 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
         quantized = set(_LINEAR_CLASSES) - kept
         if algo == "NVFP4":
             group = _quant_number(raw.get("group_size", 16), "group_size", source, MAX_BLOCK)
-            return Quantization("nvfp4", "NVFP4", {**base, **{c: 0.5 + 1 / group for c in quantized}}, group_size=group)
+            return Quantization(
+                "nvfp4", "NVFP4", {**base, **{c: 0.5 + 1 / group for c in quantized}}, group_size=group
+            )
         if algo == "FP8":
             return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
     raise CockpitError(
@@ -659,19 +701,27 @@ def read_quantization(raw: Any, dtype_bytes: int = 2, source: str = "<config>", 
     )
 
 
-def _compressed_tensors(raw: Mapping[str, Any], base: dict[str, float], source: str, first_moe_layer: int) -> Quantization:
+def _compressed_tensors(
+    raw: Mapping[str, Any], base: dict[str, float], source: str, first_moe_layer: int
+) -> Quantization:
     groups = raw.get("config_groups") or {}
     if not isinstance(groups, dict):
-        raise CockpitError(f"{source}: quantization_config.config_groups must be a mapping (got {shown(groups)}): fix the config.json")
+        raise CockpitError(
+            f"{source}: quantization_config.config_groups must be a mapping (got {shown(groups)}): fix the config.json"
+        )
     weights = None
     for group in groups.values():
         if isinstance(group, dict) and group.get("weights"):
             weights = group["weights"]
             break
     if weights is None:
-        raise CockpitError(f"{source}: compressed-tensors config has no config_groups weights: cannot size it")
+        raise CockpitError(
+            f"{source}: compressed-tensors config has no config_groups weights: cannot size it"
+        )
     if not isinstance(weights, dict):
-        raise CockpitError(f"{source}: compressed-tensors weights must be a mapping (got {shown(weights)}): fix the config.json")
+        raise CockpitError(
+            f"{source}: compressed-tensors weights must be a mapping (got {shown(weights)}): fix the config.json"
+        )
     bits = _quant_number(weights.get("num_bits", 16), "num_bits", source, 64)
     kind = str(weights.get("type", "int"))
     group_size = weights.get("group_size")
@@ -718,7 +768,9 @@ def _module_names(raw: Mapping[str, Any], key: str, source: str) -> list[str]:
     """An ignore list (modules kept unquantized): a list of names, or nothing."""
     value = raw.get(key) or []
     if not isinstance(value, list):
-        raise CockpitError(f"{source}: quantization_config {key} must be a list of module names (got {shown(value)}): fix the config.json")
+        raise CockpitError(
+            f"{source}: quantization_config {key} must be a list of module names (got {shown(value)}): fix the config.json"
+        )
     return [str(m) for m in value]
 
 
@@ -733,8 +785,14 @@ def _ignored_classes(patterns: list[str], first_moe_layer: int, globs: bool) -> 
         ATTN_SHARDED: [f"model.layers.{layer}.self_attn.o_proj", f"model.layers.{layer}.self_attn.q_b_proj"],
         ATTN_REPLICATED: [f"model.layers.{layer}.self_attn.kv_a_proj_with_mqa"],
         DENSE_MLP: ["model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"],
-        SHARED_EXPERTS: [f"model.layers.{layer}.mlp.shared_experts.gate_proj", f"model.layers.{layer}.mlp.shared_expert.gate_proj"],
-        ROUTED_EXPERTS: [f"model.layers.{layer}.mlp.experts.0.gate_proj", f"model.layers.{layer}.block_sparse_moe.experts.0.w1"],
+        SHARED_EXPERTS: [
+            f"model.layers.{layer}.mlp.shared_experts.gate_proj",
+            f"model.layers.{layer}.mlp.shared_expert.gate_proj",
+        ],
+        ROUTED_EXPERTS: [
+            f"model.layers.{layer}.mlp.experts.0.gate_proj",
+            f"model.layers.{layer}.block_sparse_moe.experts.0.w1",
+        ],
     }
     kept = set()
     for cls, names in examples.items():

@@ -11,9 +11,10 @@ profile can override any of them for its own box.
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Sequence
+from functools import cached_property
+from typing import Any
 
 from cockpit.engines import Placement
 from cockpit.errors import CockpitError, shown
@@ -42,7 +43,7 @@ class Calibration:
     # small batch; e.g. the seed's SGLang TP8 Kimi ran 38 ms steps at C=1 where the bytes say 15.
     t_floor_ms: Mapping[str, float] = field(default_factory=dict)
 
-    def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> "Calibration":
+    def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> Calibration:
         """A copy with a profile's overrides; unknown names and absurd values are errors, not ignored."""
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
@@ -54,7 +55,10 @@ class Calibration:
             if key == "t_floor_ms":
                 if not isinstance(value, Mapping):
                     raise CockpitError(f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}")
-                floors = {str(k): _calibration_number(f"t_floor_ms {k}", v, source, zero=True) for k, v in value.items()}
+                floors = {
+                    str(k): _calibration_number(f"t_floor_ms {k}", v, source, zero=True)
+                    for k, v in value.items()
+                }
                 changes[key] = {**self.t_floor_ms, **floors}
             elif key == "max_running":
                 changes[key] = _calibration_count(key, value, source)
@@ -69,11 +73,15 @@ MAX_CALIBRATION = 1e6  # far above any time (us, ms), bandwidth (GB/s) or factor
 _ADDED_TERMS = frozenset({"t_layer_us", "t_sched_ms", "alpha_p2p_us"})
 
 
-def _calibration_number(key: str, value: Any, source: str, high: float = MAX_CALIBRATION, zero: bool = False) -> float:
+def _calibration_number(
+    key: str, value: Any, source: str, high: float = MAX_CALIBRATION, zero: bool = False
+) -> float:
     """A calibration constant: a real number above 0 (or 0 for an added overhead) and at most
     ``high`` (1 for the eta_ shares)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile")
+        raise CockpitError(
+            f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile"
+        )
     low_ok = value >= 0 if zero else value > 0
     if not (low_ok and value <= high):  # also refuses nan and inf
         least = "0 or more" if zero else "above 0"
@@ -88,7 +96,9 @@ def _calibration_count(key: str, value: Any, source: str) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value) if abs(value) < 2**53 else value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile")
+        raise CockpitError(
+            f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile"
+        )
     if not 0 <= value <= 10_000_000:
         raise CockpitError(
             f"{source}: calibration '{key}' must be 0 (the engine's default) to 10,000,000 (got {shown(value)}): fix the profile"
@@ -102,7 +112,12 @@ CALIBRATION_TABLE: dict[tuple[str, str], dict[str, Any]] = {
     # SM120 on PCIe: vLLM/SGLang reach ~65% of peak bandwidth in decode (perfmodel.md 5.3,
     # "absolute levels ~20-25% high"), slower launches than Hopper.
     ("rtx-pro-6000", "vllm"): {"eta_bw": 0.62, "t_layer_us": 70.0, "t_sched_ms": 2.0},
-    ("rtx-pro-6000", "sglang"): {"eta_bw": 0.78, "t_layer_us": 60.0, "t_sched_ms": 2.0, "eta_moe_sliced": 0.7},
+    ("rtx-pro-6000", "sglang"): {
+        "eta_bw": 0.78,
+        "t_layer_us": 60.0,
+        "t_sched_ms": 2.0,
+        "eta_moe_sliced": 0.7,
+    },
     ("h100", "vllm"): {"t_layer_us": 30.0},
     ("h100", "sglang"): {"t_layer_us": 30.0},
     ("h200", "vllm"): {"t_layer_us": 30.0},
@@ -185,7 +200,9 @@ class PerfModel:
         dense_bytes = stage["attention"] + stage["dense+shared"] + stage["other"]
         expert_bytes = stage["experts"] * self._coverage(batch) / self._moe_efficiency(batch)
         kv_bytes = local * context * self.memory.kv_bytes_per_token
-        t_mem = (dense_bytes + expert_bytes + kv_bytes) / self._bandwidth + (self._lm_head_s if with_lm_head else 0.0)
+        t_mem = (dense_bytes + expert_bytes + kv_bytes) / self._bandwidth + (
+            self._lm_head_s if with_lm_head else 0.0
+        )
         t_cmp = self._compute_time(batch, layers)
         t_coll = layers * self._layer_collectives(batch, local)
         floors = layers * cal.t_layer_us * 1e-6 + cal.t_sched_ms * 1e-3 / max(1, p.pp)
@@ -312,7 +329,9 @@ class PerfModel:
         return "fp8" if method.startswith("fp8") else ("fp4" if method in ("nvfp4", "mxfp4") else "bf16")
 
     def _compute_time(self, batch: int, layers: int) -> float:
-        peak = self.hardware.gpu.flops_tflops.get(self._compute_dtype()) or self.hardware.gpu.flops_tflops.get("bf16", 100.0)
+        peak = self.hardware.gpu.flops_tflops.get(
+            self._compute_dtype()
+        ) or self.hardware.gpu.flops_tflops.get("bf16", 100.0)
         flops = 2 * self._active_params_per_gpu() * batch * layers / self.model.layers
         return flops / (peak * 1e12 * self.calibration.eta_f)
 
@@ -342,7 +361,9 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     )
 
 
-def predict_tok_s(setup: Setup, verdict: Verdict, levels: Sequence[int], input_len: int, output_len: int) -> dict[int, float]:
+def predict_tok_s(
+    setup: Setup, verdict: Verdict, levels: Sequence[int], input_len: int, output_len: int
+) -> dict[int, float]:
     model = for_verdict(setup, verdict)
     if model is None:
         return {}

@@ -7,8 +7,9 @@ a runtime reserve, and the KV budget that is left, in tokens and in concurrent r
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, parse_server_args
 from cockpit.hardware import Hardware
@@ -65,7 +66,7 @@ class Reason:
     detail: str = ""
 
     @classmethod
-    def from_rule(cls, rule: Rule) -> "Reason":
+    def from_rule(cls, rule: Rule) -> Reason:
         return cls(rule.rule, rule.message, rule.detail)
 
     def to_json(self) -> dict:
@@ -153,7 +154,9 @@ class Verdict:
         }
 
     def __str__(self) -> str:
-        return f"{self.layout} on {self.engine}: {self.verdict}" + (f" ({self.headline})" if self.headline else "")
+        return f"{self.layout} on {self.engine}: {self.verdict}" + (
+            f" ({self.headline})" if self.headline else ""
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +170,9 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
     try:
         placement = engine.placement(layout, hw.count, model)
     except Inexpressible as exc:
-        return Verdict(layout, engine.name, FAILS, (Reason("inexpressible", str(exc)),), alternatives=exc.alternatives)
+        return Verdict(
+            layout, engine.name, FAILS, (Reason("inexpressible", str(exc)),), alternatives=exc.alternatives
+        )
     server = setup.server
     argv = tuple(
         engine.argv(placement, setup.model_path or model.name, setup.port, setup.server_args, setup.command)
@@ -382,5 +387,3 @@ def oom_text(memory: MemoryEstimate, gpu: int | None = None) -> str:
 
 def _mib(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:.2f} MiB"
-
-

@@ -8,9 +8,10 @@ errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -112,10 +113,22 @@ def _parse_yaml(text: str, path: Path) -> Any:
     except RecursionError:
         raise CockpitError(f"profile {path} nests YAML too deeply to be a profile: fix the file") from None
     except ValueError:  # int() refuses a number of thousands of digits
-        raise CockpitError(f"profile {path} holds a number of thousands of digits, no setting's value: fix the file") from None
+        raise CockpitError(
+            f"profile {path} holds a number of thousands of digits, no setting's value: fix the file"
+        ) from None
 
 
-_TOP_KEYS = {"model", "engine", "hardware", "server", "layouts", "bench", "calibration", "description", "name"}
+_TOP_KEYS = {
+    "model",
+    "engine",
+    "hardware",
+    "server",
+    "layouts",
+    "bench",
+    "calibration",
+    "description",
+    "name",
+}
 _HARDWARE_KEYS = {"gpu", "count", "memory_gib"}
 _SERVER_KEYS = {"port", "command", "args", "env", "gpus"}
 _BENCH_KEYS = {"concurrency", "input_len", "output_len", "requests", "duration_s"}
@@ -143,7 +156,9 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
     All checks run here, before anything is planned, launched or journaled."""
     _check_keys(data, _TOP_KEYS, "the profile", source)
     if not data.get("model"):
-        raise CockpitError(f"{source}: the profile needs 'model:' (a config.json, model folder, repo id or bundled name)")
+        raise CockpitError(
+            f"{source}: the profile needs 'model:' (a config.json, model folder, repo id or bundled name)"
+        )
     engine = _text(data.get("engine", "vllm"), "engine", source).lower()
     if engine not in ENGINES:
         raise CockpitError(f"{source}: engine {shown(engine)} is not one of {', '.join(ENGINES)}")
@@ -154,7 +169,9 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
     _check_keys(server, _SERVER_KEYS, "server", source)
     _check_keys(bench, _BENCH_KEYS, "bench", source)
     memory = hardware.get("memory_gib")
-    args = _words(server.get("args"), "server.args", source, numbers=True, example='[--max-model-len, "32768"]')
+    args = _words(
+        server.get("args"), "server.args", source, numbers=True, example='[--max-model-len, "32768"]'
+    )
     _server_args(args, source)
     return Profile(
         name=_text(data.get("name") or name, "name", source, numbers=True),
@@ -162,9 +179,13 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
         engine=engine,
         gpu=_text(hardware.get("gpu", "rtx-pro-6000"), "hardware.gpu", source, numbers=True),
         gpus=check_gpu_count(hardware.get("count", 8), f"{source}: hardware.count"),
-        gpu_mem_gib=check_gpu_memory(memory, f"{source}: hardware.memory_gib") if memory is not None else None,
+        gpu_mem_gib=check_gpu_memory(memory, f"{source}: hardware.memory_gib")
+        if memory is not None
+        else None,
         port=check_port(server.get("port", 8000), f"{source}: server.port"),
-        command=_words(server.get("command"), "server.command", source, numbers=False, example="[vllm, serve]"),
+        command=_words(
+            server.get("command"), "server.command", source, numbers=False, example="[vllm, serve]"
+        ),
         args=args,
         env=_env(server.get("env"), source),
         gpu_ids=_gpu_ids(server.get("gpus"), source),
@@ -188,8 +209,14 @@ def check_port(value: Any, where: str) -> int:
 def _text(value: Any, key: str, source: str, numbers: bool = False) -> str:
     """A name-like value: a string (or, where ``numbers``, a number YAML read from digits)."""
     allowed = (str, int, float) if numbers else (str,)
-    if isinstance(value, bool) or not isinstance(value, allowed) or (isinstance(value, str) and not value.strip()):
-        raise CockpitError(f"{source}: {key} must be a non-empty string (got {shown(value)}): quote it in the YAML")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, allowed)
+        or (isinstance(value, str) and not value.strip())
+    ):
+        raise CockpitError(
+            f"{source}: {key} must be a non-empty string (got {shown(value)}): quote it in the YAML"
+        )
     return str(value)
 
 
@@ -215,7 +242,7 @@ def _words(value: Any, key: str, source: str, numbers: bool, example: str) -> tu
     for i, word in enumerate(value):
         if isinstance(word, bool) or not isinstance(word, allowed) or word == "":
             raise CockpitError(
-                f"{source}: {key}[{i}] must be a string (got {shown(word)}): quote it in the YAML, like \"yes\""
+                f'{source}: {key}[{i}] must be a string (got {shown(word)}): quote it in the YAML, like "yes"'
             )
     return tuple(str(w) for w in value)
 
@@ -233,16 +260,20 @@ def _env(value: Any, source: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise CockpitError(f"{source}: server.env must be a mapping like {{NCCL_DEBUG: INFO}} (got {shown(value)}): {_SCHEMA}")
+        raise CockpitError(
+            f"{source}: server.env must be a mapping like {{NCCL_DEBUG: INFO}} (got {shown(value)}): {_SCHEMA}"
+        )
     env = {}
     for key, item in value.items():
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise CockpitError(f"{source}: server.env name {shown(key)} is not a variable name: use names like NCCL_DEBUG")
+            raise CockpitError(
+                f"{source}: server.env name {shown(key)} is not a variable name: use names like NCCL_DEBUG"
+            )
         if isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item):
             item = str(item)  # `OMP_NUM_THREADS: 8`: the environment holds text
         if not isinstance(item, str) or "\0" in item:
             raise CockpitError(
-                f"{source}: server.env {key} must be a string (got {shown(item)}): quote it in the YAML, like {key}: \"1\""
+                f'{source}: server.env {key} must be a string (got {shown(item)}): quote it in the YAML, like {key}: "1"'
             )
         env[key] = item
     return env
@@ -253,10 +284,17 @@ def _gpu_ids(value: Any, source: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not value:
-        raise CockpitError(f"{source}: server.gpus must be a list of GPU indices like [0, 1, 2, 3] (got {shown(value)})")
-    ids = tuple(whole_number(g, f"{source}: server.gpus[{i}]", 0, MAX_GPUS - 1, "give GPU indices like [0, 1]") for i, g in enumerate(value))
+        raise CockpitError(
+            f"{source}: server.gpus must be a list of GPU indices like [0, 1, 2, 3] (got {shown(value)})"
+        )
+    ids = tuple(
+        whole_number(g, f"{source}: server.gpus[{i}]", 0, MAX_GPUS - 1, "give GPU indices like [0, 1]")
+        for i, g in enumerate(value)
+    )
     if len(set(ids)) != len(ids):
-        raise CockpitError(f"{source}: server.gpus lists a GPU twice (got {shown(list(ids))}): give each index once")
+        raise CockpitError(
+            f"{source}: server.gpus lists a GPU twice (got {shown(list(ids))}): give each index once"
+        )
     return ids
 
 
@@ -265,10 +303,14 @@ def _layouts(value: Any, source: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise CockpitError(f"{source}: layouts must be a list like [tp4, tp8 ep] (got {shown(value)}): write it as a YAML list")
+        raise CockpitError(
+            f"{source}: layouts must be a list like [tp4, tp8 ep] (got {shown(value)}): write it as a YAML list"
+        )
     for i, text in enumerate(value):
         if not isinstance(text, str):
-            raise CockpitError(f"{source}: layouts[{i}] must be a layout like tp4 (got {shown(text)}): quote it in the YAML")
+            raise CockpitError(
+                f"{source}: layouts[{i}] must be a layout like tp4 (got {shown(text)}): quote it in the YAML"
+            )
         try:
             parse_layout(text)
         except CockpitError as exc:
@@ -299,7 +341,8 @@ def _levels(value: Any, source: str) -> tuple[int, ...]:
     if not levels:
         raise CockpitError(f"{source}: bench.concurrency needs at least one level, like [1, 32, 64]")
     return tuple(
-        whole_number(c, f"{source}: bench.concurrency", 1, MAX_CONCURRENCY, "give levels like [1, 32, 64]") for c in levels
+        whole_number(c, f"{source}: bench.concurrency", 1, MAX_CONCURRENCY, "give levels like [1, 32, 64]")
+        for c in levels
     )
 
 

@@ -6,8 +6,8 @@ import re
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from cockpit.journal import BenchPoint, Comparison, Experiment, format_comparison, format_tok_s
 from cockpit.planner import FAILS, FITS, TIGHT, Reason, Setup, Verdict
@@ -235,7 +235,11 @@ def markdown_report(comp: Comparison, context: ReportContext) -> str:
     lines = [report_title(context), "", *context_lines(context), ""]
     if not comp.rows:
         return redact_text("\n".join([*lines, "No benchmark results yet."]))
-    lines += ["### Output tok/s", "", format_comparison(comp, "markdown")]  # the seeds' table, as `results` prints it
+    lines += [
+        "### Output tok/s",
+        "",
+        format_comparison(comp, "markdown"),
+    ]  # the seeds' table, as `results` prints it
     if any(row.cells for row in comp.rows):
         lines += ["", "### Latency (ms)", "", latency_table(comp)]
     return redact_text("\n".join(lines))
@@ -266,7 +270,9 @@ def context_lines(context: ReportContext) -> list[str]:
     gpus = _gpus(context) + (f" ({context.gpu_detail})" if context.gpu_detail else "")
     lines.append(f"- GPUs: {gpus}")
     if context.input_lens or context.output_lens:
-        lines.append(f"- Request lengths: input {_tokens(context.input_lens)}, output {_tokens(context.output_lens)}")
+        lines.append(
+            f"- Request lengths: input {_tokens(context.input_lens)}, output {_tokens(context.output_lens)}"
+        )
     if context.profile:
         note = f" ({context.profile_note})" if context.profile_note else ""
         lines.append(f"- Profile: {context.profile}{note}")

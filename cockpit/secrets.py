@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 MASK = "***"
 MIN_SECRET = 4  # shorter values are not scrubbed from free text: "1" would blank every digit
@@ -24,13 +24,21 @@ _HARMLESS_WORDS = re.compile(r"tokens(?![a-z])|(de)?tokeniz[a-z]*|token-ids?(?![
 # thresholds, counts, a path, and boolean flags (which also must never swallow the next argument).
 _HARMLESS_NAMES = frozenset(
     {
-        "dbo-decode-token-threshold", "dbo-prefill-token-threshold", "long-prefill-token-threshold",
-        "bucket-time-to-first-token", "bucket-inter-token-latency", "speculative-token-map",
-        "kt-max-deferred-experts-per-token", "prefill-delayer-token-usage-low-watermark",
-        "tbo-token-distribution-threshold", "ssl-keyfile",
+        "dbo-decode-token-threshold",
+        "dbo-prefill-token-threshold",
+        "long-prefill-token-threshold",
+        "bucket-time-to-first-token",
+        "bucket-inter-token-latency",
+        "speculative-token-map",
+        "kt-max-deferred-experts-per-token",
+        "prefill-delayer-token-usage-low-watermark",
+        "tbo-token-distribution-threshold",
+        "ssl-keyfile",
         # boolean flags
-        "return-tokens-as-token-ids", "no-return-tokens-as-token-ids",
-        "long-prefill-token-threshold-adaptive", "no-long-prefill-token-threshold-adaptive",
+        "return-tokens-as-token-ids",
+        "no-return-tokens-as-token-ids",
+        "long-prefill-token-threshold-adaptive",
+        "no-long-prefill-token-threshold-adaptive",
     }
 )
 # Secret options that take several values (vLLM: `--api-key K1 K2`).
@@ -46,7 +54,9 @@ _BARE_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)=)(?P<value>[^\s,;&?='\")\
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[^\s'\",;]+)", re.I)
 # An inherited variable is a secret by these endings only: the plain word rule on a whole
 # environment (SSH_AUTH_SOCK, a path in GIT_AUTHOR_*) would blank ordinary words in every line.
-_SECRET_ENV_NAME = re.compile(r"(^|_)(TOKEN|API_KEY|SECRET|PASSWORD|PASSWD)$|^(HF_TOKEN|HUGGING_FACE_HUB_TOKEN)$", re.I)
+_SECRET_ENV_NAME = re.compile(
+    r"(^|_)(TOKEN|API_KEY|SECRET|PASSWORD|PASSWD)$|^(HF_TOKEN|HUGGING_FACE_HUB_TOKEN)$", re.I
+)
 
 
 def secret_name(name: str) -> bool:
@@ -138,7 +148,7 @@ class Scrubber:
     secrets: tuple[str, ...] = ()
 
     @classmethod
-    def from_launch(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> "Scrubber":
+    def from_launch(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Scrubber:
         """From the argv and the whole environment the engine gets (inherited HF_TOKEN included)."""
         env = env or {}
         values = [v for _, v in _secret_values(argv)]

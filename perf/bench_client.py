@@ -47,8 +47,16 @@ SERVER_CPU, CLIENT_CPU = 0, 1
 ALL_CLIENTS = ("cockpit", "minimal", "vllm", "guidellm")
 
 TESTS = {
-    "zero": {"delay_ms": 0.0, "output_len": 256, "title": "0 ms server, 256-token streams: streamed tok/s per client core"},
-    "paced": {"delay_ms": 10.0, "output_len": 100, "title": "10 ms server, 100-token streams: timing accuracy"},
+    "zero": {
+        "delay_ms": 0.0,
+        "output_len": 256,
+        "title": "0 ms server, 256-token streams: streamed tok/s per client core",
+    },
+    "paced": {
+        "delay_ms": 10.0,
+        "output_len": 100,
+        "title": "10 ms server, 100-token streams: timing accuracy",
+    },
 }
 
 TOKENIZER_SCRIPT = r"""
@@ -105,8 +113,15 @@ def last_line(text: str, default: str = "") -> str:
 
 def run_capture(cmd: list[str], timeout: float, env: dict | None = None, cwd: str | None = None):
     """Run a child in its own process group, its CPU watched; kill the whole group on timeout."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     SAMPLER.watch(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -228,8 +243,16 @@ class MockServer:
         self.port = free_port()
         self.delay_ms = delay_ms
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = pin(SERVER_CPU) + [python, str(PERF / "mockserver.py"), "--port", str(self.port),
-                                 "--delay-ms", str(delay_ms), "--max-seconds", str(int(max_seconds))]
+        cmd = pin(SERVER_CPU) + [
+            python,
+            str(PERF / "mockserver.py"),
+            "--port",
+            str(self.port),
+            "--delay-ms",
+            str(delay_ms),
+            "--max-seconds",
+            str(int(max_seconds)),
+        ]
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         for _ in range(100):
@@ -239,7 +262,9 @@ class MockServer:
             except OSError:
                 if self.proc.poll() is not None:
                     self.log.seek(0)
-                    raise SystemExit(f"mock server on port {self.port} exited: {last_line(self.log.read())}")
+                    raise SystemExit(
+                        f"mock server on port {self.port} exited: {last_line(self.log.read())}"
+                    ) from None
                 time.sleep(0.1)
         self.log.seek(0)
         self.banner = self.log.read().strip()
@@ -260,7 +285,15 @@ class MockServer:
 
 
 def level(client: str, c: int, **kw) -> dict:
-    rec = {"client": client, "concurrency": c, "status": "ok", "t0": None, "t1": None, "reported": {}, "extra": {}}
+    rec = {
+        "client": client,
+        "concurrency": c,
+        "status": "ok",
+        "t0": None,
+        "t1": None,
+        "reported": {},
+        "extra": {},
+    }
     rec.update(kw)
     return rec
 
@@ -272,24 +305,59 @@ def _ms(summary: dict | None, key: str):
 def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[dict]:
     spec = TESTS[test]
     py = sys.executable
-    has_cli = subprocess.run([py, "-m", "cockpit.cli", "bench", "--help"], capture_output=True, cwd=ROOT).returncode == 0
+    has_cli = (
+        subprocess.run([py, "-m", "cockpit.cli", "bench", "--help"], capture_output=True, cwd=ROOT).returncode
+        == 0
+    )
     if has_cli:
-        cmd = [py, "-m", "cockpit.cli", "bench", "--url", server.url, "--model", "mock", "--jsonl",
-               "-c", ",".join(map(str, levels)), "--input-len", "16", "--output-len", str(spec["output_len"]),
-               "--duration", str(args.window)]
+        cmd = [
+            py,
+            "-m",
+            "cockpit.cli",
+            "bench",
+            "--url",
+            server.url,
+            "--model",
+            "mock",
+            "--jsonl",
+            "-c",
+            ",".join(map(str, levels)),
+            "--input-len",
+            "16",
+            "--output-len",
+            str(spec["output_len"]),
+            "--duration",
+            str(args.window),
+        ]
         how = "python -m cockpit.cli bench --jsonl"
     else:
-        probe = subprocess.run([py, "-c", "import cockpit.bench.loadgen"], capture_output=True, text=True, cwd=ROOT)
+        probe = subprocess.run(
+            [py, "-c", "import cockpit.bench.loadgen"], capture_output=True, text=True, cwd=ROOT
+        )
         if probe.returncode != 0:
             return [level("cockpit", c, status=f"not installed ({last_line(probe.stderr)})") for c in levels]
-        cmd = [py, str(PERF / "bench_client.py"), "--cockpit-driver", json.dumps(
-            {"url": server.url, "levels": levels, "output_len": spec["output_len"], "window": args.window})]
+        cmd = [
+            py,
+            str(PERF / "bench_client.py"),
+            "--cockpit-driver",
+            json.dumps(
+                {"url": server.url, "levels": levels, "output_len": spec["output_len"], "window": args.window}
+            ),
+        ]
         how = "cockpit.bench.loadgen.run_sweep"
     errlog = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen(pin(CLIENT_CPU) + cmd, stdout=subprocess.PIPE, stderr=errlog, text=True,
-                            cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        pin(CLIENT_CPU) + cmd,
+        stdout=subprocess.PIPE,
+        stderr=errlog,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     SAMPLER.watch(proc.pid)
-    killer = threading.Timer(len(levels) * (args.window + 40) + 30, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    killer = threading.Timer(
+        len(levels) * (args.window + 40) + 30, lambda: os.killpg(proc.pid, signal.SIGKILL)
+    )
     killer.start()
     starts: dict[int, float] = {}
     results: dict[int, dict] = {}
@@ -306,17 +374,41 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
                 r = ev["result"]
                 c = r["concurrency"]
                 t0 = starts.get(c, now - r["duration_s"])
-                results[c] = level("cockpit", c, t0=t0, t1=t0 + r["duration_s"], reported={
-                    "tok_s": r["output_tok_s"],
-                    "itl_mean": _ms(r.get("itl_ms"), "mean"), "itl_p50": _ms(r.get("itl_ms"), "p50"),
-                    "itl_p99": _ms(r.get("itl_ms"), "p99"),
-                    "ttft_mean": _ms(r.get("ttft_ms"), "mean"), "ttft_p50": _ms(r.get("ttft_ms"), "p50"),
-                    "ttft_p99": _ms(r.get("ttft_ms"), "p99"),
-                    "client_cpu": r.get("client_cpu_cores"),
-                }, extra={k: r.get(k) for k in (
-                    "requests", "errors", "error_reasons", "achieved_concurrency", "peak_concurrency",
-                    "loop_lag_p99_ms", "events_per_read", "tokens_per_chunk", "token_mismatches",
-                    "client_limited", "client_note", "warmup", "tpot_ms")} | {"how": how})
+                results[c] = level(
+                    "cockpit",
+                    c,
+                    t0=t0,
+                    t1=t0 + r["duration_s"],
+                    reported={
+                        "tok_s": r["output_tok_s"],
+                        "itl_mean": _ms(r.get("itl_ms"), "mean"),
+                        "itl_p50": _ms(r.get("itl_ms"), "p50"),
+                        "itl_p99": _ms(r.get("itl_ms"), "p99"),
+                        "ttft_mean": _ms(r.get("ttft_ms"), "mean"),
+                        "ttft_p50": _ms(r.get("ttft_ms"), "p50"),
+                        "ttft_p99": _ms(r.get("ttft_ms"), "p99"),
+                        "client_cpu": r.get("client_cpu_cores"),
+                    },
+                    extra={
+                        k: r.get(k)
+                        for k in (
+                            "requests",
+                            "errors",
+                            "error_reasons",
+                            "achieved_concurrency",
+                            "peak_concurrency",
+                            "loop_lag_p99_ms",
+                            "events_per_read",
+                            "tokens_per_chunk",
+                            "token_mismatches",
+                            "client_limited",
+                            "client_note",
+                            "warmup",
+                            "tpot_ms",
+                        )
+                    }
+                    | {"how": how},
+                )
         proc.wait()
     finally:
         killer.cancel()
@@ -324,7 +416,10 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
     err = errlog.read()
     out = []
     for c in levels:
-        out.append(results.get(c) or level("cockpit", c, status=f"failed (rc {proc.returncode}): {last_line(err, 'no result')}"))
+        out.append(
+            results.get(c)
+            or level("cockpit", c, status=f"failed (rc {proc.returncode}): {last_line(err, 'no result')}")
+        )
     return out
 
 
@@ -332,27 +427,60 @@ def run_minimal(test: str, server: MockServer, levels: list[int], args) -> list[
     spec = TESTS[test]
     out = []
     for c in levels:
-        cmd = pin(CLIENT_CPU) + [sys.executable, str(PERF / "minimal_client.py"), "--url", server.url,
-                                 "--conc", str(c), "--warmup", str(args.warmup), "--duration", str(args.window),
-                                 "--max-tokens", str(spec["output_len"]), "--json"]
+        cmd = pin(CLIENT_CPU) + [
+            sys.executable,
+            str(PERF / "minimal_client.py"),
+            "--url",
+            server.url,
+            "--conc",
+            str(c),
+            "--warmup",
+            str(args.warmup),
+            "--duration",
+            str(args.window),
+            "--max-tokens",
+            str(spec["output_len"]),
+            "--json",
+        ]
         rc, text = run_capture(cmd, timeout=args.warmup + args.window + 60)
         try:
             r = json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
         except (IndexError, ValueError):
             out.append(level("minimal", c, status=f"failed (rc {rc}): {last_line(text)}"))
             continue
-        out.append(level("minimal", c, t0=r["t0_epoch"], t1=r["t1_epoch"], reported={
-            "tok_s": r["output_tok_s"], "itl_mean": r["itl_ms"]["mean"], "itl_p50": r["itl_ms"]["p50"],
-            "itl_p99": r["itl_ms"]["p99"], "ttft_mean": r["ttft_ms"]["mean"], "ttft_p50": r["ttft_ms"]["p50"],
-            "ttft_p99": r["ttft_ms"]["p99"], "client_cpu": r["client_cpu"],
-        }, extra={k: r[k] for k in ("requests_done", "errors", "usage_mismatch")}))
+        out.append(
+            level(
+                "minimal",
+                c,
+                t0=r["t0_epoch"],
+                t1=r["t1_epoch"],
+                reported={
+                    "tok_s": r["output_tok_s"],
+                    "itl_mean": r["itl_ms"]["mean"],
+                    "itl_p50": r["itl_ms"]["p50"],
+                    "itl_p99": r["itl_ms"]["p99"],
+                    "ttft_mean": r["ttft_ms"]["mean"],
+                    "ttft_p50": r["ttft_ms"]["p50"],
+                    "ttft_p99": r["ttft_ms"]["p99"],
+                    "client_cpu": r["client_cpu"],
+                },
+                extra={k: r[k] for k in ("requests_done", "errors", "usage_mismatch")},
+            )
+        )
     return out
 
 
 def pub_env() -> dict:
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
-               DO_NOT_TRACK="1", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore",
+    )
     return env
 
 
@@ -360,7 +488,11 @@ def ensure_tokenizer(venv: Path, where: Path) -> str | None:
     if (where / "tokenizer.json").exists():
         return None
     rc, text = run_capture([str(venv / "bin" / "python"), "-c", TOKENIZER_SCRIPT, str(where)], timeout=120)
-    return None if rc == 0 and (where / "tokenizer.json").exists() else f"tokenizer build failed: {last_line(text)}"
+    return (
+        None
+        if rc == 0 and (where / "tokenizer.json").exists()
+        else f"tokenizer build failed: {last_line(text)}"
+    )
 
 
 VLLM_LEVELS = r"""
@@ -396,14 +528,46 @@ def run_vllm(test: str, server: MockServer, levels: list[int], args) -> list[dic
             n = c * (min(rounds, 5) if c >= 1024 else rounds)
         else:  # ~window s at ~100 k tok/s
             n = max(2 * c, round(args.window * 100_000 / spec["output_len"] / c) * c)
-        plan.append((c, [
-            "--backend", "openai", "--base-url", server.url, "--endpoint", "/v1/completions",
-            "--model", "mock", "--tokenizer", str(args.tokenizer_dir), "--dataset-name", "random",
-            "--random-input-len", "16", "--random-output-len", str(spec["output_len"]), "--num-prompts", str(n),
-            "--max-concurrency", str(c), "--num-warmups", str(c), "--temperature", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--disable-tqdm"]))
+        plan.append(
+            (
+                c,
+                [
+                    "--backend",
+                    "openai",
+                    "--base-url",
+                    server.url,
+                    "--endpoint",
+                    "/v1/completions",
+                    "--model",
+                    "mock",
+                    "--tokenizer",
+                    str(args.tokenizer_dir),
+                    "--dataset-name",
+                    "random",
+                    "--random-input-len",
+                    "16",
+                    "--random-output-len",
+                    str(spec["output_len"]),
+                    "--num-prompts",
+                    str(n),
+                    "--max-concurrency",
+                    str(c),
+                    "--num-warmups",
+                    str(c),
+                    "--temperature",
+                    "0",
+                    "--percentile-metrics",
+                    "ttft,tpot,itl,e2el",
+                    "--metric-percentiles",
+                    "50,99",
+                    "--disable-tqdm",
+                ],
+            )
+        )
     cmd = pin(CLIENT_CPU) + [str(py), "-c", VLLM_LEVELS, json.dumps(plan)]
-    rc, text = run_capture(cmd, timeout=30 + len(levels) * (args.window * 3 + 20), env=pub_env(), cwd=args.workdir)
+    rc, text = run_capture(
+        cmd, timeout=30 + len(levels) * (args.window * 3 + 20), env=pub_env(), cwd=args.workdir
+    )
     results = {}
     for line in text.splitlines():
         if line.startswith("@@RESULT "):
@@ -416,13 +580,31 @@ def run_vllm(test: str, server: MockServer, levels: list[int], args) -> list[dic
             why = r["error"] if r else last_line(text, "no result")
             out.append(level("vllm bench serve", c, status=f"failed (rc {rc}): {why}"))
             continue
-        out.append(level("vllm bench serve", c, t0=r["t1"] - r["duration"], t1=r["t1"], reported={
-            "tok_s": r["output_throughput"], "itl_mean": r.get("mean_itl_ms"), "itl_p50": r.get("p50_itl_ms"),
-            "itl_p99": r.get("p99_itl_ms"), "ttft_mean": r.get("mean_ttft_ms"), "ttft_p50": r.get("p50_ttft_ms"),
-            "ttft_p99": r.get("p99_ttft_ms"), "client_cpu": None,
-        }, extra={"num_prompts": argv[argv.index("--num-prompts") + 1], "completed": r.get("completed"),
-                  "failed": r.get("failed"), "duration_s": r["duration"],
-                  "peak_concurrent_reported": r.get("max_concurrent_requests")}))
+        out.append(
+            level(
+                "vllm bench serve",
+                c,
+                t0=r["t1"] - r["duration"],
+                t1=r["t1"],
+                reported={
+                    "tok_s": r["output_throughput"],
+                    "itl_mean": r.get("mean_itl_ms"),
+                    "itl_p50": r.get("p50_itl_ms"),
+                    "itl_p99": r.get("p99_itl_ms"),
+                    "ttft_mean": r.get("mean_ttft_ms"),
+                    "ttft_p50": r.get("p50_ttft_ms"),
+                    "ttft_p99": r.get("p99_ttft_ms"),
+                    "client_cpu": None,
+                },
+                extra={
+                    "num_prompts": argv[argv.index("--num-prompts") + 1],
+                    "completed": r.get("completed"),
+                    "failed": r.get("failed"),
+                    "duration_s": r["duration"],
+                    "peak_concurrent_reported": r.get("max_concurrent_requests"),
+                },
+            )
+        )
     return out
 
 
@@ -437,14 +619,25 @@ def run_guidellm(test: str, server: MockServer, levels: list[int], args) -> list
     result.unlink(missing_ok=True)
     profile = {"kind": "concurrent", "streams": levels, "warmup": args.warmup}
     cmd = pin(CLIENT_CPU) + [
-        str(exe), "run", "--backend", f"kind=openai_http,target={server.url},model=mock,request_format=/v1/completions",
-        "--tokenizer", f"kind=huggingface_auto,model={args.tokenizer_dir}",
-        "--data", f"kind=synthetic_text,prompt_tokens=16,output_tokens={spec['output_len']}",
-        "--profile", json.dumps(profile),
-        "--constraint", f"kind=max_duration,seconds={args.warmup + args.window:g}",  # includes the warm-up
-        "--output", f"kind=json,path={result}", "--disable-console-interactive"]
-    rc, text = run_capture(cmd, timeout=60 + len(levels) * (args.warmup + args.window + 30), env=pub_env(),
-                           cwd=args.workdir)
+        str(exe),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={server.url},model=mock,request_format=/v1/completions",
+        "--tokenizer",
+        f"kind=huggingface_auto,model={args.tokenizer_dir}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens=16,output_tokens={spec['output_len']}",
+        "--profile",
+        json.dumps(profile),
+        "--constraint",
+        f"kind=max_duration,seconds={args.warmup + args.window:g}",  # includes the warm-up
+        "--output",
+        f"kind=json,path={result}",
+        "--disable-console-interactive",
+    ]
+    rc, text = run_capture(
+        cmd, timeout=60 + len(levels) * (args.warmup + args.window + 30), env=pub_env(), cwd=args.workdir
+    )
     if rc != 0 or not result.exists():
         return [level("guidellm", c, status=f"failed (rc {rc}): {last_line(text)}") for c in levels]
     data = json.loads(result.read_text())
@@ -452,17 +645,33 @@ def run_guidellm(test: str, server: MockServer, levels: list[int], args) -> list
     for b in data.get("benchmarks", []):
         m = b["metrics"]
         c = b["config"]["strategy"].get("streams")
-        ok = lambda name: (m.get(name) or {}).get("successful") or {}  # noqa: E731
+        ok = lambda name, m=m: (m.get(name) or {}).get("successful") or {}  # noqa: E731
         itl, ttft = ok("inter_token_latency_ms"), ok("time_to_first_token_ms")
-        by_c[c] = level("guidellm", c, t0=b["start_time"], t1=b["end_time"], reported={
-            "tok_s": ok("output_tokens_per_second").get("mean"),
-            "itl_mean": itl.get("mean"), "itl_p50": itl.get("median"), "itl_p99": (itl.get("percentiles") or {}).get("p99"),
-            "ttft_mean": ttft.get("mean"), "ttft_p50": ttft.get("median"),
-            "ttft_p99": (ttft.get("percentiles") or {}).get("p99"), "client_cpu": None,
-        }, extra={"achieved_concurrency": ok("request_concurrency").get("mean"),
-                  "itl_formula": "per-request (last-first)/(n-1)",
-                  "warnings": [w.get("code") for w in b.get("warnings") or []]})
-    return [by_c.get(c) or level("guidellm", c, status="failed: no benchmark for this level in its output") for c in levels]
+        by_c[c] = level(
+            "guidellm",
+            c,
+            t0=b["start_time"],
+            t1=b["end_time"],
+            reported={
+                "tok_s": ok("output_tokens_per_second").get("mean"),
+                "itl_mean": itl.get("mean"),
+                "itl_p50": itl.get("median"),
+                "itl_p99": (itl.get("percentiles") or {}).get("p99"),
+                "ttft_mean": ttft.get("mean"),
+                "ttft_p50": ttft.get("median"),
+                "ttft_p99": (ttft.get("percentiles") or {}).get("p99"),
+                "client_cpu": None,
+            },
+            extra={
+                "achieved_concurrency": ok("request_concurrency").get("mean"),
+                "itl_formula": "per-request (last-first)/(n-1)",
+                "warnings": [w.get("code") for w in b.get("warnings") or []],
+            },
+        )
+    return [
+        by_c.get(c) or level("guidellm", c, status="failed: no benchmark for this level in its output")
+        for c in levels
+    ]
 
 
 SAMPLER = CpuSampler()
@@ -477,8 +686,14 @@ def cockpit_driver(spec: dict) -> int:
 
     from cockpit.bench import loadgen
 
-    cfg = loadgen.BenchConfig(url=spec["url"], model="mock", concurrency=tuple(spec["levels"]), input_len=16,
-                              output_len=spec["output_len"], duration_s=spec["window"])
+    cfg = loadgen.BenchConfig(
+        url=spec["url"],
+        model="mock",
+        concurrency=tuple(spec["levels"]),
+        input_len=16,
+        output_len=spec["output_len"],
+        duration_s=spec["window"],
+    )
 
     def on_event(ev) -> None:
         print(json.dumps(ev.to_json()), flush=True)
@@ -503,10 +718,12 @@ def enrich(rec: dict, server: MockServer, sampler: CpuSampler, test: str) -> dic
         truth = {}
     busy = sampler.busy(t0, t1) or []
     rec["truth"] = truth
-    rec["cpu"] = {"client": sampler.client_cores(t0, t1),
-                  "client_core_busy": busy[CLIENT_CPU] if len(busy) > CLIENT_CPU else None,
-                  "server_core_busy": busy[SERVER_CPU] if busy else None,
-                  "server_process": truth.get("server_cpu")}
+    rec["cpu"] = {
+        "client": sampler.client_cores(t0, t1),
+        "client_core_busy": busy[CLIENT_CPU] if len(busy) > CLIENT_CPU else None,
+        "server_core_busy": busy[SERVER_CPU] if busy else None,
+        "server_process": truth.get("server_cpu"),
+    }
     cpu = rec["cpu"]
     if cpu["client"] is None:  # no psutil: the client core's busy time is the next best thing
         cpu["client"] = cpu["client_core_busy"]
@@ -526,8 +743,11 @@ def fmt(v, spec="{:,.0f}", none="-"):
 
 
 def table_zero(records: list[dict], levels: list[int]) -> str:
-    head = ("| client (1 core) | " + " | ".join(f"C={c} tok/s" for c in levels)
-            + " | client CPU µs/token | client CPU | server CPU | notes |")
+    head = (
+        "| client (1 core) | "
+        + " | ".join(f"C={c} tok/s" for c in levels)
+        + " | client CPU µs/token | client CPU | server CPU | notes |"
+    )
     lines = [head, "|" + "---|" * (len(levels) + 5)]
     for client in dict.fromkeys(r["client"] for r in records):
         rows = {r["concurrency"]: r for r in records if r["client"] == client}
@@ -558,15 +778,19 @@ def table_zero(records: list[dict], levels: list[int]) -> str:
             errs = r["extra"].get("errors") or r["extra"].get("failed")
             if errs:
                 notes.append(f"C={c} {errs} errors")
-        lines.append(f"| {client} | " + " | ".join(cells) + f" | {' / '.join(us)} | {' / '.join(cpu)} | "
-                     f"{' / '.join(srv)} | {'; '.join(notes)} |")
+        lines.append(
+            f"| {client} | " + " | ".join(cells) + f" | {' / '.join(us)} | {' / '.join(cpu)} | "
+            f"{' / '.join(srv)} | {'; '.join(notes)} |"
+        )
     return "\n".join(lines)
 
 
 def table_paced(records: list[dict], levels: list[int], delay_ms: float, output_len: int) -> str:
-    lines = ["| client | C | tok/s (of ideal) | client CPU | ITL mean / p50 / p99 reported (ms) "
-             "| true gap mean / p50 / p99 (ms) | p99 error (ms) | TTFT reported − server TTFT (ms, mean) | notes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| client | C | tok/s (of ideal) | client CPU | ITL mean / p50 / p99 reported (ms) "
+        "| true gap mean / p50 / p99 (ms) | p99 error (ms) | TTFT reported − server TTFT (ms, mean) | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for client in dict.fromkeys(r["client"] for r in records):
         rows = [r for r in records if r["client"] == client]
         if all(r["status"] != "ok" for r in rows) and len({r["status"] for r in rows}) == 1:
@@ -581,7 +805,9 @@ def table_paced(records: list[dict], levels: list[int], delay_ms: float, output_
             gap, sttft = truth.get("gap_ms") or {}, truth.get("ttft_ms") or {}
             ideal = c * 1000.0 / delay_ms
             tok = rep.get("tok_s")
-            err = None if rep.get("itl_p99") is None or gap.get("p99") is None else rep["itl_p99"] - gap["p99"]
+            err = (
+                None if rep.get("itl_p99") is None or gap.get("p99") is None else rep["itl_p99"] - gap["p99"]
+            )
             ttft_rep = rep.get("ttft_mean") if rep.get("ttft_mean") is not None else rep.get("ttft_p50")
             over = None if ttft_rep is None or sttft.get("mean") is None else ttft_rep - sttft["mean"]
             notes = []
@@ -604,7 +830,8 @@ def table_paced(records: list[dict], levels: list[int], delay_ms: float, output_
                 f"{fmt((r.get('cpu') or {}).get('client'), '{:.0%}')} | "
                 f"{fmt(rep.get('itl_mean'), '{:.2f}')} / {fmt(rep.get('itl_p50'), '{:.2f}')} / {fmt(rep.get('itl_p99'), '{:.2f}')} | "
                 f"{fmt(gap.get('mean'), '{:.2f}')} / {fmt(gap.get('p50'), '{:.2f}')} / {fmt(gap.get('p99'), '{:.2f}')} | "
-                f"{fmt(err, '{:+.1f}')} | {fmt(over, '{:+.1f}')} | {'; '.join(notes)} |")
+                f"{fmt(err, '{:+.1f}')} | {fmt(over, '{:+.1f}')} | {'; '.join(notes)} |"
+            )
     return "\n".join(lines)
 
 
@@ -615,9 +842,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", default="zero,paced", help="zero (0 ms server), paced (10 ms server)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up (clients that take one)")
     ap.add_argument("--window", type=float, default=7.0, help="seconds measured per level (default 7)")
-    ap.add_argument("--pubclients-venv", type=Path, help="a venv holding vllm and/or guidellm (outside the repo)")
-    ap.add_argument("--tokenizer-dir", type=Path, default=Path("/tmp/mock-tokenizer"),
-                    help="local HF tokenizer for the published clients (built here if missing)")
+    ap.add_argument(
+        "--pubclients-venv", type=Path, help="a venv holding vllm and/or guidellm (outside the repo)"
+    )
+    ap.add_argument(
+        "--tokenizer-dir",
+        type=Path,
+        default=Path("/tmp/mock-tokenizer"),
+        help="local HF tokenizer for the published clients (built here if missing)",
+    )
     ap.add_argument("--server-python", help="python for the mock servers (default: one with uvloop if any)")
     ap.add_argument("--json-out", type=Path, help="where to write the JSON dump (default: a file under /tmp)")
     ap.add_argument("--max-seconds", type=float, default=900, help="mock servers exit after this long")
@@ -657,7 +890,9 @@ def main(argv=None) -> int:
         for test in tests:
             for client in clients:
                 quiet = sampler.wait_quiet()
-                log(f"{test}: {client} at C={','.join(map(str, levels))} (machine busy {quiet:.0%} of a core before)")
+                log(
+                    f"{test}: {client} at C={','.join(map(str, levels))} (machine busy {quiet:.0%} of a core before)"
+                )
                 t = time.time()
                 try:
                     recs = RUNNERS[client](test, servers[test], levels, args)
@@ -671,9 +906,11 @@ def main(argv=None) -> int:
             s.close()
         sampler.stop.set()
 
-    print(f"\nbench_client: server {server_py} ({'uvloop' if 'uvloop' in ' '.join(s.banner for s in servers.values()) else 'asyncio'}), "
-          f"server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}, warm-up {args.warmup:g} s, window {args.window:g} s, "
-          f"total {time.time() - started:.0f} s\n")
+    print(
+        f"\nbench_client: server {server_py} ({'uvloop' if 'uvloop' in ' '.join(s.banner for s in servers.values()) else 'asyncio'}), "
+        f"server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}, warm-up {args.warmup:g} s, window {args.window:g} s, "
+        f"total {time.time() - started:.0f} s\n"
+    )
     for test in tests:
         spec = TESTS[test]
         recs = [r for r in records if r["test"] == test]
@@ -683,19 +920,30 @@ def main(argv=None) -> int:
         else:
             print(table_paced(recs, levels, spec["delay_ms"], spec["output_len"]))
         print()
-    print("client CPU: CPU time of the client's process tree (all workers) over its own measured window, in "
-          "cores; µs/token: that per token the server wrote in the window. True gaps and server TTFT: the server's "
-          "per-token records over the same window. Foreign load: other busy time on the two cores (shared machine)."
-          "\n")
-    dump = {"levels": levels, "warmup_s": args.warmup, "window_s": args.window, "server_python": server_py,
-            "records": records}
-    path = args.json_out or Path(tempfile.gettempdir()) / f"bench_client_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    print(
+        "client CPU: CPU time of the client's process tree (all workers) over its own measured window, in "
+        "cores; µs/token: that per token the server wrote in the window. True gaps and server TTFT: the server's "
+        "per-token records over the same window. Foreign load: other busy time on the two cores (shared machine)."
+        "\n"
+    )
+    dump = {
+        "levels": levels,
+        "warmup_s": args.warmup,
+        "window_s": args.window,
+        "server_python": server_py,
+        "records": records,
+    }
+    path = (
+        args.json_out or Path(tempfile.gettempdir()) / f"bench_client_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
     path.write_text(json.dumps(dump, indent=1))
     print(f"JSON dump ({path}):")
     for r in records:
         slim = {k: v for k, v in r.items() if k != "truth"}
         if r.get("truth"):
-            slim["truth"] = {k: r["truth"].get(k) for k in ("tok_s", "server_cpu", "gap_ms", "ttft_ms", "window_s")}
+            slim["truth"] = {
+                k: r["truth"].get(k) for k in ("tok_s", "server_cpu", "gap_ms", "ttft_ms", "window_s")
+            }
         print(json.dumps(slim, separators=(",", ":")))
     return 0
 

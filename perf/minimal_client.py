@@ -36,8 +36,14 @@ async def run(args) -> dict:
     chat = args.chat
     path = "/v1/chat/completions" if chat else "/v1/completions"
     url = args.url.rstrip("/") + path
-    req = {"model": args.model, "max_tokens": args.max_tokens, "stream": True, "temperature": 0,
-           "ignore_eos": True, "stream_options": {"include_usage": True}}
+    req = {
+        "model": args.model,
+        "max_tokens": args.max_tokens,
+        "stream": True,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     if chat:
         req["messages"] = [{"role": "user", "content": "hello " * 16}]
     else:
@@ -128,15 +134,29 @@ async def run(args) -> dict:
     tokens = counts["tokens"]
     return {
         "client": "minimal-aiohttp" + ("+uvloop" if args.uvloop else ""),
-        "url": args.url, "concurrency": args.conc, "window_s": window,
-        "t0_epoch": t0_epoch, "t1_epoch": t0_epoch + window,
-        "output_tok_s": tokens / window, "tokens": tokens,
-        "client_cpu": cpu / window, "cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
-        "itl_ms": {"mean": ms(sum(itl) / len(itl)) if itl else None, "p50": ms(pct(itl, 0.5)),
-                   "p99": ms(pct(itl, 0.99)), "n": len(itl)},
-        "ttft_ms": {"mean": ms(sum(ttft) / len(ttft)) if ttft else None, "p50": ms(pct(ttft, 0.5)),
-                    "p99": ms(pct(ttft, 0.99)), "n": len(ttft)},
-        "requests_done": counts["requests"], "errors": counts["errors"],
+        "url": args.url,
+        "concurrency": args.conc,
+        "window_s": window,
+        "t0_epoch": t0_epoch,
+        "t1_epoch": t0_epoch + window,
+        "output_tok_s": tokens / window,
+        "tokens": tokens,
+        "client_cpu": cpu / window,
+        "cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
+        "itl_ms": {
+            "mean": ms(sum(itl) / len(itl)) if itl else None,
+            "p50": ms(pct(itl, 0.5)),
+            "p99": ms(pct(itl, 0.99)),
+            "n": len(itl),
+        },
+        "ttft_ms": {
+            "mean": ms(sum(ttft) / len(ttft)) if ttft else None,
+            "p50": ms(pct(ttft, 0.5)),
+            "p99": ms(pct(ttft, 0.99)),
+            "n": len(ttft),
+        },
+        "requests_done": counts["requests"],
+        "errors": counts["errors"],
         "usage_mismatch": counts["usage_mismatch"],
     }
 
@@ -162,11 +182,13 @@ def main(argv=None) -> int:
         print(json.dumps(res))
     else:
         f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        print(f"C={res['concurrency']} {res['output_tok_s']:,.0f} tok/s  CPU {res['client_cpu']:.0%} "
-              f"({f(res['cpu_us_per_token'])} us/token)  ITL mean/p50/p99 {f(res['itl_ms']['mean'])}/"
-              f"{f(res['itl_ms']['p50'])}/{f(res['itl_ms']['p99'])} ms  TTFT mean/p50/p99 "
-              f"{f(res['ttft_ms']['mean'])}/{f(res['ttft_ms']['p50'])}/{f(res['ttft_ms']['p99'])} ms  "
-              f"errors {res['errors']} usage mismatches {res['usage_mismatch']}")
+        print(
+            f"C={res['concurrency']} {res['output_tok_s']:,.0f} tok/s  CPU {res['client_cpu']:.0%} "
+            f"({f(res['cpu_us_per_token'])} us/token)  ITL mean/p50/p99 {f(res['itl_ms']['mean'])}/"
+            f"{f(res['itl_ms']['p50'])}/{f(res['itl_ms']['p99'])} ms  TTFT mean/p50/p99 "
+            f"{f(res['ttft_ms']['mean'])}/{f(res['ttft_ms']['p50'])}/{f(res['ttft_ms']['p99'])} ms  "
+            f"errors {res['errors']} usage mismatches {res['usage_mismatch']}"
+        )
     return 0
 
 

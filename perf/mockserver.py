@@ -68,8 +68,14 @@ def _pcts(values: array) -> dict:
     s = sorted(values)
     pick = lambda q: s[min(n - 1, int(q * n))] * 1e3  # noqa: E731
     return {
-        "n": n, "mean": sum(s) / n * 1e3, "p50": pick(0.50), "p90": pick(0.90), "p99": pick(0.99),
-        "p999": pick(0.999), "min": s[0] * 1e3, "max": s[-1] * 1e3,
+        "n": n,
+        "mean": sum(s) / n * 1e3,
+        "p50": pick(0.50),
+        "p90": pick(0.90),
+        "p99": pick(0.99),
+        "p999": pick(0.999),
+        "min": s[0] * 1e3,
+        "max": s[-1] * 1e3,
     }
 
 
@@ -83,10 +89,10 @@ class Stream:
         self.n = n
         self.t_parsed = perf()
         self.t_last = 0.0
-        self.token = token            # chunk frame of one ordinary token event
-        self.last = last              # chunk frame of the final token (finish_reason)
+        self.token = token  # chunk frame of one ordinary token event
+        self.last = last  # chunk frame of the final token (finish_reason)
         self.first_extra = first_extra  # chat role chunk, written just before the first token
-        self.tail = tail              # usage chunk (optional) + [DONE] + terminating chunk
+        self.tail = tail  # usage chunk (optional) + [DONE] + terminating chunk
 
 
 class Bucket:
@@ -161,9 +167,14 @@ class Server:
             tokens += b.tokens
             late += b.late
         return {
-            "window_s": wall, "tokens": tokens, "tok_s": tokens / wall if wall else 0.0,
-            "server_cpu": cpu, "late_steps": late, "delay_ms": self.delay * 1e3,
-            "gap_ms": _pcts(gaps), "ttft_ms": _pcts(ttfts),
+            "window_s": wall,
+            "tokens": tokens,
+            "tok_s": tokens / wall if wall else 0.0,
+            "server_cpu": cpu,
+            "late_steps": late,
+            "delay_ms": self.delay * 1e3,
+            "gap_ms": _pcts(gaps),
+            "ttft_ms": _pcts(ttfts),
         }
 
     def stats(self) -> dict:
@@ -171,14 +182,23 @@ class Server:
         wall = perf() - self.t_reset
         cpu = (sum(os.times()[:2]) - self.cpu_reset) / wall if wall else 0.0
         out = self._summary([b for b in self.history if b.t >= self.t_reset], wall, cpu)
-        out.update(requests_started=self.started, requests_finished=self.finished, active=len(self.active),
-                   steps=self.steps, skipped_paused=self.skipped_paused, dropped_samples=self.dropped)
+        out.update(
+            requests_started=self.started,
+            requests_finished=self.finished,
+            active=len(self.active),
+            steps=self.steps,
+            skipped_paused=self.skipped_paused,
+            dropped_samples=self.dropped,
+        )
         return out
 
     def range_stats(self, since: float, until: float) -> dict:
         """Over a wall-clock window [since, until): the buckets wholly inside it."""
-        inside = [b for b in self.history if b.wall >= since and
-                  (int(b.wall * BUCKETS_PER_S) + 1) / BUCKETS_PER_S <= until]
+        inside = [
+            b
+            for b in self.history
+            if b.wall >= since and (int(b.wall * BUCKETS_PER_S) + 1) / BUCKETS_PER_S <= until
+        ]
         wall = len({int(b.wall * BUCKETS_PER_S) for b in inside}) / BUCKETS_PER_S
         cpu = None
         if len(inside) > 1 and inside[-1].t > inside[0].t:  # between the first and the last bucket's start
@@ -204,16 +224,26 @@ class Server:
         rid = (b"chatcmpl-%d" if chat else b"cmpl-%d") % self.seq
         if not body.get("stream"):
             text = " tok" * n
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
-            resp = {"id": rid.decode(), "object": "chat.completion" if chat else "text_completion",
-                    "created": int(time.time()), "model": model, "choices": [choice],
-                    "usage": {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}}
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
+            resp = {
+                "id": rid.decode(),
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n},
+            }
             proto.transport.write(_response("200 OK", json.dumps(resp).encode()))
             proto.next_request()
             return
         token, last, first_extra, tail = (
-            _chunk(t.replace(b"@@ID@@", rid)) if t else b"" for t in self._templates(chat, model, n, ptoks, usage))
+            _chunk(t.replace(b"@@ID@@", rid)) if t else b""
+            for t in self._templates(chat, model, n, ptoks, usage)
+        )
         self.started += 1
         st = Stream(proto, n, token, last, first_extra, tail + DONE_FRAME)
         proto.stream = st
@@ -233,21 +263,66 @@ class Server:
             return found
         if len(self.templates) > 256:
             self.templates.clear()
-        base = {"id": "@@ID@@", "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": created, "model": model}
+        base = {
+            "id": "@@ID@@",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
         if chat:
-            mk = lambda fin: {**base, "choices": [{"index": 0, "delta": {"content": " tok"}, "logprobs": None,  # noqa: E731
-                                                   "finish_reason": fin}]}
-            first_extra = _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                     "logprobs": None, "finish_reason": None}]})
+
+            def mk(fin):
+                return {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"content": " tok"},
+                            "logprobs": None,
+                            "finish_reason": fin,
+                        }
+                    ],
+                }
+
+            first_extra = _sse(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
         else:
-            mk = lambda fin: {**base, "choices": [{"index": 0, "text": " tok", "logprobs": None,  # noqa: E731
-                                                   "finish_reason": fin, "stop_reason": None}]}
+
+            def mk(fin):
+                return {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": " tok",
+                            "logprobs": None,
+                            "finish_reason": fin,
+                            "stop_reason": None,
+                        }
+                    ],
+                }
+
             first_extra = b""
         tail = b""
         if usage:
-            tail = _sse({**base, "choices": [], "usage": {"prompt_tokens": ptoks, "completion_tokens": n,
-                                                         "total_tokens": ptoks + n}})
+            tail = _sse(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n},
+                }
+            )
         found = self.templates[key] = (_sse(mk(None)), _sse(mk("length")), first_extra, tail)
         return found
 
@@ -386,8 +461,8 @@ class HTTP(asyncio.Protocol):
             length = int(headers.get("content-length") or 0)
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4:end + 4 + length]
-            self.buf = self.buf[end + 4 + length:]
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
             self.pending.append((method, target, body))
             if self.stream is None and len(self.pending) == 1:
                 self.next_request()
@@ -414,9 +489,26 @@ class HTTP(asyncio.Protocol):
                 return
             srv.start_stream(self, path, req)
         elif method == "GET" and path == "/v1/models":
-            w(_response("200 OK", json.dumps({"object": "list", "data": [
-                {"id": srv.model, "object": "model", "created": 0, "owned_by": "mock",
-                 "root": srv.model, "max_model_len": 1 << 20}]}).encode()))
+            w(
+                _response(
+                    "200 OK",
+                    json.dumps(
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": srv.model,
+                                    "object": "model",
+                                    "created": 0,
+                                    "owned_by": "mock",
+                                    "root": srv.model,
+                                    "max_model_len": 1 << 20,
+                                }
+                            ],
+                        }
+                    ).encode(),
+                )
+            )
         elif method == "GET" and path in ("/health", "/ping"):
             w(_response("200 OK", b""))
         elif method == "GET" and path == "/stats":
@@ -454,8 +546,12 @@ def main(argv=None) -> int:
         srv = Server(args.delay_ms, args.model, args.spin_ms)
         HTTP.server = srv
         server = await loop.create_server(HTTP, "127.0.0.1", args.port, backlog=4096, reuse_address=True)
-        print(f"mockserver: 127.0.0.1:{args.port} delay {args.delay_ms} ms loop "
-              f"{type(loop).__module__} (exits after {args.max_seconds:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"mockserver: 127.0.0.1:{args.port} delay {args.delay_ms} ms loop "
+            f"{type(loop).__module__} (exits after {args.max_seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         decode = asyncio.ensure_future(srv.run())
         try:
             await asyncio.sleep(args.max_seconds)

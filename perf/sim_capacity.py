@@ -32,7 +32,15 @@ from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
 
 MODEL = "qwen3-30b-a3b-fp8"
-FLAGS = ["--tensor-parallel-size", "8", "--enable-expert-parallel", "--max-num-seqs", "4096", "--max-model-len", "4096"]
+FLAGS = [
+    "--tensor-parallel-size",
+    "8",
+    "--enable-expert-parallel",
+    "--max-num-seqs",
+    "4096",
+    "--max-model-len",
+    "4096",
+]
 INPUT_CHARS = 40  # ~10 prompt tokens: decode dominates, as in the model's steady state
 OUTPUT_TOKENS = 200
 
@@ -69,14 +77,19 @@ async def level(url: str, concurrency: int, seconds: float) -> tuple[float, floa
 
         async def worker() -> None:
             nonlocal counted
-            body = {"model": MODEL, "prompt": "x" * INPUT_CHARS, "max_tokens": OUTPUT_TOKENS, "stream": True,
-                    "ignore_eos": True}
+            body = {
+                "model": MODEL,
+                "prompt": "x" * INPUT_CHARS,
+                "max_tokens": OUTPUT_TOKENS,
+                "stream": True,
+                "ignore_eos": True,
+            }
             while time.perf_counter() < stop:
                 async with session.post(url + "/v1/completions", json=body) as response:
                     async for raw in response.content:
-                        if raw.startswith(b"data: {") and time.perf_counter() < stop:
-                            if time.perf_counter() >= warm_until:
-                                counted += 1
+                        now = time.perf_counter()
+                        if raw.startswith(b"data: {") and warm_until <= now < stop:
+                            counted += 1
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         measured = counted / (stop - warm_until)
@@ -109,7 +122,9 @@ def main() -> None:
             except httpx.HTTPError:
                 time.sleep(0.1)
         proc = psutil.Process(engine.pid)
-        print(f"{'C':>6} {'expected tok/s':>15} {'measured':>10} {'ratio':>6} {'slips/steps':>12} {'engine CPU':>10}")
+        print(
+            f"{'C':>6} {'expected tok/s':>15} {'measured':>10} {'ratio':>6} {'slips/steps':>12} {'engine CPU':>10}"
+        )
         rows = []
         for concurrency in levels:
             cpu0 = proc.cpu_times()
@@ -119,9 +134,19 @@ def main() -> None:
             cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (time.perf_counter() - t0)
             expected = expected_tok_s(concurrency)
             slipped = f"{slips:.0f}/{steps:.0f}" if slips is not None else "n/a"
-            print(f"{concurrency:>6} {expected:>15,.0f} {measured:>10,.0f} {measured / expected:>6.2f} {slipped:>12} {cpu:>9.0%}")
-            rows.append({"concurrency": concurrency, "expected": expected, "measured": measured, "slips": slips,
-                         "steps": steps, "engine_cpu": cpu})
+            print(
+                f"{concurrency:>6} {expected:>15,.0f} {measured:>10,.0f} {measured / expected:>6.2f} {slipped:>12} {cpu:>9.0%}"
+            )
+            rows.append(
+                {
+                    "concurrency": concurrency,
+                    "expected": expected,
+                    "measured": measured,
+                    "slips": slips,
+                    "steps": steps,
+                    "engine_cpu": cpu,
+                }
+            )
         print(json.dumps(rows))
     finally:
         engine.terminate()

@@ -67,7 +67,9 @@ def _env(base: str) -> dict[str, str]:
     }
 
 
-def one_run(size: tuple[int, int], base: str, profile: str, index: int, timeout: float = 10.0) -> dict[str, float]:
+def one_run(
+    size: tuple[int, int], base: str, profile: str, index: int, timeout: float = 10.0
+) -> dict[str, float]:
     sock = f"cockpit-perf-ff-{os.getpid()}-{size[0]}x{size[1]}-{index}"
     t0_file = Path(base) / f"t0-{index}"
     settings = [a for k, v in _env(base).items() for a in ("-e", f"{k}={v}")]
@@ -80,9 +82,25 @@ def one_run(size: tuple[int, int], base: str, profile: str, index: int, timeout:
     cpu_s = float("nan")
     try:
         subprocess.run(
-            ["tmux", "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "ck", "-x", str(size[0]), "-y", str(size[1]),
-             *settings, f"date +%s.%N > {t0_file}; exec {COCKPIT} --sim --profile {profile}"],
-            check=True, capture_output=True,
+            [
+                "tmux",
+                "-L",
+                sock,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "ck",
+                "-x",
+                str(size[0]),
+                "-y",
+                str(size[1]),
+                *settings,
+                f"date +%s.%N > {t0_file}; exec {COCKPIT} --sim --profile {profile}",
+            ],
+            check=True,
+            capture_output=True,
         )
         pid_text = tmux("list-panes", "-t", "ck", "-F", "#{pane_pid}").split()
         pid = int(pid_text[0]) if pid_text else None  # sh, which execs cockpit: the same pid
@@ -142,7 +160,9 @@ def main() -> int:
         machine = (b1[0] - b0[0]) / max(1, b1[1] - b0[1]) * 100 * (os.cpu_count() or 1)
         rows.append((size, runs, machine))
 
-    print(f"time to first frame, installed `cockpit --sim` in tmux, {args.runs} runs per size, seconds from process start")
+    print(
+        f"time to first frame, installed `cockpit --sim` in tmux, {args.runs} runs per size, seconds from process start"
+    )
     print(f"{'size':>7} {'mark':>12} {'min':>6} {'median':>7} {'max':>6}")
     ok_all = True
     for size, runs, machine in rows:

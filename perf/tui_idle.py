@@ -102,15 +102,32 @@ def measure(size: tuple[int, int], settle: float, seconds: float, server: bool =
 
     settings = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
     try:
-        tmux("-f", "/dev/null", "new-session", "-d", "-s", "ck", "-x", str(size[0]), "-y", str(size[1]), *settings,
-             f"exec {COCKPIT} --sim --profile {profile}")
+        tmux(
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "ck",
+            "-x",
+            str(size[0]),
+            "-y",
+            str(size[1]),
+            *settings,
+            f"exec {COCKPIT} --sim --profile {profile}",
+        )
         pid = int(tmux("list-panes", "-t", "ck", "-F", "#{pane_pid}").split()[0])
         proc = psutil.Process(pid)
+
         def screen_until(text: str, timeout: float, start: bool = False) -> None:
             deadline = time.monotonic() + timeout
             while True:
                 shown = tmux("capture-pane", "-p", "-t", "ck")
-                if any(line.strip().startswith(text) for line in shown.splitlines()) if start else text in shown:
+                if (
+                    any(line.strip().startswith(text) for line in shown.splitlines())
+                    if start
+                    else text in shown
+                ):
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{size}: no {text!r} on the screen after {timeout:g} s:\n{shown}")
@@ -138,7 +155,9 @@ def measure(size: tuple[int, int], settle: float, seconds: float, server: bool =
         alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     finally:
         if server:
-            subprocess.run([str(COCKPIT), "stop", "all"], env={**os.environ, **env}, capture_output=True, timeout=30)
+            subprocess.run(
+                [str(COCKPIT), "stop", "all"], env={**os.environ, **env}, capture_output=True, timeout=30
+            )
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
         Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}", sock).unlink(missing_ok=True)
         shutil.rmtree(base, ignore_errors=True)
@@ -172,13 +191,19 @@ def main() -> int:
     results = [measure(size, args.settle, args.seconds) for size in sizes]
     if args.server:
         results.append(measure(sizes[0], args.settle, args.seconds, server=True))
-    print(f"idle CPU, installed `cockpit --sim` in tmux, demo profile (8 sim GPUs, monitor 1 Hz), {args.seconds:g} s window")
-    print(f"{'size':>7} {'state':>10} {'CPU % of a core':>16} {'out KiB/s':>10} {'threads':>8} {'other %':>8} {'screen moved':>12}  verdict")
+    print(
+        f"idle CPU, installed `cockpit --sim` in tmux, demo profile (8 sim GPUs, monitor 1 Hz), {args.seconds:g} s window"
+    )
+    print(
+        f"{'size':>7} {'state':>10} {'CPU % of a core':>16} {'out KiB/s':>10} {'threads':>8} {'other %':>8} {'screen moved':>12}  verdict"
+    )
     ok_all = True
     for r in results:
         ok = r["alive"] and r["cpu"] <= TARGET_CPU
         ok_all &= ok
-        print(f"{r['size']:>7} {r['state']:>10} {r['cpu']:>16.2f} {r['out_kib_s']:>10.1f} {r['threads']:>8} {r['other']:>8.0f} {'yes' if r['changed'] else 'no':>12}  {'PASS' if ok else 'FAIL'}")
+        print(
+            f"{r['size']:>7} {r['state']:>10} {r['cpu']:>16.2f} {r['out_kib_s']:>10.1f} {r['threads']:>8} {r['other']:>8.0f} {'yes' if r['changed'] else 'no':>12}  {'PASS' if ok else 'FAIL'}"
+        )
     print(f"target: <= {TARGET_CPU:g} % of one core at every size -> {'PASS' if ok_all else 'FAIL'}")
     return 0 if ok_all else 1
 

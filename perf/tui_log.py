@@ -69,10 +69,18 @@ async def measure(size: tuple[int, int], rate: int, seconds: float) -> dict:
 
     from cockpit.tui.app import CockpitApp
 
-    app = CockpitApp(sim=True, host="perf", look_for_servers=False, poll=True, cursor_blink=False, interval=1.0)
+    app = CockpitApp(
+        sim=True, host="perf", look_for_servers=False, poll=True, cursor_blink=False, interval=1.0
+    )
     stats = {
-        "written": 0, "batches": 0, "gaps": 0, "next_seq": 0,
-        "write_lags": [], "paint_lags": [], "pending_paint": None, "flush_ms": [],
+        "written": 0,
+        "batches": 0,
+        "gaps": 0,
+        "next_seq": 0,
+        "write_lags": [],
+        "paint_lags": [],
+        "pending_paint": None,
+        "flush_ms": [],
     }
     done = threading.Event()
     produced = [0]
@@ -184,27 +192,46 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
 
     ok_all = True
-    print(f"launch log, {args.rate:,} lines/s for {args.seconds:g} s, headless, 8 sim GPU panes at 1 Hz, flush timer 0.1 s")
-    print(f"{'size':>7} {'produced':>9} {'written':>9} {'lost':>5} {'gaps':>4} {'widget':>13} "
-          f"{'write lag p50/p99/max ms':>25} {'paint lag p50/p99/max ms':>25} {'flush ms p50/max':>17} {'CPU%':>6} {'other%':>6}  verdict")
+    print(
+        f"launch log, {args.rate:,} lines/s for {args.seconds:g} s, headless, 8 sim GPU panes at 1 Hz, flush timer 0.1 s"
+    )
+    print(
+        f"{'size':>7} {'produced':>9} {'written':>9} {'lost':>5} {'gaps':>4} {'widget':>13} "
+        f"{'write lag p50/p99/max ms':>25} {'paint lag p50/p99/max ms':>25} {'flush ms p50/max':>17} {'CPU%':>6} {'other%':>6}  verdict"
+    )
     for r in results:
         lost = r["produced"] - r["written"]
         w, p = r["write_lags"], r["paint_lags"]
         kept = r["feed_s"] <= args.seconds + 0.25  # the producer was never held back
         ok = (
-            lost == 0 and r["gaps"] == 0 and r["tail_ok"] and r["widget_lines"] >= r["widget_expected"]
-            and r["produced"] == int(args.rate * args.seconds) and kept
-            and bool(p) and _pct(w, 0.99) < TARGET_LAG_S and _pct(p, 0.99) < TARGET_LAG_S
+            lost == 0
+            and r["gaps"] == 0
+            and r["tail_ok"]
+            and r["widget_lines"] >= r["widget_expected"]
+            and r["produced"] == int(args.rate * args.seconds)
+            and kept
+            and bool(p)
+            and _pct(w, 0.99) < TARGET_LAG_S
+            and _pct(p, 0.99) < TARGET_LAG_S
         )
         ok_all &= ok
-        ms = lambda xs: f"{_pct(xs, .5) * 1000:.0f}/{_pct(xs, .99) * 1000:.0f}/{max(xs) * 1000 if xs else float('nan'):.0f}"  # noqa: E731
+
+        def ms(xs):
+            return f"{_pct(xs, 0.5) * 1000:.0f}/{_pct(xs, 0.99) * 1000:.0f}/{max(xs) * 1000 if xs else float('nan'):.0f}"
+
         fl = r["flush_ms"]
-        print(f"{r['size']:>7} {r['produced']:>9,} {r['written']:>9,} {lost:>5} {r['gaps']:>4} "
-              f"{r['widget_lines']:>6,}/{r['widget_expected']:<6,} {ms(w):>25} {ms(p):>25} "
-              f"{statistics.median(fl) if fl else 0:>8.1f}/{max(fl) if fl else 0:<8.1f} {r['cpu']:>6.1f} {r['foreign']:>6.0f}  "
-              f"{'PASS' if ok else 'FAIL'}")
-    print("widget = lines held by the Log (its max_lines caps it) / expected; other% = the rest of the machine's CPU")
-    print(f"target: 0 lost, p99 lag < {TARGET_LAG_S * 1000:.0f} ms at {args.rate:,} lines/s -> {'PASS' if ok_all else 'FAIL'}")
+        print(
+            f"{r['size']:>7} {r['produced']:>9,} {r['written']:>9,} {lost:>5} {r['gaps']:>4} "
+            f"{r['widget_lines']:>6,}/{r['widget_expected']:<6,} {ms(w):>25} {ms(p):>25} "
+            f"{statistics.median(fl) if fl else 0:>8.1f}/{max(fl) if fl else 0:<8.1f} {r['cpu']:>6.1f} {r['foreign']:>6.0f}  "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
+    print(
+        "widget = lines held by the Log (its max_lines caps it) / expected; other% = the rest of the machine's CPU"
+    )
+    print(
+        f"target: 0 lost, p99 lag < {TARGET_LAG_S * 1000:.0f} ms at {args.rate:,} lines/s -> {'PASS' if ok_all else 'FAIL'}"
+    )
     return 0 if ok_all else 1
 
 

@@ -19,7 +19,9 @@ def free_port() -> int:
 
 
 class SimProcess:
-    def __init__(self, engine: str, argv: list[str], state: Path, *, scale: float = 50, env: dict | None = None):
+    def __init__(
+        self, engine: str, argv: list[str], state: Path, *, scale: float = 50, env: dict | None = None
+    ):
         state.mkdir(parents=True, exist_ok=True)
         self.log_path = state / f"sim-{engine}-{time.monotonic_ns()}.log"
         full_env = {

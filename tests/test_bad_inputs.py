@@ -77,8 +77,18 @@ CASES = [
     # model config.json: encodings and shapes
     Case("config binary", PLAN_MODEL, "not UTF-8", raw_config(bytes(range(256)) * 8)),
     Case("config UTF-16", PLAN_MODEL, "UTF-16", raw_config(json.dumps(BASE_CONFIG).encode("utf-16"))),
-    Case("config nested too deeply", PLAN_MODEL, "too deeply", raw_config('{"a": ' * 50_000 + "1" + "}" * 50_000)),
-    Case("config number of 5000 digits", PLAN_MODEL, "config.json", raw_config('{"num_hidden_layers": ' + "9" * 5000 + "}")),
+    Case(
+        "config nested too deeply",
+        PLAN_MODEL,
+        "too deeply",
+        raw_config('{"a": ' * 50_000 + "1" + "}" * 50_000),
+    ),
+    Case(
+        "config number of 5000 digits",
+        PLAN_MODEL,
+        "config.json",
+        raw_config('{"num_hidden_layers": ' + "9" * 5000 + "}"),
+    ),
     Case("config is a list", PLAN_MODEL, "no JSON object", raw_config("[1, 2]")),
     # model config.json: counts
     Case("layers a string", PLAN_MODEL, "num_hidden_layers", config(num_hidden_layers="48")),
@@ -99,12 +109,24 @@ CASES = [
     Case("vocab negative", PLAN_MODEL, "vocab_size", config(vocab_size=-1)),
     Case("expert width a string", PLAN_MODEL, "moe_intermediate_size", config(moe_intermediate_size="wide")),
     Case("expert width a list", PLAN_MODEL, "moe_intermediate_size", config(moe_intermediate_size=[768])),
-    Case("FP8 block zero", PLAN_MODEL, "weight_block_size",
-         config(quantization_config={"quant_method": "fp8", "weight_block_size": [0, 128]})),
-    Case("FP8 block a string", PLAN_MODEL, "weight_block_size",
-         config(quantization_config={"quant_method": "fp8", "weight_block_size": "128x128"})),
-    Case("FP8 block one number", PLAN_MODEL, "weight_block_size",
-         config(quantization_config={"quant_method": "fp8", "weight_block_size": [128]})),
+    Case(
+        "FP8 block zero",
+        PLAN_MODEL,
+        "weight_block_size",
+        config(quantization_config={"quant_method": "fp8", "weight_block_size": [0, 128]}),
+    ),
+    Case(
+        "FP8 block a string",
+        PLAN_MODEL,
+        "weight_block_size",
+        config(quantization_config={"quant_method": "fp8", "weight_block_size": "128x128"}),
+    ),
+    Case(
+        "FP8 block one number",
+        PLAN_MODEL,
+        "weight_block_size",
+        config(quantization_config={"quant_method": "fp8", "weight_block_size": [128]}),
+    ),
     # layouts
     Case("layout huge", ("plan", "--layout", "tp99999999999"), "at most 512"),
     Case("layout with **", ("plan", "--layout", "tp10**9"), "tp10**9"),
@@ -123,10 +145,17 @@ CASES = [
     Case("gpu type unknown", ("plan", "--gpu", "voodoo5"), "unknown GPU type"),
     # profiles: the file
     Case("profile binary", PLAN_PROFILE, "not UTF-8", raw_profile(b"\x00\xff\xfe\x80" * 64)),
-    Case("profile UTF-16", PLAN_PROFILE, "UTF-16", raw_profile(yaml.safe_dump(BASE_PROFILE).encode("utf-16"))),
+    Case(
+        "profile UTF-16", PLAN_PROFILE, "UTF-16", raw_profile(yaml.safe_dump(BASE_PROFILE).encode("utf-16"))
+    ),
     Case("profile a list", PLAN_PROFILE, "mapping", raw_profile("- model: x\n")),
     Case("profile a string", PLAN_PROFILE, "mapping", raw_profile("just words\n")),
-    Case("profile nested too deeply", PLAN_PROFILE, "p.yaml", raw_profile("a: " + "[" * 20_000 + "]" * 20_000 + "\n")),
+    Case(
+        "profile nested too deeply",
+        PLAN_PROFILE,
+        "p.yaml",
+        raw_profile("a: " + "[" * 20_000 + "]" * 20_000 + "\n"),
+    ),
     # profiles: the server
     Case("port zero", RUN_PROFILE, "server.port must be 1-65535", server(port=0)),
     Case("port too high", RUN_PROFILE, "server.port must be 1-65535", server(port=70000)),
@@ -134,27 +163,61 @@ CASES = [
     Case("args a string", RUN_PROFILE, "server.args", server(args="--max-model-len 4096")),
     Case("args a mapping", RUN_PROFILE, "server.args", server(args={"--max-model-len": 4096})),
     Case("command a string", RUN_PROFILE, "server.command", server(command="vllm serve")),
-    Case("command [yes, serve]", RUN_PROFILE, "server.command[0]",
-         raw_profile("model: qwen3-30b-a3b-fp8\nserver: {port: 18123, command: [yes, serve]}\n")),
+    Case(
+        "command [yes, serve]",
+        RUN_PROFILE,
+        "server.command[0]",
+        raw_profile("model: qwen3-30b-a3b-fp8\nserver: {port: 18123, command: [yes, serve]}\n"),
+    ),
     Case("env a list", RUN_PROFILE, "server.env", server(env=["NCCL_DEBUG=INFO"])),
-    Case("env value a bool", RUN_PROFILE, "server.env", raw_profile("model: qwen3-30b-a3b-fp8\nserver: {env: {X: on}}\n")),
+    Case(
+        "env value a bool",
+        RUN_PROFILE,
+        "server.env",
+        raw_profile("model: qwen3-30b-a3b-fp8\nserver: {env: {X: on}}\n"),
+    ),
     Case("gpus listed twice", RUN_PROFILE, "server.gpus", server(gpus=[0, 0])),
-    Case("gpu-memory-utilization 1.5", RUN_PROFILE, "--gpu-memory-utilization",
-         server(args=["--gpu-memory-utilization", "1.5"])),
-    Case("gpu-memory-utilization=1.5", RUN_PROFILE, "--gpu-memory-utilization",
-         server(args=["--gpu-memory-utilization=1.5"])),
-    Case("gpu-memory-utilization zero", RUN_PROFILE, "--gpu-memory-utilization",
-         server(args=["--gpu-memory-utilization", "0"])),
-    Case("mem-fraction-static 2", RUN_PROFILE, "--mem-fraction-static",
-         {**profile(engine="sglang", server={"port": 18123, "args": ["--mem-fraction-static", "2"]})}),
+    Case(
+        "gpu-memory-utilization 1.5",
+        RUN_PROFILE,
+        "--gpu-memory-utilization",
+        server(args=["--gpu-memory-utilization", "1.5"]),
+    ),
+    Case(
+        "gpu-memory-utilization=1.5",
+        RUN_PROFILE,
+        "--gpu-memory-utilization",
+        server(args=["--gpu-memory-utilization=1.5"]),
+    ),
+    Case(
+        "gpu-memory-utilization zero",
+        RUN_PROFILE,
+        "--gpu-memory-utilization",
+        server(args=["--gpu-memory-utilization", "0"]),
+    ),
+    Case(
+        "mem-fraction-static 2",
+        RUN_PROFILE,
+        "--mem-fraction-static",
+        {**profile(engine="sglang", server={"port": 18123, "args": ["--mem-fraction-static", "2"]})},
+    ),
     Case("max-model-len zero", RUN_PROFILE, "--max-model-len", server(args=["--max-model-len", "0"])),
     # profiles: layouts, hardware, calibration, bench
     Case("layouts a string", PLAN_PROFILE, "layouts", profile(layouts="tp4, tp8")),
     Case("layouts a mapping", PLAN_PROFILE, "layouts", profile(layouts={"tp4": 1})),
     Case("layouts with a typo", PLAN_PROFILE, "layouts[1]", profile(layouts=["tp2", "tq4"])),
-    Case("hardware count huge", PLAN_PROFILE, "hardware.count", profile(hardware={"gpu": "h100", "count": 99999})),
-    Case("hardware memory inf", PLAN_PROFILE, "hardware.memory_gib",
-         raw_profile("model: qwen3-30b-a3b-fp8\nhardware: {gpu: h100, count: 2, memory_gib: .inf}\n")),
+    Case(
+        "hardware count huge",
+        PLAN_PROFILE,
+        "hardware.count",
+        profile(hardware={"gpu": "h100", "count": 99999}),
+    ),
+    Case(
+        "hardware memory inf",
+        PLAN_PROFILE,
+        "hardware.memory_gib",
+        raw_profile("model: qwen3-30b-a3b-fp8\nhardware: {gpu: h100, count: 2, memory_gib: .inf}\n"),
+    ),
     Case("calibration zero", PLAN_PROFILE, "eta_bw", profile(calibration={"eta_bw": 0})),
     Case("calibration negative", PLAN_PROFILE, "t_layer_us", profile(calibration={"t_layer_us": -5})),
     Case("calibration not a number", PLAN_PROFILE, "skew", profile(calibration={"skew": "high"})),
@@ -162,8 +225,12 @@ CASES = [
     Case("bench input_len negative", RUN_PROFILE, "bench.input_len", bench(input_len=-5)),
     Case("bench output_len not a number", PLAN_PROFILE, "bench.output_len", bench(output_len="lots")),
     Case("bench requests zero", PLAN_PROFILE, "bench.requests", bench(requests=0)),
-    Case("bench duration nan", PLAN_PROFILE, "bench.duration_s",
-         raw_profile("model: qwen3-30b-a3b-fp8\nbench: {duration_s: .nan}\n")),
+    Case(
+        "bench duration nan",
+        PLAN_PROFILE,
+        "bench.duration_s",
+        raw_profile("model: qwen3-30b-a3b-fp8\nbench: {duration_s: .nan}\n"),
+    ),
     # the bench grammar (checked before anything launches)
     Case("bench c=0", ("run", "try tp4", "--sim", "--bench", "c=0"), "c=0"),
     Case("bench in=-5", ("run", "try tp4", "--sim", "--bench", "in=-5"), "in=-5"),
@@ -173,14 +240,42 @@ CASES = [
     Case("bench timeout=0", ("run", "try tp4", "--sim", "--bench", "timeout=0"), "timeout="),
     Case("bench as the run text", ("run", "bench c=0", "--sim"), "c=0"),
     # command-line bounds
-    Case("startup timeout nan", ("run", "try tp4", "--sim", "--startup-timeout", "nan"), "--startup-timeout must be a positive"),
-    Case("startup timeout inf", ("run", "try tp4", "--sim", "--startup-timeout", "inf"), "--startup-timeout must be a positive"),
-    Case("startup timeout zero", ("run", "try tp4", "--sim", "--startup-timeout", "0"), "--startup-timeout must be a positive"),
-    Case("startup timeout a word", ("run", "try tp4", "--sim", "--startup-timeout", "soon"), "--startup-timeout"),
-    Case("run timeout negative", ("run", "try tp4", "--sim", "--bench", "c=1", "--timeout", "-1"), "--timeout must be a positive"),
+    Case(
+        "startup timeout nan",
+        ("run", "try tp4", "--sim", "--startup-timeout", "nan"),
+        "--startup-timeout must be a positive",
+    ),
+    Case(
+        "startup timeout inf",
+        ("run", "try tp4", "--sim", "--startup-timeout", "inf"),
+        "--startup-timeout must be a positive",
+    ),
+    Case(
+        "startup timeout zero",
+        ("run", "try tp4", "--sim", "--startup-timeout", "0"),
+        "--startup-timeout must be a positive",
+    ),
+    Case(
+        "startup timeout a word",
+        ("run", "try tp4", "--sim", "--startup-timeout", "soon"),
+        "--startup-timeout",
+    ),
+    Case(
+        "run timeout negative",
+        ("run", "try tp4", "--sim", "--bench", "c=1", "--timeout", "-1"),
+        "--timeout must be a positive",
+    ),
     Case("run timeout without bench", ("run", "try tp4", "--sim", "--timeout", "5"), "give --bench too"),
-    Case("bench timeout nan", ("bench", "--url", "http://127.0.0.1:9", "--timeout", "nan"), "--timeout must be a positive"),
-    Case("bench duration zero", ("bench", "--url", "http://127.0.0.1:9", "--duration", "0"), "--duration must be a positive"),
+    Case(
+        "bench timeout nan",
+        ("bench", "--url", "http://127.0.0.1:9", "--timeout", "nan"),
+        "--timeout must be a positive",
+    ),
+    Case(
+        "bench duration zero",
+        ("bench", "--url", "http://127.0.0.1:9", "--duration", "0"),
+        "--duration must be a positive",
+    ),
     Case("web port zero", ("web", "--port", "0"), "a port is a number 1-65535"),
     Case("web port too high", ("web", "--port", "70000"), "a port is a number 1-65535"),
     Case("gpus not a number", ("plan", "--gpus", "eight"), "invalid int value"),
@@ -237,7 +332,12 @@ def _run(case: Case, root: Path) -> str | None:
     folder, home, env, argv = _prepare(case, root)
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", *argv], capture_output=True, text=True, env=env, cwd=folder, timeout=60
+            [sys.executable, "-m", "cockpit.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=folder,
+            timeout=60,
         )
     except subprocess.TimeoutExpired:
         return f"{case.name}: ran past 60 s"
@@ -303,10 +403,28 @@ def test_bench_takes_a_per_request_timeout():
 
 def test_absurd_bench_words_are_one_line():
     for text in (
-        "bench c=0", "bench c=-1", "bench c=1,100001", "bench in=-5", "bench in=0", "bench out=1e5",
-        "bench out=10000001", "bench n=0", "bench n=99999999999", "bench n=" + "9" * 5000, "bench t=nan", "bench t=inf",
-        "bench t=0", "bench t=-1", "bench t=604801", "bench timeout=0", "bench timeout=nan", "bench timeout=-3",
-        "bench timeout=soon", "bench timeout=", "sweep tp4 c=0", "sweep tp4 timeout=inf",
+        "bench c=0",
+        "bench c=-1",
+        "bench c=1,100001",
+        "bench in=-5",
+        "bench in=0",
+        "bench out=1e5",
+        "bench out=10000001",
+        "bench n=0",
+        "bench n=99999999999",
+        "bench n=" + "9" * 5000,
+        "bench t=nan",
+        "bench t=inf",
+        "bench t=0",
+        "bench t=-1",
+        "bench t=604801",
+        "bench timeout=0",
+        "bench timeout=nan",
+        "bench timeout=-3",
+        "bench timeout=soon",
+        "bench timeout=",
+        "sweep tp4 c=0",
+        "sweep tp4 timeout=inf",
     ):
         with pytest.raises(CockpitError) as err:
             parse_command(text)

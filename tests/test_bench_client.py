@@ -30,8 +30,12 @@ def event(obj: object) -> bytes:
 
 
 def token(text: str, finish: str | None = None, usage: dict | None = None) -> bytes:
-    obj: dict = {"id": "cmpl-1", "object": "text_completion", "model": "m",
-                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+    obj: dict = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "m",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+    }
     if usage is not None:
         obj["usage"] = usage
     return event(obj)
@@ -58,15 +62,24 @@ async def sse(request: web.Request, *parts: bytes | float) -> web.StreamResponse
 
 
 async def good(request):
-    return await sse(request, *[p for i in range(5) for p in (STEP_S, token(f" w{i}"))], token("", "length"),
-                     event({"id": "cmpl-1", "choices": [], "usage": usage(5)}), DONE)
+    return await sse(
+        request,
+        *[p for i in range(5) for p in (STEP_S, token(f" w{i}"))],
+        token("", "length"),
+        event({"id": "cmpl-1", "choices": [], "usage": usage(5)}),
+        DONE,
+    )
 
 
 async def coalesced(request):
     """12 tokens, three per chunk, a chunk every 3 steps; usage only at the end."""
     chunks = [token(" a b c") for _ in range(4)]
-    return await sse(request, *[p for c in chunks for p in (3 * STEP_S, c)],
-                     event({"id": "cmpl-1", "choices": [], "usage": usage(12)}), DONE)
+    return await sse(
+        request,
+        *[p for c in chunks for p in (3 * STEP_S, c)],
+        event({"id": "cmpl-1", "choices": [], "usage": usage(12)}),
+        DONE,
+    )
 
 
 async def continuous(request):
@@ -95,7 +108,9 @@ async def crlf(request):
 
 
 async def malformed(request):
-    return await sse(request, token(" a"), token(" b"), b'data: {"choices": [{"text": " c"\n\n', token(" d"), DONE)
+    return await sse(
+        request, token(" a"), token(" b"), b'data: {"choices": [{"text": " c"\n\n', token(" d"), DONE
+    )
 
 
 async def malformed_like_a_token(request):
@@ -133,13 +148,19 @@ async def no_done(request):
 
 
 async def rate_limited(request):
-    body = {"error": {"message": "Rate limit reached for requests", "type": "rate_limit_exceeded", "code": 429}}
+    body = {
+        "error": {"message": "Rate limit reached for requests", "type": "rate_limit_exceeded", "code": 429}
+    }
     return web.json_response(body, status=429)
 
 
 async def server_error(request):
-    body = {"object": "error", "message": "Internal server error\nTraceback: ...", "type": "InternalServerError",
-            "code": 500}
+    body = {
+        "object": "error",
+        "message": "Internal server error\nTraceback: ...",
+        "type": "InternalServerError",
+        "code": 500,
+    }
     return web.json_response(body, status=500)
 
 
@@ -157,10 +178,23 @@ async def stalls(request):
 
 
 ROUTES = {
-    "good": good, "coalesced": coalesced, "continuous": continuous, "no-usage": no_usage, "chat": chat,
-    "crlf": crlf, "malformed": malformed, "malformed-like-a-token": malformed_like_a_token,
-    "error-event": error_event, "dropped": dropped, "flaky": flaky, "no-done": no_done, "429": rate_limited,
-    "500": server_error, "not-streamed": not_streamed, "silent": silent, "stalls": stalls,
+    "good": good,
+    "coalesced": coalesced,
+    "continuous": continuous,
+    "no-usage": no_usage,
+    "chat": chat,
+    "crlf": crlf,
+    "malformed": malformed,
+    "malformed-like-a-token": malformed_like_a_token,
+    "error-event": error_event,
+    "dropped": dropped,
+    "flaky": flaky,
+    "no-done": no_done,
+    "429": rate_limited,
+    "500": server_error,
+    "not-streamed": not_streamed,
+    "silent": silent,
+    "stalls": stalls,
 }
 
 
@@ -206,14 +240,24 @@ def transport(request) -> str:
     return request.param
 
 
-def fetch(server: Server, name: str, transport: str = "aiohttp", *, read_timeout_s: float = 5.0,
-          request_timeout_s: float = 10.0) -> RequestRecord:
+def fetch(
+    server: Server,
+    name: str,
+    transport: str = "aiohttp",
+    *,
+    read_timeout_s: float = 5.0,
+    request_timeout_s: float = 10.0,
+) -> RequestRecord:
     module = TRANSPORTS[transport]
 
     async def go() -> RequestRecord:
         async with module.new_session() as session:
-            client = module.Client(session, f"{server.url}/{name}/v1/completions", request_timeout_s=request_timeout_s,
-                            read_timeout_s=read_timeout_s)
+            client = module.Client(
+                session,
+                f"{server.url}/{name}/v1/completions",
+                request_timeout_s=request_timeout_s,
+                read_timeout_s=read_timeout_s,
+            )
             return await client.request(b'{"prompt": "hi", "stream": true}')
 
     return asyncio.run(go())
@@ -364,7 +408,9 @@ def test_the_raw_transport_keeps_its_connections_alive(server):
             records = [await client.request(b"{}") for _ in range(3)]
             assert len(session.open) == 1  # one connection, reused by each request in turn
             bad = await rawclient.Client(session, f"{server.url}/500/v1/completions").request(b"{}")
-            assert bad.error == "HTTP 500: Internal server error" and not session.open  # it took that one, closed it
+            assert (
+                bad.error == "HTTP 500: Internal server error" and not session.open
+            )  # it took that one, closed it
             return records
 
     assert [r.chunks for r in asyncio.run(go())] == [4, 4, 4]
@@ -382,9 +428,16 @@ def test_random_prompts_have_the_length_asked_and_are_unique_and_reproducible():
     assert workload.path == "/v1/completions"
     assert text_tokens(first["prompt"]) == 100 and len(first["prompt"]) == 400
     assert first["prompt"] != second["prompt"]  # a repeated prompt would hit the prefix cache
-    assert json.loads(workload.body(len(workload.bodies)))["prompt"] != first["prompt"]  # tags keep cycles unique
+    assert (
+        json.loads(workload.body(len(workload.bodies)))["prompt"] != first["prompt"]
+    )  # tags keep cycles unique
     assert {k: first[k] for k in ("model", "max_tokens", "ignore_eos", "stream", "stream_options")} == {
-        "model": "m", "max_tokens": 7, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        "model": "m",
+        "max_tokens": 7,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     assert random_workload("m", input_len=100, output_len=7, seed=3).body(5) == workload.body(5)
     assert random_workload("m", input_len=100, output_len=7, seed=4).body(5) != workload.body(5)
     chat = json.loads(random_workload("m", endpoint="chat", input_len=10, output_len=2).body(0))
@@ -396,7 +449,9 @@ def test_jsonl_prompts_are_read_and_a_bad_line_is_named(tmp_path):
     from cockpit.errors import CockpitError
 
     path = tmp_path / "prompts.jsonl"
-    path.write_text('{"prompt": "hello there"}\n\n{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}\n')
+    path.write_text(
+        '{"prompt": "hello there"}\n\n{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}\n'
+    )
     completions = jsonl_workload(path, "m", output_len=9)
     assert [json.loads(completions.body(i))["prompt"] for i in range(2)] == ["hello there", "hi"]
     assert [completions.max_tokens(i) for i in range(2)] == [9, 5]
@@ -440,8 +495,15 @@ def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transp
     from cockpit.bench.loadgen import BenchConfig, LevelDone, run_sweep
 
     events: list = []
-    cfg = BenchConfig(url=f"{server.url}/429", model="m", concurrency=(2, 4), input_len=4, output_len=4, requests=3,
-                      transport=transport)
+    cfg = BenchConfig(
+        url=f"{server.url}/429",
+        model="m",
+        concurrency=(2, 4),
+        input_len=4,
+        output_len=4,
+        requests=3,
+        transport=transport,
+    )
     started = time.perf_counter()
     results = asyncio.run(run_sweep(cfg, events.append))
     assert time.perf_counter() - started < 2
@@ -467,9 +529,10 @@ def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport)
 
 
 def test_without_a_model_the_server_is_asked_and_a_dead_one_is_reported():
+    from simproc import free_port
+
     from cockpit.bench.loadgen import BenchConfig, run_sweep
     from cockpit.errors import CockpitError
-    from simproc import free_port
 
     cfg = BenchConfig(url=f"http://127.0.0.1:{free_port()}", concurrency=(1,))
     with pytest.raises(CockpitError, match=r"cannot reach http://127.0.0.1:\d+/v1/models"):

@@ -17,9 +17,19 @@ from cockpit.errors import CockpitError
 ALL = Window(-math.inf, math.inf)
 
 
-def rec(start: float, chunks: list[float], *, usage: int | None = None, end: float | None = None,
-        error: str | None = None, per_chunk: list[int] | None = None, cancelled: bool = False) -> RequestRecord:
-    record = RequestRecord(start=start, end=end if end is not None else (chunks[-1] if chunks else start) + 0.001)
+def rec(
+    start: float,
+    chunks: list[float],
+    *,
+    usage: int | None = None,
+    end: float | None = None,
+    error: str | None = None,
+    per_chunk: list[int] | None = None,
+    cancelled: bool = False,
+) -> RequestRecord:
+    record = RequestRecord(
+        start=start, end=end if end is not None else (chunks[-1] if chunks else start) + 0.001
+    )
     record.chunk_times = array("d", chunks)
     record.first_token = chunks[0] if chunks else None
     record.last_token = chunks[-1] if chunks else None
@@ -165,13 +175,18 @@ def test_completions_and_errors_count_in_the_window_only():
     done = metrics.completed_in(records, window)
     assert [r.end for r in done] == [1.3, 2.0]
     assert metrics.request_s(records, window) == pytest.approx(2.0)
-    assert metrics.errors_in(records, window) == {"HTTP 429: slow down": 2, "connection dropped after 1 chunks": 1}
+    assert metrics.errors_in(records, window) == {
+        "HTTP 429: slow down": 2,
+        "connection dropped after 1 chunks": 1,
+    }
 
 
 def test_series_is_tok_s_per_second_of_the_window():
     record = rec(0.0, [0.1 * i for i in range(1, 36)], usage=35)  # 10 tok/s from 0.1 to 3.5
     assert metrics.series([record], Window(0.05, 2.05)) == pytest.approx([10.0, 10.0])
-    assert metrics.series([record], Window(0.05, 2.65)) == pytest.approx([10.0, 10.0, 10.0])  # 0.6 s tail kept
+    assert metrics.series([record], Window(0.05, 2.65)) == pytest.approx(
+        [10.0, 10.0, 10.0]
+    )  # 0.6 s tail kept
     assert len(metrics.series([record], Window(0.05, 2.35))) == 2  # a 0.3 s tail is dropped
     assert metrics.series([record], Window(1.0, 1.0)) == []
 
@@ -182,7 +197,12 @@ def test_series_is_tok_s_per_second_of_the_window():
 def test_peak_concurrency_is_exact():
     back_to_back = [rec(0.0, [0.5], end=1.0), rec(1.0, [1.5], end=2.0), rec(2.0, [2.5], end=3.0)]
     assert metrics.peak_concurrency(back_to_back) == 1  # a 1 s bucket count would say 2
-    nested = [rec(0.0, [1.0], end=10.0), rec(1.0, [2.0], end=2.5), rec(2.0, [2.2], end=3.0), rec(2.4, [2.6], end=2.8)]
+    nested = [
+        rec(0.0, [1.0], end=10.0),
+        rec(1.0, [2.0], end=2.5),
+        rec(2.0, [2.2], end=3.0),
+        rec(2.4, [2.6], end=2.8),
+    ]
     assert metrics.peak_concurrency(nested) == 4  # at 2.4: all four
     assert metrics.peak_concurrency(nested, Window(2.6, 3.0)) == 3  # 0-10, 2-3, 2.4-2.8; 1-2.5 is over
     assert metrics.peak_concurrency(nested, Window(5.0, 6.0)) == 1
@@ -203,8 +223,9 @@ def test_client_limited_names_every_reason():
     assert not fine.limited and fine.note == ""
     busy = assess(cpu_cores=0.9, loop_lag_p99_ms=12.0, achieved_concurrency=50.0, target_concurrency=64)
     assert busy.limited
-    assert busy.note == ("client CPU 0.90 cores > 0.7; event-loop lag p99 12.0 ms > 5 ms; "
-                         "held 50.0 of 64 requests in flight")
+    assert busy.note == (
+        "client CPU 0.90 cores > 0.7; event-loop lag p99 12.0 ms > 5 ms; held 50.0 of 64 requests in flight"
+    )
     open_loop = assess(cpu_cores=0.1, loop_lag_p99_ms=0.5, achieved_concurrency=3.0, target_concurrency=None)
     assert not open_loop.limited
 
@@ -215,12 +236,35 @@ def test_client_limited_names_every_reason():
 def level_result(**changes) -> LevelResult:
     stats = Summary(10, 12.0, 11.0, 15.0, 19.0)
     values = dict(
-        concurrency=64, rate=None, input_len=1024, output_len=1024, requests=128, errors=1,
-        error_reasons={"HTTP 500: boom": 1}, duration_s=30.0, output_tok_s=3000.0, request_s=2.9,
-        output_tokens=90000.0, ttft_ms=stats, tpot_ms=stats, itl_ms=stats, e2e_ms=stats, queue_ms=Summary(),
-        series=[2990.0, 3010.0], token_mismatches=0, tokens_per_chunk=1.0, peak_concurrency=64,
-        achieved_concurrency=63.9, client_cpu_cores=0.2, loop_lag_p99_ms=0.8, loop_lag_max_ms=2.0,
-        events_per_read=1.1, client_limited=False, client_note="", warmup=64, model="m",
+        concurrency=64,
+        rate=None,
+        input_len=1024,
+        output_len=1024,
+        requests=128,
+        errors=1,
+        error_reasons={"HTTP 500: boom": 1},
+        duration_s=30.0,
+        output_tok_s=3000.0,
+        request_s=2.9,
+        output_tokens=90000.0,
+        ttft_ms=stats,
+        tpot_ms=stats,
+        itl_ms=stats,
+        e2e_ms=stats,
+        queue_ms=Summary(),
+        series=[2990.0, 3010.0],
+        token_mismatches=0,
+        tokens_per_chunk=1.0,
+        peak_concurrency=64,
+        achieved_concurrency=63.9,
+        client_cpu_cores=0.2,
+        loop_lag_p99_ms=0.8,
+        loop_lag_max_ms=2.0,
+        events_per_read=1.1,
+        client_limited=False,
+        client_note="",
+        warmup=64,
+        model="m",
     )
     return LevelResult(**(values | changes))
 
@@ -229,8 +273,18 @@ def test_a_level_result_fills_the_journal_columns_and_keeps_the_rest_in_extra():
     result = level_result()
     point = result.to_bench_point()
     assert (point.concurrency, point.output_tok_s, point.requests, point.errors) == (64, 3000.0, 128, 1)
-    assert (point.ttft_ms_p50, point.ttft_ms_p90, point.ttft_ms_p99, point.tpot_ms_p50) == (11.0, 15.0, 19.0, 11.0)
-    assert (point.itl_ms_p99, point.e2e_ms_p50, point.e2e_ms_p99, point.duration_s) == (19.0, 11.0, 19.0, 30.0)
+    assert (point.ttft_ms_p50, point.ttft_ms_p90, point.ttft_ms_p99, point.tpot_ms_p50) == (
+        11.0,
+        15.0,
+        19.0,
+        11.0,
+    )
+    assert (point.itl_ms_p99, point.e2e_ms_p50, point.e2e_ms_p99, point.duration_s) == (
+        19.0,
+        11.0,
+        19.0,
+        30.0,
+    )
     assert point.extra["series"] == [2990.0, 3010.0] and point.extra["error_reasons"] == {"HTTP 500: boom": 1}
     assert point.extra["client_cpu_cores"] == 0.2 and point.extra["itl_ms"]["mean"] == 12.0
     data = result.to_json()

@@ -18,31 +18,53 @@ import time
 from pathlib import Path
 
 import pytest
+from simproc import SimProcess, free_port
+from test_sim_server import ServerThread
 
 from cockpit.bench.command import bench_argv
 from cockpit.bench.loadgen import BenchConfig, run_sweep
 from cockpit.journal import Journal
 from cockpit.sim.batcher import ConstantPacer
 
-from simproc import SimProcess, free_port
-from test_sim_server import ServerThread
-
 MODEL = "qwen3-30b-a3b-fp8"
 SIM_ARGV = ["serve", MODEL, "--tensor-parallel-size", "2"]
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
 
 
 def bench(url: str, experiment: int, *extra: str) -> subprocess.CompletedProcess:
-    return cli("bench", "--url", url, "--experiment", str(experiment), "-c", "1,4", "--requests", "4",
-               "--input-len", "16", "--output-len", "8", "--timeout", "10", *extra)
+    return cli(
+        "bench",
+        "--url",
+        url,
+        "--experiment",
+        str(experiment),
+        "-c",
+        "1,4",
+        "--requests",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--timeout",
+        "10",
+        *extra,
+    )
 
 
 def launch(journal: Journal, layout: str = "tp2") -> int:
-    exp = journal.start_experiment(profile="p", model=MODEL, engine="vllm", layout=layout, argv=["vllm", "serve"])
+    exp = journal.start_experiment(
+        profile="p", model=MODEL, engine="vllm", layout=layout, argv=["vllm", "serve"]
+    )
     journal.set_outcome(exp, "ready")
     return exp
 
@@ -72,7 +94,11 @@ def test_a_level_benched_again_after_the_server_died_keeps_the_good_row(engine):
 
     again = bench(url, good, "--model", MODEL)  # the same experiment, benched again
     assert again.returncode == 1
-    assert again.stderr.strip().splitlines()[-1].startswith("cockpit bench: no level got a token back (C=1, C=4 failed: ")
+    assert (
+        again.stderr.strip()
+        .splitlines()[-1]
+        .startswith("cockpit bench: no level got a token back (C=1, C=4 failed: ")
+    )
     with Journal() as journal:
         relaunched = launch(journal)  # and a relaunch of the layout whose server is gone
     last = bench(url, relaunched, "--model", MODEL)
@@ -84,7 +110,10 @@ def test_a_level_benched_again_after_the_server_died_keeps_the_good_row(engine):
         [failed] = {p.error for p in journal.points(relaunched)}
         assert "cannot connect: Connection refused" in failed
     records = json.loads(cli("results", "--profile", "p", "--format", "json").stdout)
-    assert [(r["concurrency"], r["experiment"], r["failed"]) for r in records] == [(1, good, False), (4, good, False)]
+    assert [(r["concurrency"], r["experiment"], r["failed"]) for r in records] == [
+        (1, good, False),
+        (4, good, False),
+    ]
     assert all(r["output_tok_s"] > 0 for r in records)
     table = cli("results", "--profile", "p").stdout.splitlines()
     row = next(line for line in table if line.startswith("tp2"))
@@ -105,7 +134,20 @@ def keyed():
 
 
 def test_cockpit_bench_sends_the_key_from_the_environment(keyed):
-    args = ["bench", "--url", keyed.url, "-c", "1", "--requests", "3", "--input-len", "8", "--output-len", "4", "--jsonl"]
+    args = [
+        "bench",
+        "--url",
+        keyed.url,
+        "-c",
+        "1",
+        "--requests",
+        "3",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--jsonl",
+    ]
     with_key = cli(*args, env={"OPENAI_API_KEY": KEY})  # the model is looked up with the key too
     assert with_key.returncode == 0, with_key.stderr
     [level] = [json.loads(line)["result"] for line in with_key.stdout.splitlines() if '"level_done"' in line]
@@ -129,10 +171,25 @@ def test_a_simulated_engine_launched_with_a_key_refuses_without_it_and_is_benchm
         sim.wait_ready(url)  # /health stays open, as vLLM's
         refused = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
         assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}
-        result = cli("bench", "--url", url, "-c", "2", "--requests", "4", "--input-len", "8", "--output-len", "4",
-                     "--jsonl", env={"OPENAI_API_KEY": KEY})
+        result = cli(
+            "bench",
+            "--url",
+            url,
+            "-c",
+            "2",
+            "--requests",
+            "4",
+            "--input-len",
+            "8",
+            "--output-len",
+            "4",
+            "--jsonl",
+            env={"OPENAI_API_KEY": KEY},
+        )
         assert result.returncode == 0, result.stderr
-        [level] = [json.loads(line)["result"] for line in result.stdout.splitlines() if '"level_done"' in line]
+        [level] = [
+            json.loads(line)["result"] for line in result.stdout.splitlines() if '"level_done"' in line
+        ]
         assert level["output_tok_s"] > 0 and level["errors"] == 0
     finally:
         sim.stop()
@@ -140,8 +197,15 @@ def test_a_simulated_engine_launched_with_a_key_refuses_without_it_and_is_benchm
 
 @pytest.mark.parametrize("transport", ["raw", "aiohttp"])
 def test_both_transports_send_the_key_on_every_request(keyed, transport):
-    cfg = BenchConfig(url=keyed.url, concurrency=(2,), input_len=8, output_len=4, requests=4, api_key=KEY,
-                      transport=transport)
+    cfg = BenchConfig(
+        url=keyed.url,
+        concurrency=(2,),
+        input_len=8,
+        output_len=4,
+        requests=4,
+        api_key=KEY,
+        transport=transport,
+    )
     [result] = asyncio.run(run_sweep(cfg, lambda event: None))
     assert result.errors == 0 and result.output_tok_s > 0 and not result.failed
 
@@ -182,10 +246,14 @@ def test_a_bench_child_whose_parent_is_killed_exits_and_journals_nothing_more(en
     out = tmp_path / "bench.jsonl"
     # Five 3-second levels: left alone, the child would run on for 10 s and more after the kill.
     argv = bench_argv(url, MODEL, [1, 2, 4, 8, 16], input_len=16, output_len=8, duration=2, experiment=exp)
-    parent = subprocess.Popen([sys.executable, "-c", INTERMEDIATE, str(out), *argv], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", INTERMEDIATE, str(out), *argv], stdout=subprocess.PIPE, text=True
+    )
     child = int(parent.stdout.readline())
     try:
-        assert wait_for(lambda: out.exists() and '"level_done"' in out.read_text(), 90), "no level finished in 90 s"
+        assert wait_for(lambda: out.exists() and '"level_done"' in out.read_text(), 90), (
+            "no level finished in 90 s"
+        )
         time.sleep(0.5)  # inside the next 2-second level
         parent.send_signal(signal.SIGKILL)
         parent.wait()  # gone, and its child re-parented
@@ -196,7 +264,9 @@ def test_a_bench_child_whose_parent_is_killed_exits_and_journals_nothing_more(en
         time.sleep(3)  # past the end of the level it was running: no late row
         with Journal() as journal:
             points = journal.points(exp)
-        assert points and all(p.created < killed_at for p in points), [(p.concurrency, p.created) for p in points]
+        assert points and all(p.created < killed_at for p in points), [
+            (p.concurrency, p.created) for p in points
+        ]
     finally:
         if running(child):
             os.kill(child, signal.SIGKILL)
@@ -227,7 +297,9 @@ def test_errors_never_exceed_the_requests_sent_with_half_the_streams_dropping():
     server = Server()
     try:
         for transport in ("raw", "aiohttp"):
-            cfg = BenchConfig(url=f"{server.url}/flaky", model="m", concurrency=(4,), requests=12, transport=transport)
+            cfg = BenchConfig(
+                url=f"{server.url}/flaky", model="m", concurrency=(4,), requests=12, transport=transport
+            )
             [result] = asyncio.run(run_sweep(cfg, lambda event: None))
             assert result.requests + result.errors + result.cancelled <= result.sent
             assert result.errors == sum(result.error_reasons.values()) >= 1

@@ -16,14 +16,13 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from simproc import SimProcess, free_port
 
 from cockpit.bench.loadgen import BenchConfig, LevelDone, LevelResult, LevelStart, SweepDone, Tick, run_sweep
 from cockpit.bench.workload import random_workload
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
-
-from simproc import SimProcess, free_port
 
 MODEL = "qwen3-30b-a3b-fp8"
 IN = 8  # prompt tokens: short, so prefill stalls stay small
@@ -197,8 +196,16 @@ def steps(records) -> list[list[tuple[float, int, int]]]:
 
 
 def test_open_loop_sends_at_the_rate(engine):
-    cfg = BenchConfig(url=engine, concurrency=(64,), input_len=IN, output_len=16, rate=40.0, warmup=2,
-                      duration_s=1.5, seed=1)
+    cfg = BenchConfig(
+        url=engine,
+        concurrency=(64,),
+        input_len=IN,
+        output_len=16,
+        rate=40.0,
+        warmup=2,
+        duration_s=1.5,
+        seed=1,
+    )
     [result], _ = sweep(cfg)
     assert result.rate == 40.0 and result.errors == 0
     assert 20 < result.request_s < 60  # Poisson: ~60 arrivals in the window
@@ -230,8 +237,11 @@ def test_cancelling_keeps_finished_levels_and_frees_the_engine(engine):
     assert [r.concurrency for r in delivered] == [4]
     deadline = time.monotonic() + 2
     while True:  # the engine saw the connections close and let go of every request
-        running = [line for line in httpx.get(engine + "/metrics").text.splitlines()
-                   if line.startswith("vllm:num_requests_running")]
+        running = [
+            line
+            for line in httpx.get(engine + "/metrics").text.splitlines()
+            if line.startswith("vllm:num_requests_running")
+        ]
         if running and running[0].endswith(" 0.0") or time.monotonic() > deadline:
             break
         time.sleep(0.05)

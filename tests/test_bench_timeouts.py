@@ -18,14 +18,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from simproc import free_port
 
 from cockpit.bench.command import bench_argv
 from cockpit.bench.loadgen import BenchConfig, run_sweep
 
-from simproc import free_port
-
-SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 
 
 class Hanging:
@@ -96,7 +97,10 @@ def servers():
 
 
 def expected_reasons(kind: str, timeout: str) -> set[str]:
-    no_bytes, connecting = f"timed out after {timeout} s (no bytes)", f"timed out after {timeout} s (connecting)"
+    no_bytes, connecting = (
+        f"timed out after {timeout} s (no bytes)",
+        f"timed out after {timeout} s (connecting)",
+    )
     return {
         "headers-then-nothing": {no_bytes},
         "never-answers": {no_bytes},
@@ -115,8 +119,16 @@ def assert_counted_once(result) -> None:
 @pytest.mark.parametrize("transport", ["raw", "aiohttp"])
 def test_each_hanging_server_ends_within_the_timeout_in_both_transports(servers, transport):
     async def sweep(url: str):
-        cfg = BenchConfig(url=url, model="m", concurrency=(1, 3), input_len=4, output_len=4, requests=2,
-                          timeout=1.0, transport=transport)
+        cfg = BenchConfig(
+            url=url,
+            model="m",
+            concurrency=(1, 3),
+            input_len=4,
+            output_len=4,
+            requests=2,
+            timeout=1.0,
+            transport=transport,
+        )
         started = time.perf_counter()
         results = await run_sweep(cfg, lambda event: None)
         return results, time.perf_counter() - started
@@ -139,9 +151,31 @@ def test_each_hanging_server_ends_within_the_timeout_in_both_transports(servers,
 def _bench_cli(url: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "bench", "--url", url, "--model", "m", "-c", "1", "--requests", "2",
-         "--input-len", "4", "--output-len", "4", "--timeout", "5", "--jsonl"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "bench",
+            "--url",
+            url,
+            "--model",
+            "m",
+            "-c",
+            "1",
+            "--requests",
+            "2",
+            "--input-len",
+            "4",
+            "--output-len",
+            "4",
+            "--timeout",
+            "5",
+            "--jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     return result, time.perf_counter() - started
 
@@ -154,8 +188,14 @@ def test_cockpit_bench_with_timeout_5_ends_within_20_s_and_fails(servers):
         print(f"{kind}: cockpit bench --timeout 5 ended in {elapsed:.1f} s")
         assert elapsed < 20, (kind, elapsed)
         assert result.returncode == 1, result.stderr
-        assert result.stderr.strip().splitlines()[-1].startswith("cockpit bench: no level got a token back (C=1 failed: ")
-        [level] = [json.loads(line)["result"] for line in result.stdout.splitlines() if '"level_done"' in line]
+        assert (
+            result.stderr.strip()
+            .splitlines()[-1]
+            .startswith("cockpit bench: no level got a token back (C=1 failed: ")
+        )
+        [level] = [
+            json.loads(line)["result"] for line in result.stdout.splitlines() if '"level_done"' in line
+        ]
         assert level["failed"] is True and level["errors"] == level["sent"] >= 1
         assert set(level["error_reasons"]) <= expected_reasons(kind, "5"), (kind, level["error_reasons"])
 

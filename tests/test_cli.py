@@ -48,7 +48,9 @@ def test_plan_json_for_chosen_layouts():
 
 
 def test_plan_with_a_model_and_box_on_the_command_line(capsys):
-    assert main(["plan", "--model", "qwen3-30b-a3b-fp8", "--gpus", "2", "--gpu", "h100", "--layout", "tp2"]) == 0
+    assert (
+        main(["plan", "--model", "qwen3-30b-a3b-fp8", "--gpus", "2", "--gpu", "h100", "--layout", "tp2"]) == 0
+    )
     out = capsys.readouterr().out
     assert "qwen3-30b-a3b-fp8" in out and "2 x H100" in out
 
@@ -80,7 +82,9 @@ def test_installed_console_script_runs():
 
     exe = shutil.which("cockpit", path=os.path.dirname(sys.executable))
     assert exe, "the cockpit console script is installed beside the interpreter"
-    result = subprocess.run([exe, "plan", "--layout", "tp4", "--json"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [exe, "plan", "--layout", "tp4", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and json.loads(result.stdout)[0]["layout"] == "tp4"
 
 
@@ -101,7 +105,10 @@ def test_unknown_engine_name():
 def test_bare_cockpit_says_it_uses_the_simulated_box(capsys):
     assert main(["--sim", "--profile", "kimi-k2.6"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "--sim given: using the simulated box (8 x RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)) and profile kimi-k2.6"
+    assert (
+        out[0]
+        == "--sim given: using the simulated box (8 x RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)) and profile kimi-k2.6"
+    )
     assert "Kimi-K2.6" in out[1]
 
 
@@ -118,7 +125,9 @@ def test_gpus_without_a_driver_says_they_are_simulated(capsys, monkeypatch):
     monkeypatch.setattr(nvml, "driver_present", lambda: False)
     assert main(["gpus"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("no NVIDIA driver found: these are the simulated box's GPUs (8 x RTX PRO 6000")
+    assert captured.err.startswith(
+        "no NVIDIA driver found: these are the simulated box's GPUs (8 x RTX PRO 6000"
+    )
     assert len(captured.out.splitlines()) == 8  # stdout stays one line per GPU
 
 

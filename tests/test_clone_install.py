@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def tracked_files() -> list[str]:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: nothing to clone")
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     return [name for name in out.decode().split("\0") if name]
 
 
@@ -87,7 +92,16 @@ def test_cockpit_run_from_inside_a_clone_uses_the_installed_package(tmp_path, pr
     }
     result = subprocess.run(
         # The console script, run as its shebang would run it (sys.path[0] is its folder).
-        [str(python), str(site / "bin" / "cockpit"), "run", "try tp4", "--sim", "--quiet", "--profile", profile],
+        [
+            str(python),
+            str(site / "bin" / "cockpit"),
+            "run",
+            "try tp4",
+            "--sim",
+            "--quiet",
+            "--profile",
+            profile,
+        ],
         cwd=clone,
         env=env,
         capture_output=True,

@@ -20,31 +20,68 @@ def log(name: str) -> list[str]:
 CASES = {
     "vllm_fp8_block_tp8.log": ("fp8-block", "loading", None, ["gate/up shard width 192", "block_n 128"]),
     "sim_vllm_tp8.log": ("fp8-block", "loading", None, ["gate/up shard width 192", "block_n 128"]),
-    "vllm_kv_heads_tp6.log": ("kv-heads", "loading", None, ["total_num_kv_heads % tp_size == 0", "minimax_m2.py"]),
+    "vllm_kv_heads_tp6.log": (
+        "kv-heads",
+        "loading",
+        None,
+        ["total_num_kv_heads % tp_size == 0", "minimax_m2.py"],
+    ),
     "sim_vllm_tp6.log": ("assertion", "loading", None, ["bare AssertionError"]),
     "ansi_colored.log": ("attention-heads", None, None, ["48 attention heads", "tensor parallel size 5"]),
     "sglang_oom_load.log": (
         "oom",
         "loading",
         2,
-        ["CUDA OOM on GPU 2 during weight loading: tried to allocate 672.00 MiB with 136.94 MiB free of 94.97 GiB"],
+        [
+            "CUDA OOM on GPU 2 during weight loading: tried to allocate 672.00 MiB with 136.94 MiB free of 94.97 GiB"
+        ],
     ),
     "sim_sglang_oom.log": ("oom", "loading", 2, ["GPU 2 during weight loading", "1512.00 MiB", "94.97 GiB"]),
-    "torch21_oom.log": ("oom", "profiling", 0, ["GPU 0 while profiling memory", "3.00 GiB with 1.66 GiB free of 23.65 GiB"]),
-    "torch20_oom.log": ("oom", "loading", 2, ["GPU 2 during weight loading", "384.00 MiB with 290.56 MiB free of 10.73 GiB"]),
-    "vllm_kv_max_len.log": ("kv-cache", "kv_cache", None, ["262,144-token", "17.17 GiB", "11.70 GiB", "178,000"]),
+    "torch21_oom.log": (
+        "oom",
+        "profiling",
+        0,
+        ["GPU 0 while profiling memory", "3.00 GiB with 1.66 GiB free of 23.65 GiB"],
+    ),
+    "torch20_oom.log": (
+        "oom",
+        "loading",
+        2,
+        ["GPU 2 during weight loading", "384.00 MiB with 290.56 MiB free of 10.73 GiB"],
+    ),
+    "vllm_kv_max_len.log": (
+        "kv-cache",
+        "kv_cache",
+        None,
+        ["262,144-token", "17.17 GiB", "11.70 GiB", "178,000"],
+    ),
     "sim_vllm_kv_max_len.log": ("kv-cache", "loaded", None, ["196,608-token", "170,881"]),
     "vllm_no_cache_blocks.log": ("kv-cache", "kv_cache", None, ["no GPU memory is left for the KV cache"]),
     "sim_vllm_no_cache_blocks.log": ("kv-cache", "loaded", None, ["no GPU memory is left for the KV cache"]),
     "sglang_not_enough_memory.log": ("kv-cache", "kv_cache", None, ["KV cache pool"]),
     "sim_sglang_not_enough_memory.log": ("kv-cache", "loaded", None, ["KV cache pool"]),
-    "vllm_free_memory.log": ("kv-cache", "starting", None, ["another process holds GPU memory", "40.12 of 94.97 GiB", "85.47 GiB"]),
+    "vllm_free_memory.log": (
+        "kv-cache",
+        "starting",
+        None,
+        ["another process holds GPU memory", "40.12 of 94.97 GiB", "85.47 GiB"],
+    ),
     "vllm_world_size.log": ("world-size", None, None, ["needs 16 GPUs but only 8"]),
-    "nccl_error.log": ("nccl", "starting", None, ["unhandled cuda error", "Cuda failure 1 'invalid argument'"]),
+    "nccl_error.log": (
+        "nccl",
+        "starting",
+        None,
+        ["unhandled cuda error", "Cuda failure 1 'invalid argument'"],
+    ),
     "port_in_use.log": ("port-in-use", "cuda_graphs", None, ["port 8000 on 0.0.0.0"]),
     "vllm_pp_unsupported.log": ("pp-unsupported", None, None, ["pipeline parallelism"]),
     "vllm_eplb.log": ("eplb", "loading", None, ["256 experts over 6 EP ranks"]),
-    "sim_vllm_unrecognized_args.log": ("unrecognized-args", None, None, ["vllm serve does not know --ep-size 2"]),
+    "sim_vllm_unrecognized_args.log": (
+        "unrecognized-args",
+        None,
+        None,
+        ["vllm serve does not know --ep-size 2"],
+    ),
     "vllm_engine_core_wrapper_only.log": ("engine-died", "loading", None, ["no root cause in the log tail"]),
 }
 
@@ -82,7 +119,9 @@ def test_the_simulator_prints_the_wrapper_first_and_the_cause_still_wins():
 
 def test_wrapper_only_points_at_the_last_error_line():
     found = diagnose(log("vllm_engine_core_wrapper_only.log"))
-    assert found.evidence.endswith("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    assert found.evidence.endswith(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    )
 
 
 def test_next_steps_follow_the_phase():
@@ -90,7 +129,10 @@ def test_next_steps_follow_the_phase():
     assert diagnose(log("torch21_oom.log")).next_step == NEXT_LESS_MEMORY
     assert "fp8" not in diagnose(log("vllm_fp8_block_tp8.log")).next_step
     assert "expert parallel" in diagnose(log("vllm_fp8_block_tp8.log")).next_step
-    assert diagnose(log("vllm_kv_max_len.log")).next_step == "set --max-model-len 178000 or less, or raise --gpu-memory-utilization"
+    assert (
+        diagnose(log("vllm_kv_max_len.log")).next_step
+        == "set --max-model-len 178000 or less, or raise --gpu-memory-utilization"
+    )
 
 
 def test_the_callers_phase_wins_over_the_log():
@@ -109,7 +151,10 @@ OOM = (
 def test_phase_read_from_milestones_without_a_traceback():
     loading = ["[2026-11-29 20:38:50 TP0] Load weight begin. avail mem=93.79 GB", OOM]
     assert diagnose(loading).phase == "loading"
-    loaded = loading[:1] + ["[2026-11-29 20:41:02 TP0] Load weight end. type=X, avail mem=40.04 GB, mem usage=53.75 GB.", OOM]
+    loaded = loading[:1] + [
+        "[2026-11-29 20:41:02 TP0] Load weight end. type=X, avail mem=40.04 GB, mem usage=53.75 GB.",
+        OOM,
+    ]
     found = diagnose(loaded)
     assert (found.phase, found.next_step) == ("loaded", NEXT_LESS_MEMORY)
     found = diagnose([OOM])
@@ -145,7 +190,11 @@ def test_weak_signals_lose_to_a_real_error_below_them():
             "fp8-block",
             ["input_size_per_partition 14784", "min_thread_k 128"],
         ),
-        ("RuntimeError: size_n = 5472 is not divisible by tile_n_size = 64", "fp8-block", ["size_n 5472", "tile_n_size 64"]),
+        (
+            "RuntimeError: size_n = 5472 is not divisible by tile_n_size = 64",
+            "fp8-block",
+            ["size_n 5472", "tile_n_size 64"],
+        ),
         (
             "ValueError: The input_size of down's weight = 96 is not divisible by weight quantization block_k = 128.",
             "fp8-block",
@@ -169,7 +218,11 @@ def test_weak_signals_lose_to_a_real_error_below_them():
             "nccl",
             ["ALLREDUCE timed out after 600 s"],
         ),
-        ("ValueError: enable_expert_parallel must be True to use EPLB.", "eplb", ["EPLB needs expert parallel"]),
+        (
+            "ValueError: enable_expert_parallel must be True to use EPLB.",
+            "eplb",
+            ["EPLB needs expert parallel"],
+        ),
         (
             "NotImplementedError: Pipeline parallelism is only supported for the following architectures: ['LlamaForCausalLM']",
             "pp-unsupported",
@@ -243,7 +296,10 @@ def test_exit_without_an_error_names_the_signal_and_the_phase():
     lines = log("sim_vllm_startup.log")[:11]  # killed while loading the shards
     found = diagnose_exit(lines, -9, None)
     assert found.kind == "exited" and found.phase == "loading"
-    assert found.cause == "the server was killed by SIGKILL (exit code -9) during weight loading and printed no error"
+    assert (
+        found.cause
+        == "the server was killed by SIGKILL (exit code -9) during weight loading and printed no error"
+    )
     assert "RAM" in found.next_step
     assert "SIGKILL" in diagnose_exit([], 137, "kv_cache").cause
     assert diagnose_exit([], 1, "kv_cache").cause == (
@@ -271,4 +327,7 @@ def test_exit_with_a_usage_error_shows_the_engines_last_error_line():
 
 def test_exit_of_its_own_without_an_error_word_shows_its_last_line():
     lines = ["INFO 11-30 10:00:00 starting", "cockpit.sim: model 'x/y' not found: give a config.json", ""]
-    assert diagnose_exit(lines, 2, None).cause == "the server exited with code 2: cockpit.sim: model 'x/y' not found: give a config.json"
+    assert (
+        diagnose_exit(lines, 2, None).cause
+        == "the server exited with code 2: cockpit.sim: model 'x/y' not found: give a config.json"
+    )

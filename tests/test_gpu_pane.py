@@ -19,7 +19,14 @@ BIG, SMALL = 4194304, 1234567  # Linux's largest pid, and another 7-digit one
 
 def held(index: int = 0, **readings) -> GpuSample:
     """A GPU held by two processes, the larger one listed second: the pane must name the larger."""
-    values = dict(memory_used=int(47.2 * GIB), memory_total=141 * GIB, power_w=312.0, power_limit_w=700.0, utilization=87.0, temperature_c=54.0)
+    values = dict(
+        memory_used=int(47.2 * GIB),
+        memory_total=141 * GIB,
+        power_w=312.0,
+        power_limit_w=700.0,
+        utilization=87.0,
+        temperature_c=54.0,
+    )
     values.update(readings)
     procs = (GpuProcess(SMALL, "vllm-worker", 2 * GIB), GpuProcess(BIG, "python3", int(45.2 * GIB)))
     return GpuSample(index=index, name="NVIDIA H200", processes=procs, time=0.0, **values)
@@ -32,7 +39,20 @@ def unreadable(index: int = 1) -> GpuSample:
 
 
 # Every number of a pane must be one of these: shown whole, its unit attached.
-WHOLE = {f"{BIG}", "45.2G", "80.0G", "+1", "47.2/141G", "312/700W", "54°C", "87%", "47/141G", "312W", "54°", "n/a"}
+WHOLE = {
+    f"{BIG}",
+    "45.2G",
+    "80.0G",
+    "+1",
+    "47.2/141G",
+    "312/700W",
+    "54°C",
+    "87%",
+    "47/141G",
+    "312W",
+    "54°",
+    "n/a",
+}
 NUMBER = re.compile(r"[+\d]|n/|/")  # how a number's token starts; names (tp4, python3) start with a letter
 INDEX = re.compile(r"(GPU)?\d[▶·]?")  # GPU0, 0▶: the pane's own index
 

@@ -56,7 +56,13 @@ def test_experiment_round_trip(journal):
     assert got.layout == "tp8 ep" and got.host == "box1" and got.profile == KIMI
     assert got.argv == ("python", "-m", "sglang.launch_server", "--tp-size", "8")
     assert got.gpus == tuple(range(8))
-    assert (got.outcome, got.ended, got.pid, got.port, got.log_path) == ("launching", None, 123, 30000, "/tmp/x.log")
+    assert (got.outcome, got.ended, got.pid, got.port, got.log_path) == (
+        "launching",
+        None,
+        123,
+        30000,
+        "/tmp/x.log",
+    )
     assert got.peak_memory == {}
     journal.update_experiment(exp, pid=456, log_path="/tmp/y.log")
     assert journal.experiment(exp).pid == 456
@@ -77,17 +83,34 @@ def test_default_host_and_unknown_column(journal):
 def test_point_round_trip_sorted_by_concurrency(journal):
     exp = launch(journal, "tp8")
     full = BenchPoint(
-        64, 693.1, requests=256, errors=1, duration_s=120.5, request_s=2.1, ttft_ms_p50=300.0,
-        ttft_ms_p90=450.0, ttft_ms_p99=900.0, tpot_ms_p50=80.0, itl_ms_p50=79.0, itl_ms_p90=95.0,
-        itl_ms_p99=130.0, e2e_ms_p50=8000.0, e2e_ms_p99=9500.0, input_len=1024, output_len=1024,
-        client_limited=True, extra={"note": "warm"},
+        64,
+        693.1,
+        requests=256,
+        errors=1,
+        duration_s=120.5,
+        request_s=2.1,
+        ttft_ms_p50=300.0,
+        ttft_ms_p90=450.0,
+        ttft_ms_p99=900.0,
+        tpot_ms_p50=80.0,
+        itl_ms_p50=79.0,
+        itl_ms_p90=95.0,
+        itl_ms_p99=130.0,
+        e2e_ms_p50=8000.0,
+        e2e_ms_p99=9500.0,
+        input_len=1024,
+        output_len=1024,
+        client_limited=True,
+        extra={"note": "warm"},
     )
     pid = journal.add_point(exp, full)
     journal.add_point(exp, BenchPoint(1, 26.3))
     one, sixty_four = journal.points(exp)
     assert one.concurrency == 1 and one.ttft_ms_p50 is None and one.client_limited is False
     assert sixty_four.id == pid and sixty_four.experiment_id == exp and sixty_four.created > 0
-    assert sixty_four == BenchPoint(**{**full.__dict__, "id": pid, "experiment_id": exp, "created": sixty_four.created})
+    assert sixty_four == BenchPoint(
+        **{**full.__dict__, "id": pid, "experiment_id": exp, "created": sixty_four.created}
+    )
 
 
 def test_outcome_with_diagnosis(journal):
@@ -96,7 +119,10 @@ def test_outcome_with_diagnosis(journal):
     journal.set_outcome(exp, "failed", diagnosis=oom, load_seconds=280.0)
     got = journal.experiment(exp)
     assert (got.outcome, got.diagnosis_kind, got.diagnosis, got.next_step) == (
-        "failed", "oom", "CUDA out of memory on GPU 2 after loading", "try tp8 ep8",
+        "failed",
+        "oom",
+        "CUDA out of memory on GPU 2 after loading",
+        "try tp8 ep8",
     )
     assert got.load_seconds == 280.0 and got.ended >= got.started
 
@@ -208,7 +234,9 @@ def test_latest_benchmarked_experiment_wins_and_failures_show(journal):
     newer = served(journal, "tp8", {1: 26.3, 32: 577.8})
     launch(journal, "tp8")  # relaunched, not benchmarked yet: the numbers stay
     failed = launch(journal, "tp4 ep2")
-    journal.set_outcome(failed, "failed", diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2", "try tp8"))
+    journal.set_outcome(
+        failed, "failed", diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2", "try tp8")
+    )
     launch(journal, "other", profile="minimax-m2.5")
 
     comp = comparison(journal, KIMI)
@@ -244,10 +272,19 @@ def test_csv_and_json_shapes(journal):
     rows = list(csv.DictReader(io.StringIO(format_comparison(comp, "csv"))))
     assert len(rows) == 3 * 4 + 1
     first = rows[0]
-    assert (first["layout"], first["engine"], first["concurrency"], first["output_tok_s"]) == ("tp8", "sglang", "1", "26.3")
+    assert (first["layout"], first["engine"], first["concurrency"], first["output_tok_s"]) == (
+        "tp8",
+        "sglang",
+        "1",
+        "26.3",
+    )
     assert {"ttft_ms_p50", "itl_ms_p99", "e2e_ms_p99", "client_limited", "best", "experiment"} <= set(first)
     assert first["client_limited"] == "0" and rows[1]["best"] == "1"
-    assert rows[-1]["outcome"] == "failed" and rows[-1]["diagnosis"] == "NCCL timeout" and rows[-1]["concurrency"] == ""
+    assert (
+        rows[-1]["outcome"] == "failed"
+        and rows[-1]["diagnosis"] == "NCCL timeout"
+        and rows[-1]["concurrency"] == ""
+    )
 
     records = json.loads(format_comparison(comp, "json"))
     assert len(records) == 13
@@ -269,7 +306,9 @@ def test_empty_journal_prints_a_hint(journal):
     assert json.loads(format_comparison(comparison(journal), "json")) == []
 
 
-@pytest.mark.parametrize("value, text", [(26.3, "26.3"), (577.8, "577.8"), (999.94, "999.9"), (3982.4, "3,982")])
+@pytest.mark.parametrize(
+    "value, text", [(26.3, "26.3"), (577.8, "577.8"), (999.94, "999.9"), (3982.4, "3,982")]
+)
 def test_tok_s_numbers(value, text):
     assert format_tok_s(value) == text
 
@@ -286,7 +325,9 @@ def test_a_failure_a_later_launch_of_the_same_layout_got_past_is_not_shown(journ
 # -- failed levels never hide good numbers -----------------------------------------------------------
 
 
-def failed_point(c: int, error: str = "8 of 8 requests failed: cannot connect: Connection refused") -> BenchPoint:
+def failed_point(
+    c: int, error: str = "8 of 8 requests failed: cannot connect: Connection refused"
+) -> BenchPoint:
     return BenchPoint(c, 0.0, errors=8, failed=True, error=error)
 
 
@@ -308,7 +349,8 @@ def test_a_failed_rerun_keeps_the_earlier_good_measurement(journal):
     assert row.experiment == good and row.failed == {}
     assert {c: p.output_tok_s for c, p in row.cells.items()} == {1: 26.3, 32: 577.8}
     assert format_comparison(comparison(journal, KIMI), "markdown").splitlines()[-1] == (
-        "| tp8 | 26.3 | 577.8 | 577.8 (C=32) |")
+        "| tp8 | 26.3 | 577.8 | 577.8 (C=32) |"
+    )
 
 
 def test_a_good_level_of_an_older_run_fills_a_level_the_newer_run_failed(journal):
@@ -329,12 +371,25 @@ def test_a_level_with_only_failed_points_shows_failed_with_its_reason_not_zero(j
     assert comp.levels == [1, 64] and 64 not in tp8.cells and tp8.failed[64].error == "no token came back"
     assert comp.best == {1: "pp8"}  # at C=64 only pp8 has a number: nothing to beat
     assert format_comparison(comp, "markdown").splitlines()[2] == "| tp8 | 26.3 | failed | 26.3 (C=1) |"
-    assert format_comparison(comp, "table").splitlines()[2].split() == ["tp8", "26.3", "failed", "26.3", "at", "C=1"]
-    record = next(r for r in json.loads(format_comparison(comp, "json")) if r["layout"] == "tp8" and r["concurrency"] == 64)
+    assert format_comparison(comp, "table").splitlines()[2].split() == [
+        "tp8",
+        "26.3",
+        "failed",
+        "26.3",
+        "at",
+        "C=1",
+    ]
+    record = next(
+        r
+        for r in json.loads(format_comparison(comp, "json"))
+        if r["layout"] == "tp8" and r["concurrency"] == 64
+    )
     assert record["failed"] is True and record["error"] == "no token came back" and record["best"] is False
     rows = list(csv.DictReader(io.StringIO(format_comparison(comp, "csv"))))
     assert [(r["concurrency"], r["failed"], r["error"]) for r in rows if r["layout"] == "tp8"] == [
-        ("1", "0", ""), ("64", "1", "no token came back")]
+        ("1", "0", ""),
+        ("64", "1", "no token came back"),
+    ]
 
 
 def test_a_layout_whose_every_level_failed_is_a_failed_row_with_the_reason(journal):
@@ -344,7 +399,10 @@ def test_a_layout_whose_every_level_failed_is_a_failed_row_with_the_reason(journ
     [row] = comparison(journal, KIMI).rows
     assert row.peak is None and row.cells == {} and set(row.failed) == {1}
     assert row.diagnosis == "benchmark at C=1: 8 of 8 requests failed: cannot connect: Connection refused"
-    assert format_comparison(comparison(journal, KIMI), "table").splitlines()[-1] == f"tp8     failed: {row.diagnosis}"
+    assert (
+        format_comparison(comparison(journal, KIMI), "table").splitlines()[-1]
+        == f"tp8     failed: {row.diagnosis}"
+    )
     [record] = json.loads(format_comparison(comparison(journal, KIMI), "json"))
     assert record["failed"] is True and record["concurrency"] == 1
 
@@ -357,7 +415,9 @@ def test_notes_are_appended_one_line_each(journal):
     assert journal.experiment(exp).note is None
     journal.add_note(exp, "cockpit got SIGHUP; the server keeps running")
     journal.add_note(exp, "re-attached\nby pid 42")
-    assert journal.experiment(exp).note == "cockpit got SIGHUP; the server keeps running\nre-attached by pid 42"
+    assert (
+        journal.experiment(exp).note == "cockpit got SIGHUP; the server keeps running\nre-attached by pid 42"
+    )
     with pytest.raises(ValueError, match="no experiment 999"):
         journal.add_note(999, "x")
 
@@ -372,15 +432,23 @@ def test_a_journal_of_the_first_schema_is_migrated_keeping_its_rows(tmp_path):
     db.executescript(_MIGRATIONS[0])
     db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
     db.execute("INSERT INTO schema_version VALUES (1)")
-    db.execute("INSERT INTO experiments (started, host, profile, model, engine, layout) VALUES (1, 'h', 'p', 'm', 'vllm', 'tp8')")
-    db.execute("INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s) VALUES (1, 2, 32, 577.8)")
-    db.execute("INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s, requests, errors) VALUES (1, 3, 64, 3.0, 1, 9)")
+    db.execute(
+        "INSERT INTO experiments (started, host, profile, model, engine, layout) VALUES (1, 'h', 'p', 'm', 'vllm', 'tp8')"
+    )
+    db.execute(
+        "INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s) VALUES (1, 2, 32, 577.8)"
+    )
+    db.execute(
+        "INSERT INTO bench_points (experiment_id, created, concurrency, output_tok_s, requests, errors) VALUES (1, 3, 64, 3.0, 1, 9)"
+    )
     db.close()
     with Journal(path) as journal:
         assert journal.experiment(1).note is None
         point, mostly_failed = journal.points(1)
         assert (point.output_tok_s, point.failed, point.error) == (577.8, False, None)
-        assert mostly_failed.failed and "most requests failed" in mostly_failed.error  # marked as it would be now
+        assert (
+            mostly_failed.failed and "most requests failed" in mostly_failed.error
+        )  # marked as it would be now
         journal.add_note(1, "migrated")
     version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0]
     assert version == SCHEMA_VERSION >= 2
@@ -438,7 +506,9 @@ def test_a_journal_cockpit_creates_is_private(tmp_path):
     shared.chmod(0o755)
     with Journal(shared / "journal.sqlite"):
         pass
-    assert mode(shared) == 0o755 and mode(shared / "journal.sqlite") == 0o600  # a folder it found is left alone
+    assert (
+        mode(shared) == 0o755 and mode(shared / "journal.sqlite") == 0o600
+    )  # a folder it found is left alone
 
 
 def unchanged(path):
@@ -482,7 +552,13 @@ def test_an_empty_file_becomes_a_journal(tmp_path):
         assert len(journal.experiments()) == 1
 
 
-DROP_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps=-all", "--"]
+DROP_OVERRIDE = [
+    "setpriv",
+    "--bounding-set",
+    "-dac_override,-dac_read_search,-fowner",
+    "--inh-caps=-all",
+    "--",
+]
 
 
 def as_user(code: str) -> subprocess.CompletedProcess:
@@ -515,7 +591,10 @@ def test_a_read_only_journal_is_read_but_not_written(tmp_path, locked):
     locked += [path.parent, path]
 
     env = f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}; "
-    read = as_user(env + f"from cockpit.cli import main; raise SystemExit(main(['results', '--profile', {KIMI!r}, '--format', 'json']))")
+    read = as_user(
+        env
+        + f"from cockpit.cli import main; raise SystemExit(main(['results', '--profile', {KIMI!r}, '--format', 'json']))"
+    )
     assert read.returncode == 0, read.stderr
     assert [r["output_tok_s"] for r in json.loads(read.stdout)] == [26.3, 577.8]
 
@@ -539,8 +618,10 @@ def test_an_unwritable_data_folder_is_one_line(tmp_path, locked):
     folder.chmod(0o555)
     locked.append(folder)
     for path in (folder / "journal.sqlite", folder / "cockpit" / "journal.sqlite"):
-        result = as_user(f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}\n"
-                         "from cockpit.cli import main; raise SystemExit(main(['results']))")
+        result = as_user(
+            f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}\n"
+            "from cockpit.cli import main; raise SystemExit(main(['results']))"
+        )
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Permission denied" in lines[0] and "COCKPIT_JOURNAL" in lines[0], lines

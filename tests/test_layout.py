@@ -165,9 +165,7 @@ def test_order_is_by_gpus_then_tp() -> None:
 
 
 def test_deterministic() -> None:
-    assert enumerate_layouts(8, moe=True, engine="vllm") == enumerate_layouts(
-        8, moe=True, engine="vllm"
-    )
+    assert enumerate_layouts(8, moe=True, engine="vllm") == enumerate_layouts(8, moe=True, engine="vllm")
 
 
 def test_small_boxes() -> None:

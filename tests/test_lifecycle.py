@@ -18,13 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from simproc import free_port
+from test_run import read_until
 
 from cockpit.headless import stop_servers
 from cockpit.journal import Journal
 from cockpit.profile import find_profile
 from cockpit.runner.registry import Registry
-from simproc import free_port
-from test_run import read_until
 
 SIM_MARK = "cockpit.sim"
 
@@ -64,7 +64,11 @@ class Box:
 
     def cockpit(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=timeout, env=self.env
+            [sys.executable, "-m", "cockpit.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
         )
 
     def engines(self) -> set[int]:
@@ -143,7 +147,10 @@ def _interrupt_trial(root: Path, sig: signal.Signals, offset_ms: float) -> tuple
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and run.poll() is None:
         try:
-            if any(name.startswith("pending-") or name.endswith(".json") or name == ".launch.lock" for name in os.listdir(folder)):
+            if any(
+                name.startswith("pending-") or name.endswith(".json") or name == ".launch.lock"
+                for name in os.listdir(folder)
+            ):
                 break
         except FileNotFoundError:
             pass
@@ -159,11 +166,21 @@ def _interrupt_trial(root: Path, sig: signal.Signals, offset_ms: float) -> tuple
     return left, listed, out + err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"]
+)
 def test_interrupts_around_the_spawn_leave_no_engine_unlisted(tmp_path, sig):
     with ThreadPoolExecutor(max_workers=3) as pool:
-        trials = list(pool.map(lambda i: _interrupt_trial(tmp_path / f"t{i}", sig, OFFSETS_MS[i]), range(len(OFFSETS_MS))))
-    unlisted = [(offset, left - listed, out) for offset, (left, listed, out) in zip(OFFSETS_MS, trials) if left - listed]
+        trials = list(
+            pool.map(
+                lambda i: _interrupt_trial(tmp_path / f"t{i}", sig, OFFSETS_MS[i]), range(len(OFFSETS_MS))
+            )
+        )
+    unlisted = [
+        (offset, left - listed, out)
+        for offset, (left, listed, out) in zip(OFFSETS_MS, trials)
+        if left - listed
+    ]
     assert not unlisted, unlisted
     if sig != signal.SIGKILL:  # Ctrl-C and SIGTERM stop what was started, at any instant
         leftovers = [(offset, left, out) for offset, (left, _, out) in zip(OFFSETS_MS, trials) if left]
@@ -241,7 +258,10 @@ def test_sighup_leaves_the_server_running_listed_and_stoppable(tmp_path):
 
 def test_two_simultaneous_launches_get_disjoint_gpus_and_a_third_is_told_who_holds_them(tmp_path):
     box = Box(tmp_path, scale=0.05)  # both still loading when the third asks
-    runs = [box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet") for _ in range(2)]
+    runs = [
+        box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
+        for _ in range(2)
+    ]
     entries = _wait_for(lambda: len(box.registry.live()) == 2 and box.registry.live())
     first, second = (set(e.gpus) for e in entries)
     assert len(first) == len(second) == 4 and not first & second
@@ -372,7 +392,9 @@ def test_a_stop_cancels_a_launch_still_waiting_for_the_launch_lock(in_process):
         since = launcher.cancels
         events: list = []
         with in_process.box.registry.launch_lock():  # another cockpit is launching
-            waiting = threading.Thread(target=lambda: events.extend(launcher.run(parse_layout("tp4"), since=since)))
+            waiting = threading.Thread(
+                target=lambda: events.extend(launcher.run(parse_layout("tp4"), since=since))
+            )
             waiting.start()
             time.sleep(0.3)
             launcher.cancel_launches()  # the person pressed stop meanwhile
@@ -406,8 +428,21 @@ def test_a_hang_up_already_ignored_stays_ignored(tmp_path):
     """Under nohup the run goes on to its end: the server is stopped as usual, exit 0."""
     box = Box(tmp_path, scale=50)
     run = subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", "run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=box.env,
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "run",
+            "try tp4",
+            "--profile",
+            _profile(tmp_path, free_port()),
+            "--sim",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=box.env,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     read_until(run, "launching")
@@ -421,7 +456,9 @@ def test_a_hang_up_already_ignored_stays_ignored(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "server", [{"args": ["--max-model-len", "32768", "--api-key", "k3y-one"]}, {"env": {"VLLM_API_KEY": "k3y-two"}}], ids=["--api-key", "VLLM_API_KEY"]
+    "server",
+    [{"args": ["--max-model-len", "32768", "--api-key", "k3y-one"]}, {"env": {"VLLM_API_KEY": "k3y-two"}}],
+    ids=["--api-key", "VLLM_API_KEY"],
 )
 def test_a_server_with_an_api_key_becomes_ready_and_is_benchmarked_with_it(tmp_path, server):
     box = Box(tmp_path, scale=50)
@@ -429,7 +466,18 @@ def test_a_server_with_an_api_key_becomes_ready_and_is_benchmarked_with_it(tmp_p
     data["server"].update(server)
     profile = tmp_path / "keyed.yaml"
     profile.write_text(yaml.safe_dump(data))
-    run = box.cockpit("run", "try tp4", "--profile", str(profile), "--sim", "--quiet", "--bench", "c=2 n=4 in=64 out=16", "--startup-timeout", "60")
+    run = box.cockpit(
+        "run",
+        "try tp4",
+        "--profile",
+        str(profile),
+        "--sim",
+        "--quiet",
+        "--bench",
+        "c=2 n=4 in=64 out=16",
+        "--startup-timeout",
+        "60",
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ready     http://127.0.0.1:" in run.stdout
     assert "C=2" in run.stdout and "errors 0" in run.stdout, run.stdout

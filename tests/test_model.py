@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import MODELS
 
 from cockpit.errors import CockpitError
 from cockpit.model import (
@@ -21,8 +22,6 @@ from cockpit.model import (
     parse_config,
     read_config,
 )
-
-from conftest import MODELS
 
 GB = 1e9
 
@@ -139,8 +138,15 @@ def test_json_that_is_not_an_object(tmp_path):
 def test_unsupported_quantization_is_named():
     with pytest.raises(CockpitError, match="quantization 'awq'"):
         parse_config(
-            {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-             "vocab_size": 100, "intermediate_size": 128, "quantization_config": {"quant_method": "awq"}}
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 100,
+                "intermediate_size": 128,
+                "quantization_config": {"quant_method": "awq"},
+            }
         )
 
 
@@ -172,7 +178,10 @@ def test_cached_config_wins_over_the_bundle(tmp_path):
     snapshot = tmp_path / "hub" / "models--MiniMaxAI--MiniMax-M2.5" / "snapshots" / "x"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text((MODELS / "deepseek-v3.json").read_text())
-    assert find_config("MiniMaxAI/MiniMax-M2.5", {"HF_HUB_CACHE": str(tmp_path / "hub")}) == snapshot / "config.json"
+    assert (
+        find_config("MiniMaxAI/MiniMax-M2.5", {"HF_HUB_CACHE": str(tmp_path / "hub")})
+        == snapshot / "config.json"
+    )
 
 
 def test_not_found_lists_what_would_work(tmp_path):
@@ -199,16 +208,28 @@ def test_unreadable_config_is_one_line(tmp_path):
 def test_compressed_tensors_without_weights_is_named():
     with pytest.raises(CockpitError, match="no config_groups weights"):
         parse_config(
-            {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-             "vocab_size": 100, "intermediate_size": 128,
-             "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {}}}
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 100,
+                "intermediate_size": 128,
+                "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {}},
+            }
         )
 
 
 # --- Absurd values: one line that names the file, the key and the value -----------------------
 
-_LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-          "vocab_size": 100, "intermediate_size": 128}
+_LLAMA = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "vocab_size": 100,
+    "intermediate_size": 128,
+}
 
 
 @pytest.mark.parametrize(
@@ -223,17 +244,46 @@ _LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num
         ({"hidden_size": -64}, ["hidden_size"]),
         ({"num_attention_heads": 0}, ["num_attention_heads"]),
         ({"num_key_value_heads": 8}, ["num_key_value_heads (8) is more than num_attention_heads (4)"]),
-        ({"hidden_size": 2, "num_attention_heads": 4, "num_key_value_heads": 4}, ["hidden_size (2) is smaller"]),
+        (
+            {"hidden_size": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
+            ["hidden_size (2) is smaller"],
+        ),
         ({"vocab_size": 0}, ["vocab_size"]),
         ({"intermediate_size": [128]}, ["intermediate_size", "[128]"]),
         ({"max_position_embeddings": -1}, ["max_position_embeddings"]),
-        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}}, ["weight_block_size"]),
-        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, "x"]}}, ["weight_block_size"]),
-        ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": 5}}, ["modules_to_not_convert"]),
-        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 0}}, ["group_size"]),
-        ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}}, ["config_groups"]),
-        ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": 4}}}}, ["weights"]),
-        ({"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:("]}}, ["wrong type or size"]),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 0]}},
+            ["weight_block_size"],
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, "x"]}},
+            ["weight_block_size"],
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": 5}},
+            ["modules_to_not_convert"],
+        ),
+        (
+            {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 0}},
+            ["group_size"],
+        ),
+        (
+            {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}},
+            ["config_groups"],
+        ),
+        (
+            {
+                "quantization_config": {
+                    "quant_method": "compressed-tensors",
+                    "config_groups": {"g": {"weights": 4}},
+                }
+            },
+            ["weights"],
+        ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:("]}},
+            ["wrong type or size"],
+        ),
         ({"architectures": 5}, None),  # an odd spelling of a name only: still plans
     ],
 )

@@ -111,12 +111,20 @@ def test_profile_calibration_moves_the_prediction():
 
 
 def test_plan_json_carries_predicted_tok_s():
+    import contextlib
+    import io
+    import json
+
     from cockpit.cli import main
-    import io, json, contextlib
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--concurrency", "1,32,64", "--json"]) == 0
+        assert (
+            main(
+                ["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--concurrency", "1,32,64", "--json"]
+            )
+            == 0
+        )
     data = json.loads(out.getvalue())[0]
     assert set(data["predicted_tok_s"]) == {"1", "32", "64"} and data["predicted_tok_s"]["1"] > 50
 
@@ -149,7 +157,9 @@ def test_max_running_zero_keeps_the_engine_default():
 
 def test_an_added_overhead_may_be_zero_a_share_may_not():
     """0 ms of scheduler time means "none"; a bandwidth share of 0 would divide by zero."""
-    calibration = Calibration().overridden({"t_layer_us": 0, "t_sched_ms": 0, "alpha_p2p_us": 0, "t_floor_ms": {"tp8": 0}})
+    calibration = Calibration().overridden(
+        {"t_layer_us": 0, "t_sched_ms": 0, "alpha_p2p_us": 0, "t_floor_ms": {"tp8": 0}}
+    )
     assert (calibration.t_layer_us, calibration.t_sched_ms, calibration.alpha_p2p_us) == (0, 0, 0)
     for share in ("eta_bw", "bw_p2p_gbs", "skew"):
         with pytest.raises(CockpitError, match=f"'{share}' must be above 0"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import MODELS
 
 from cockpit.engines import get_engine, parse_server_args
 from cockpit.engines.base import stage_layers
@@ -10,8 +11,6 @@ from cockpit.errors import CockpitError
 from cockpit.hardware import hardware
 from cockpit.model import load_model, read_config
 from cockpit.planner import FAILS, FITS, TIGHT, Setup, nearest_fitting, plan_all, plan_layout
-
-from conftest import MODELS
 
 
 def reason(verdict, rule):
@@ -67,9 +66,18 @@ def test_minimax_tp8_ep_fits_with_whole_experts(minimax_vllm):
 def test_vllm_argv_is_the_real_command(minimax_vllm):
     v = plan_layout(minimax_vllm, "tp4 dp2 ep")
     assert list(v.argv) == [
-        "vllm", "serve", "MiniMaxAI/MiniMax-M2.5",
-        "--tensor-parallel-size", "4", "--data-parallel-size", "2", "--enable-expert-parallel",
-        "--host", "127.0.0.1", "--port", "8000",
+        "vllm",
+        "serve",
+        "MiniMaxAI/MiniMax-M2.5",
+        "--tensor-parallel-size",
+        "4",
+        "--data-parallel-size",
+        "2",
+        "--enable-expert-parallel",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
     ]
     assert v.placement.moe_ep == 8 and v.placement.attn_replicas == 2
 
@@ -121,9 +129,22 @@ def test_kimi_tp4_ep2_runs_on_four_gpus_and_ooms(kimi_sglang):
 def test_sglang_argv(kimi_sglang):
     v = plan_layout(kimi_sglang, "tp8 dp8 dpa ep8")
     assert list(v.argv) == [
-        "python", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.6",
-        "--tp-size", "8", "--ep-size", "8", "--dp-size", "8", "--enable-dp-attention",
-        "--host", "127.0.0.1", "--port", "8000",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "moonshotai/Kimi-K2.6",
+        "--tp-size",
+        "8",
+        "--ep-size",
+        "8",
+        "--dp-size",
+        "8",
+        "--enable-dp-attention",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
     ]
     assert v.placement.attn_tp == 1 and v.placement.attn_replicas == 8
 
@@ -167,12 +188,16 @@ def test_heads_rule_has_vllms_text(seed_box):
 def test_expert_parallel_on_a_dense_model(seed_box):
     model = load_model("llama-3.1-70b", env={})
     v = plan_layout(Setup(model, seed_box, get_engine("vllm")), "tp8 ep")
-    assert reason(v, "ep-needs-experts").message.startswith("Number of experts in the model must be greater than 0")
+    assert reason(v, "ep-needs-experts").message.startswith(
+        "Number of experts in the model must be greater than 0"
+    )
 
 
 def test_more_gpus_than_the_box_has(minimax, seed_box):
     v = plan_layout(Setup(minimax, seed_box, get_engine("vllm")), "tp8 dp2 ep")
-    assert reason(v, "gpus-available").message.startswith("World size (16) is larger than the number of available GPUs (8)")
+    assert reason(v, "gpus-available").message.startswith(
+        "World size (16) is larger than the number of available GPUs (8)"
+    )
     v = plan_layout(Setup(minimax, seed_box, get_engine("sglang")), "tp16")
     assert reason(v, "gpus-available").message == "RuntimeError: CUDA error: invalid device ordinal"
 
@@ -183,9 +208,10 @@ def test_block_fp8_dense_and_shared_linears(seed_box):
     setup = Setup(model, hardware("h200", 32), get_engine("vllm"))
     v = plan_layout(setup, "tp32 ep")
     assert any(r.rule == "fp8-block-linear" and "shared experts" in r.detail for r in v.reasons)
-    assert "ValueError: Weight input_size_per_partition = 64 is not divisible by weight quantization block_k = 128." in [
-        r.message for r in v.reasons
-    ]
+    assert (
+        "ValueError: Weight input_size_per_partition = 64 is not divisible by weight quantization block_k = 128."
+        in [r.message for r in v.reasons]
+    )
     assert not any(r.rule.startswith("fp8") for r in plan_layout(setup, "tp8 ep").reasons)
 
 
@@ -199,7 +225,10 @@ def test_block_fp8_down_projection_rule(seed_box):
 
 def test_eplb_rules(minimax, seed_box):
     setup = Setup(minimax, seed_box, get_engine("vllm"), server_args=("--enable-eplb",))
-    assert reason(plan_layout(setup, "tp4"), "eplb").message == "enable_expert_parallel must be True to use EPLB."
+    assert (
+        reason(plan_layout(setup, "tp4"), "eplb").message
+        == "enable_expert_parallel must be True to use EPLB."
+    )
     assert plan_layout(setup, "tp8 ep").verdict == FITS  # 256 experts / 8
     v = plan_layout(setup, "tp6 ep")
     assert "Got 256 experts and 6 EP ranks." in reason(v, "eplb").message
@@ -210,7 +239,9 @@ def test_kv_cache_below_one_max_length_request_fails_with_vllms_words(kimi, seed
     setup = Setup(kimi, seed_box, get_engine("vllm"))
     v = plan_layout(setup, "tp8 ep")
     r = reason(v, "kv-max-len")
-    assert r.message.startswith("ValueError: To serve at least one request with the model's max seq len (262144)")
+    assert r.message.startswith(
+        "ValueError: To serve at least one request with the model's max seq len (262144)"
+    )
     assert "Try increasing `gpu_memory_utilization` or decreasing `max_model_len`" in r.message
     assert "--max-model-len" in r.detail
     fixed = Setup(kimi, seed_box, get_engine("vllm"), server_args=("--max-model-len", "32768"))
@@ -220,7 +251,9 @@ def test_kv_cache_below_one_max_length_request_fails_with_vllms_words(kimi, seed
 def test_no_kv_memory_left(kimi, seed_box):
     setup = Setup(kimi, seed_box, get_engine("vllm"), server_args=("--gpu-memory-utilization=0.75",))
     v = plan_layout(setup, "tp8 ep")
-    assert reason(v, "no-kv-memory").message.startswith("ValueError: No available memory for the cache blocks.")
+    assert reason(v, "no-kv-memory").message.startswith(
+        "ValueError: No available memory for the cache blocks."
+    )
 
 
 def test_thin_kv_budget_is_tight(kimi, seed_box):
@@ -272,7 +305,16 @@ def test_nearest_fitting_layouts(minimax_vllm):
 
 def test_verdict_json_has_the_promised_keys(minimax_vllm):
     data = plan_layout(minimax_vllm, "tp8").to_json()
-    for key in ("layout", "engine", "argv", "gpus_used", "verdict", "reasons", "weights_gib_per_gpu", "kv_tokens"):
+    for key in (
+        "layout",
+        "engine",
+        "argv",
+        "gpus_used",
+        "verdict",
+        "reasons",
+        "weights_gib_per_gpu",
+        "kv_tokens",
+    ):
         assert key in data
     assert data["reasons"][0]["rule"] == "fp8-block-gate-up"
     assert set(data["reasons"][0]) >= {"rule", "message"}
@@ -303,4 +345,6 @@ def test_server_arguments_the_engine_would_refuse(args, words):
 def test_server_arguments_at_their_limits():
     assert parse_server_args(["--gpu-memory-utilization", "1"]).gpu_memory_utilization == 1.0
     assert parse_server_args(["--mem-fraction-static=0.85"]).mem_fraction_static == 0.85
-    assert parse_server_args(["--chunked-prefill-size", "-1"]).max_num_batched_tokens == 8192  # -1: off in SGLang
+    assert (
+        parse_server_args(["--chunked-prefill-size", "-1"]).max_num_batched_tokens == 8192
+    )  # -1: off in SGLang

@@ -28,7 +28,9 @@ def test_kimi_profile_is_sglang_on_the_seed_box():
 def test_user_profiles_come_from_the_config_folder(tmp_path):
     folder = tmp_path / "config" / "cockpit" / "profiles"
     folder.mkdir(parents=True)
-    (folder / "mine.yaml").write_text("model: qwen3-30b-a3b-fp8\nengine: sglang\nhardware: {gpu: h100, count: 2}\n")
+    (folder / "mine.yaml").write_text(
+        "model: qwen3-30b-a3b-fp8\nengine: sglang\nhardware: {gpu: h100, count: 2}\n"
+    )
     setup, profile = build_setup(SetupOverrides(profile="mine"))
     assert profile.engine == "sglang" and setup.hardware.count == 2 and "mine" in profile_names()
 
@@ -86,7 +88,10 @@ _BASE = "model: qwen3-30b-a3b-fp8\n"
         ("server: {command: [12, serve]}\n", "server.command[0]"),
         ("server: {args: {a: 1}}\n", "server.args must be a list"),
         ("server: {args: [--enforce-eager, no]}\n", "server.args[1]"),
-        ("server: {args: [--gpu-memory-utilization, 1.5]}\n", "--gpu-memory-utilization must be above 0 and at most 1"),
+        (
+            "server: {args: [--gpu-memory-utilization, 1.5]}\n",
+            "--gpu-memory-utilization must be above 0 and at most 1",
+        ),
         ("server: {args: [--gpu-memory-utilization=0]}\n", "--gpu-memory-utilization must be above 0"),
         ("server: {args: [--mem-fraction-static, '1.2']}\n", "--mem-fraction-static"),
         ("server: {env: [A=1]}\n", "server.env must be a mapping"),
@@ -175,5 +180,10 @@ def test_absurd_overrides_name_the_option():
 
 def test_numbers_yaml_reads_where_text_is_meant_are_taken_as_text():
     """`OMP_NUM_THREADS: 8` and `port: "8000"` mean what they say; only booleans are a trap."""
-    profile = parse_profile({"model": "qwen3-30b-a3b-fp8", "server": {"port": "8000", "env": {"OMP_NUM_THREADS": 8, "NCCL_P2P_LEVEL": 1.5}}})
+    profile = parse_profile(
+        {
+            "model": "qwen3-30b-a3b-fp8",
+            "server": {"port": "8000", "env": {"OMP_NUM_THREADS": 8, "NCCL_P2P_LEVEL": 1.5}},
+        }
+    )
     assert profile.port == 8000 and profile.env == {"OMP_NUM_THREADS": "8", "NCCL_P2P_LEVEL": "1.5"}

@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["cockpit.model", "cockpit.hardware", "cockpit.layout", "cockpit.engines", "cockpit.planner", "cockpit.perfmodel"]
+CORE = [
+    "cockpit.model",
+    "cockpit.hardware",
+    "cockpit.layout",
+    "cockpit.engines",
+    "cockpit.planner",
+    "cockpit.perfmodel",
+]
 
 
 def test_core_imports_no_textual_and_no_httpx():

@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"
+    test_command = (
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"
+    )
     assert test_command in readme and test_command in ci
     assert "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/cockpit\n" in readme
 
@@ -22,7 +24,6 @@ def test_every_package_is_installed():
     block = re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
     listed = set(re.findall(r'"([\w.]+)"', block))
     found = {
-        ".".join(path.parent.relative_to(ROOT).parts)
-        for path in (ROOT / "cockpit").rglob("__init__.py")
+        ".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "cockpit").rglob("__init__.py")
     }
     assert found <= listed, found - listed

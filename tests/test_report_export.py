@@ -35,19 +35,34 @@ def journal_results(profile: str = "minimax-m2.5", input_len: int = 1024) -> Non
     with Journal() as journal:
         for layout, levels in RESULTS.items():
             exp = journal.start_experiment(
-                profile=profile, model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout=layout, argv=[],
+                profile=profile,
+                model="MiniMaxAI/MiniMax-M2.5",
+                engine="vllm",
+                layout=layout,
+                argv=[],
                 gpus=list(range(8 if layout == "tp8 ep" else 4)),
             )
             journal.set_outcome(exp, "ready")
             for c, tok_s in levels.items():
                 point = BenchPoint(
-                    c, tok_s, requests=8, created=CLOCK, input_len=input_len, output_len=256,
-                    ttft_ms_p50=41.5 + c, ttft_ms_p99=1234.0, itl_ms_p50=11.25,
+                    c,
+                    tok_s,
+                    requests=8,
+                    created=CLOCK,
+                    input_len=input_len,
+                    output_len=256,
+                    ttft_ms_p50=41.5 + c,
+                    ttft_ms_p99=1234.0,
+                    itl_ms_p50=11.25,
                     itl_ms_p99=None if c == 64 else 25.0,
                 )
                 journal.add_point(exp, point)
-        failed = journal.start_experiment(profile=profile, model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout="tp8", argv=[])
-        journal.set_outcome(failed, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of block_n 128"))
+        failed = journal.start_experiment(
+            profile=profile, model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout="tp8", argv=[]
+        )
+        journal.set_outcome(
+            failed, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of block_n 128")
+        )
 
 
 def minimax_comparison():
@@ -78,14 +93,20 @@ def test_markdown_report_has_title_context_and_latency(minimax_vllm):
     assert "| Layout | C | tok/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 |" in lines
     assert "| tp4 | 32 | 655.0 | 73.5 | 1,234 | 11.2 | 25.0 |" in lines
     assert "| tp8 ep | 64 | 1,513 | 105.5 | 1,234 | 11.2 | - |" in lines  # p99 not measured
-    assert not any(line.startswith("| tp8 |") for line in lines[lines.index("### Latency (ms)"):])
+    assert not any(line.startswith("| tp8 |") for line in lines[lines.index("### Latency (ms)") :])
 
 
 def test_report_lists_differing_lengths_and_leaves_out_what_is_unknown():
     journal_results()
     comp = minimax_comparison()
-    context = ReportContext(model="/models/Foo-7B/config.json", engine="SGLang", gpu_count=4, input_lens=(512, 1024),
-                            output_lens=(256,), date="2027-01-01 10:00")
+    context = ReportContext(
+        model="/models/Foo-7B/config.json",
+        engine="SGLang",
+        gpu_count=4,
+        input_lens=(512, 1024),
+        output_lens=(256,),
+        date="2027-01-01 10:00",
+    )
     lines = markdown_report(comp, context).splitlines()
     assert lines[0] == "## Foo-7B on 4 GPUs · SGLang"
     assert "- Request lengths: input 512 and 1024 tokens, output 256 tokens" in lines
@@ -104,9 +125,13 @@ def test_export_md_writes_the_report(tmp_path):
     finally:
         session.close()
     assert path.suffix == ".md" and text.startswith("## MiniMax-M2.5 on 8 × RTX PRO 6000 Blackwell · vLLM\n")
-    for line in ["- Model: `MiniMaxAI/MiniMax-M2.5` (FP8 block 128x128)", "- Engine: vLLM",
-                 "- GPUs: 8 × RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)",
-                 "- Request lengths: input 1024 tokens, output 256 tokens", f"- Date: {DATE}"]:
+    for line in [
+        "- Model: `MiniMaxAI/MiniMax-M2.5` (FP8 block 128x128)",
+        "- Engine: vLLM",
+        "- GPUs: 8 × RTX PRO 6000 Blackwell (94.97 GiB, PCIe 5)",
+        "- Request lengths: input 1024 tokens, output 256 tokens",
+        f"- Date: {DATE}",
+    ]:
         assert line in text.splitlines()
     assert "TTFT p50 | TTFT p99 | ITL p50 | ITL p99" in text
     assert csv_text.startswith("layout,engine,experiment")  # csv stays as it was
@@ -223,8 +248,8 @@ def test_plan_of_one_layout_shows_every_reason(capsys):
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("tp7 "))
     column = lines[1].index("reason")
-    reasons = [lines[start][column:], *(line[column:] for line in lines[start + 1:-1])]
-    assert all(not line[:column].strip() for line in lines[start + 1:-1])  # under the reason column
+    reasons = [lines[start][column:], *(line[column:] for line in lines[start + 1 : -1])]
+    assert all(not line[:column].strip() for line in lines[start + 1 : -1])  # under the reason column
     assert len(reasons) == 4 and reasons[0].startswith("ValueError: Total number of attention heads (48)")
     assert any("(attention o_proj: 6144 / 7 = 877" in r for r in reasons)
 
@@ -236,8 +261,10 @@ def test_plan_wraps_reasons_to_the_terminal_width(kimi_sglang):
     column = lines[0].index("reason")
     assert all(len(line) <= 110 for line in lines)
     start = next(i for i, line in enumerate(lines) if line.startswith("tp4 ep2"))
-    block = [lines[start]] + [line for line in lines[start + 1:] if not line[:column].strip()][:20]
-    end = next((i for i, line in enumerate(lines[start + 1:], start + 1) if line[:column].strip()), len(lines))
+    block = [lines[start]] + [line for line in lines[start + 1 :] if not line[:column].strip()][:20]
+    end = next(
+        (i for i, line in enumerate(lines[start + 1 :], start + 1) if line[:column].strip()), len(lines)
+    )
     joined = " ".join(line[column:].strip() for line in lines[start:end])
     assert len(block) > 1 and end - start > 1
     assert joined == reason_text(plan_layout(kimi_sglang, "tp4 ep2").reasons[0])
@@ -249,9 +276,15 @@ def test_format_table_wraps_only_with_a_width():
     assert whole[2] == "a   one two three four five six seven eight nine ten eleven twelve"
     wrapped = format_table(["x", "reason"], rows, width=24).splitlines()
     assert wrapped[2:] == [
-        "a   one two three four", "    five six seven eight", "    nine ten eleven", "    twelve", "bb  short"
+        "a   one two three four",
+        "    five six seven eight",
+        "    nine ten eleven",
+        "    twelve",
+        "bb  short",
     ]
-    several = format_table(["x", "reason"], [["a", "first reason is long enough\nsecond"]], width=24).splitlines()
+    several = format_table(
+        ["x", "reason"], [["a", "first reason is long enough\nsecond"]], width=24
+    ).splitlines()
     assert several[2:] == ["a  first reason is long", "     enough", "   second"]  # continuations hang
 
 

@@ -221,7 +221,9 @@ def test_ctrl_c_stops_the_server_and_keep_leaves_it(profile_file, monkeypatch):
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=20)
     assert run.returncode == 130 and "stopped   interrupted" in out, out + err
-    _wait_for(lambda: not psutil.pid_exists(entry.pid) or psutil.Process(entry.pid).status() == psutil.STATUS_ZOMBIE)
+    _wait_for(
+        lambda: not psutil.pid_exists(entry.pid) or psutil.Process(entry.pid).status() == psutil.STATUS_ZOMBIE
+    )
 
     kept = spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--keep")
     read_until(kept, "phase     loading")
@@ -267,7 +269,9 @@ def test_a_launcher_that_does_not_exist_is_one_line(profile_file, tmp_path):
     profile = load_profile(path)
     source = SimBoxSource(SimBox(parse_box("8xrtx-pro-6000"), root=tmp_path / "simbox").create())
     with Journal() as journal:
-        launcher = Launcher(profile, setup_for(profile), journal, Supervisor(source=source), Monitor(source), sim=False)
+        launcher = Launcher(
+            profile, setup_for(profile), journal, Supervisor(source=source), Monitor(source), sim=False
+        )
         events = list(launcher.run(parse_layout("tp4")))
         failed = events[-1]
         assert isinstance(failed, Failed) and failed.diagnosis.kind == "launch-error"

@@ -10,18 +10,26 @@ import subprocess
 import sys
 
 import pytest
-
-from cockpit.journal import Journal
-
 from simproc import SimProcess, free_port
 from test_run import cockpit, fast_sim  # noqa: F401  (the fixture sets up the sim, journal and state dirs)
+
+from cockpit.journal import Journal
 
 
 def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
     profile, _ = profile_file("kimi-k2.6")
     for layout in ("tp8", "pp8", "tp8 ep8"):
-        result = cockpit("run", f"try {layout}", "--profile", profile, "--sim", "--quiet",
-                         "--bench", "c=1,32,64 in=32 out=8 t=1", timeout=120)
+        result = cockpit(
+            "run",
+            f"try {layout}",
+            "--profile",
+            profile,
+            "--sim",
+            "--quiet",
+            "--bench",
+            "c=1,32,64 in=32 out=8 t=1",
+            timeout=120,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "bench     done: 3 level(s) journaled" in result.stdout
     table = cockpit("results", "--profile", "kimi-k2.6", "--format", "markdown").stdout.splitlines()
@@ -29,7 +37,7 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
     assert "- Request lengths: input 32 tokens, output 8 tokens" in table
     head = next(i for i, line in enumerate(table) if line.startswith("| Layout |"))
     assert table[head].startswith("| Layout | C=1 tok/s | C=32 | C=64 | Peak |")
-    rows = list(itertools.takewhile(lambda line: line.startswith("|"), table[head + 2:]))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), table[head + 2 :]))
     assert [row.split("|")[1].strip() for row in rows] == ["tp8", "pp8", "tp8 ep8"]
     assert all(row.count("|") == 6 for row in rows)
     assert any("**" in row for row in rows)  # the best of each column is marked
@@ -41,23 +49,51 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
         assert point["output_tok_s"] > 0
 
 
-@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+@pytest.mark.parametrize(
+    "inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"]
+)
 def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path, inherited):
     """Also when the child inherits SIGINT ignored (a cockpit started from a shell's background
     job): the parent's SIGINT is still how it stops the sweep."""
     port = free_port()
-    sim = SimProcess("vllm", ["serve", "qwen3-30b-a3b-fp8", "--tensor-parallel-size", "2", "--port", str(port)],
-                     tmp_path / "simbox")
+    sim = SimProcess(
+        "vllm",
+        ["serve", "qwen3-30b-a3b-fp8", "--tensor-parallel-size", "2", "--port", str(port)],
+        tmp_path / "simbox",
+    )
     try:
         sim.wait_ready(f"http://127.0.0.1:{port}")
         with Journal() as journal:
-            exp = journal.start_experiment(profile="p", model="qwen3-30b-a3b-fp8", engine="vllm", layout="tp2",
-                                           argv=["vllm", "serve"])
+            exp = journal.start_experiment(
+                profile="p", model="qwen3-30b-a3b-fp8", engine="vllm", layout="tp2", argv=["vllm", "serve"]
+            )
         bench = subprocess.Popen(
-            [sys.executable, "-m", "cockpit.cli", "bench", "--url", f"http://127.0.0.1:{port}", "--jsonl",
-             "-c", "1,8", "--input-len", "16", "--output-len", "4", "--duration", "3", "--experiment", str(exp)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=None if inherited == signal.SIG_DFL else lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            [
+                sys.executable,
+                "-m",
+                "cockpit.cli",
+                "bench",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--jsonl",
+                "-c",
+                "1,8",
+                "--input-len",
+                "16",
+                "--output-len",
+                "4",
+                "--duration",
+                "3",
+                "--experiment",
+                str(exp),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=None
+            if inherited == signal.SIG_DFL
+            else lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
         # Each level runs 3 s: interrupt once C=1 is done and C=8 has started (3 s is room enough
         # for the signal to land inside C=8 on a loaded machine; a short level could end first).
@@ -90,7 +126,10 @@ def test_bench_against_a_dead_server_says_why_and_fails(capsys):
     from cockpit.cli import main
 
     port = free_port()
-    assert main(["bench", "--url", f"http://127.0.0.1:{port}", "--model", "m", "-c", "1", "--requests", "2"]) == 1
+    assert (
+        main(["bench", "--url", f"http://127.0.0.1:{port}", "--model", "m", "-c", "1", "--requests", "2"])
+        == 1
+    )
     captured = capsys.readouterr()
     assert "errors" in captured.out and "x " in captured.out  # the commonest reason, counted
     assert "no level got a token back" in captured.err

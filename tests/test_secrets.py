@@ -21,7 +21,11 @@ def test_secret_options_both_forms():
     argv = ["vllm", "serve", "m", "--hf-token=s3cret", "--api-key", "s3cret", "--port", "8000"]
     assert redact_argv(argv) == ("vllm", "serve", "m", "--hf-token=***", "--api-key", "***", "--port", "8000")
     assert redact_argv(["--hf-token", "s3cret"]) == ("--hf-token", "***")
-    assert redact_argv(["--HF_TOKEN=s3cret", "--Authorization", "Bearer x"]) == ("--HF_TOKEN=***", "--Authorization", "***")
+    assert redact_argv(["--HF_TOKEN=s3cret", "--Authorization", "Bearer x"]) == (
+        "--HF_TOKEN=***",
+        "--Authorization",
+        "***",
+    )
     assert redact_argv(["-api-key", "s3cret"]) == ("-api-key", "***")
 
 
@@ -38,7 +42,14 @@ def test_a_secret_looking_flag_never_swallows_the_next_argument():
 
 
 def test_options_that_count_tokens_or_name_a_tokenizer_are_shown():
-    argv = ["--max-num-batched-tokens", "8192", "--tokenizer", "org/tok", "--long-prefill-token-threshold", "64"]
+    argv = [
+        "--max-num-batched-tokens",
+        "8192",
+        "--tokenizer",
+        "org/tok",
+        "--long-prefill-token-threshold",
+        "64",
+    ]
     assert redact_argv(argv) == tuple(argv)
 
 
@@ -66,11 +77,13 @@ def test_env():
 
 
 def test_free_text():
-    assert redact_text("connecting to redis://:s3cret@cache:6379/0") == "connecting to redis://:***@cache:6379/0"
+    assert (
+        redact_text("connecting to redis://:s3cret@cache:6379/0") == "connecting to redis://:***@cache:6379/0"
+    )
     assert redact_text("non-default args: {'api_key': 's3cret', 'port': 8000}") == (
         "non-default args: {'api_key': '***', 'port': 8000}"
     )
-    assert redact_text('HF_TOKEN=s3cret vllm serve m') == "HF_TOKEN=*** vllm serve m"
+    assert redact_text("HF_TOKEN=s3cret vllm serve m") == "HF_TOKEN=*** vllm serve m"
     assert redact_text("GET /v1?token=s3cret&x=1") == "GET /v1?token=***&x=1"
     kept = "KV Cache is allocated. #tokens: 1000 max_num_batched_tokens=8192 api_key=None"
     assert redact_text(kept) == kept
@@ -79,7 +92,11 @@ def test_free_text():
 def test_scrubber_blanks_the_launch_secrets_wherever_they_turn_up():
     scrub = Scrubber.from_launch(
         ["vllm", "serve", "m", "--hf-token=s3cret", "--api-key", "k3y-one", "--port", "8000"],
-        {"DATABASE_URL": "postgres://u:pa55word@h/db", "HF_HUB_TOKEN": "hf_abcdef", "CUDA_VISIBLE_DEVICES": "0"},
+        {
+            "DATABASE_URL": "postgres://u:pa55word@h/db",
+            "HF_HUB_TOKEN": "hf_abcdef",
+            "CUDA_VISIBLE_DEVICES": "0",
+        },
     )
     assert set(scrub.secrets) == {"s3cret", "k3y-one", "pa55word", "hf_abcdef"}
     line = "INFO utils.py:233] non-default args: {'hf_token': 's3cret', 'model': 'm', 'extra': ['k3y-one']}"
@@ -108,7 +125,9 @@ def test_shell_line_is_pasteable(argv):
 def test_launching_prints_a_pasteable_redacted_line():
     from cockpit.runner.events import Launching
 
-    event = Launching.redacted(1, ("vllm", "serve", "my model", "--hf-token=s3cret"), 42, "/log", {"HF_TOKEN": "s3cret", "A": "x y"})
+    event = Launching.redacted(
+        1, ("vllm", "serve", "my model", "--hf-token=s3cret"), 42, "/log", {"HF_TOKEN": "s3cret", "A": "x y"}
+    )
     assert "s3cret" not in repr(event)  # held redacted, not only printed so
     text = str(event)
     assert "s3cret" not in text
@@ -144,7 +163,9 @@ def test_a_launch_leaves_its_secrets_nowhere(profile_file, tmp_path, monkeypatch
     monkeypatch.setenv("COCKPIT_STATE_DIR", str(state))
 
     def cockpit(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=120
+        )
         return done.stdout + done.stderr
 
     def files() -> dict[Path, bytes]:
@@ -177,7 +198,11 @@ def test_a_launch_leaves_its_secrets_nowhere(profile_file, tmp_path, monkeypatch
 
     present = [p for p in written if p.exists()]
     loose = [mode(p) for p in present if stat.S_IMODE(p.stat().st_mode) != 0o600]
-    loose += [mode(d) for d in {journal.parent, *(p.parent for p in present)} if stat.S_IMODE(d.stat().st_mode) != 0o700]
+    loose += [
+        mode(d)
+        for d in {journal.parent, *(p.parent for p in present)}
+        if stat.S_IMODE(d.stat().st_mode) != 0o700
+    ]
     assert not loose, loose
 
 
@@ -190,7 +215,12 @@ def test_bearer_tokens_and_token_ids():
 def test_a_launch_scrubs_the_profile_env_and_inherited_credentials_only():
     from cockpit.secrets import Scrubber, launch_secrets_env
 
-    inherited = {"HF_TOKEN": "hf-s3cret", "MY_API_KEY": "k-s3cret", "SSH_AUTH_SOCK": "/tmp/agent", "GIT_AUTHOR_NAME": "model"}
+    inherited = {
+        "HF_TOKEN": "hf-s3cret",
+        "MY_API_KEY": "k-s3cret",
+        "SSH_AUTH_SOCK": "/tmp/agent",
+        "GIT_AUTHOR_NAME": "model",
+    }
     env = launch_secrets_env({"DATABASE_URL": "postgres://u:pw-s3cret@h/db"}, inherited)
     scrub = Scrubber.from_launch(["vllm", "serve", "m"], env).text
     line = "loading model from /tmp/agent with hf-s3cret k-s3cret pw-s3cret"

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 import json
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
+from simproc import SimProcess, free_port
 
+from cockpit.hardware import parse_box
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.sim.box import SimBox
-from cockpit.hardware import parse_box
 from cockpit.telemetry.simbox import SimBoxSource
-
-from simproc import SimProcess, free_port
 
 
 @pytest.fixture
@@ -33,7 +32,16 @@ def test_minimax_tp4_serves_and_holds_only_gpus_0_to_3(state):
     port = free_port()
     sim = SimProcess(
         "vllm",
-        ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--port", str(port), "--max-model-len", "32768"],
+        [
+            "serve",
+            "MiniMaxAI/MiniMax-M2.5",
+            "--tensor-parallel-size",
+            "4",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "32768",
+        ],
         state,
     )
     try:
@@ -41,8 +49,14 @@ def test_minimax_tp4_serves_and_holds_only_gpus_0_to_3(state):
         sim.wait_ready(url)
         models = httpx.get(url + "/v1/models").json()
         assert models["data"][0]["id"] == "MiniMaxAI/MiniMax-M2.5"
-        body = {"model": "MiniMaxAI/MiniMax-M2.5", "prompt": "hello", "max_tokens": 8, "stream": True,
-                "stream_options": {"include_usage": True}, "ignore_eos": True}
+        body = {
+            "model": "MiniMaxAI/MiniMax-M2.5",
+            "prompt": "hello",
+            "max_tokens": 8,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as response:
             events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
@@ -61,7 +75,11 @@ def test_minimax_tp4_serves_and_holds_only_gpus_0_to_3(state):
 
 
 def test_minimax_tp8_exits_with_the_block_error(state):
-    sim = SimProcess("vllm", ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "8", "--port", str(free_port())], state)
+    sim = SimProcess(
+        "vllm",
+        ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "8", "--port", str(free_port())],
+        state,
+    )
     assert sim.wait_exit() != 0
     out = sim.output()
     assert (
@@ -74,7 +92,18 @@ def test_minimax_tp8_exits_with_the_block_error(state):
 
 def test_kimi_tp4_ep2_on_sglang_ooms_during_load(state):
     sim = SimProcess(
-        "sglang", ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "4", "--ep-size", "2", "--port", str(free_port())], state
+        "sglang",
+        [
+            "--model-path",
+            "moonshotai/Kimi-K2.6",
+            "--tp-size",
+            "4",
+            "--ep-size",
+            "2",
+            "--port",
+            str(free_port()),
+        ],
+        state,
     )
     assert sim.wait_exit() != 0
     out = sim.output()
@@ -83,8 +112,11 @@ def test_kimi_tp4_ep2_on_sglang_ooms_during_load(state):
     assert line.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ")
     import re
 
-    assert re.search(r"GPU \d has a total capacity of 94\.97 GiB of which [\d.]+ MiB is free\. "
-                     r"Including non-PyTorch memory, this process has [\d.]+ GiB memory in use\.", line)
+    assert re.search(
+        r"GPU \d has a total capacity of 94\.97 GiB of which [\d.]+ MiB is free\. "
+        r"Including non-PyTorch memory, this process has [\d.]+ GiB memory in use\.",
+        line,
+    )
     sim.stop()
     assert all(s.memory_used == 0 for s in samples(state))
 
@@ -105,13 +137,18 @@ def test_port_in_use_is_reported(state):
         port = taken.getsockname()[1]
         sim = SimProcess("vllm", ["serve", "qwen3-30b-a3b-fp8", "--port", str(port)], state)
         assert sim.wait_exit() == 1
-        assert f"error while attempting to bind on address ('127.0.0.1', {port}): address already in use" in sim.output()
+        assert (
+            f"error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
+            in sim.output()
+        )
         sim.stop()
 
 
 def test_sglang_serves_model_info(state):
     port = free_port()
-    sim = SimProcess("sglang", ["--model-path", "qwen3-30b-a3b-fp8", "--tp-size", "2", "--port", str(port)], state)
+    sim = SimProcess(
+        "sglang", ["--model-path", "qwen3-30b-a3b-fp8", "--tp-size", "2", "--port", str(port)], state
+    )
     try:
         sim.wait_ready(f"http://127.0.0.1:{port}")
         info = httpx.get(f"http://127.0.0.1:{port}/get_model_info").json()
@@ -123,6 +160,7 @@ def test_sglang_serves_model_info(state):
 
 async def _closed_loop(url: str, model: str, concurrency: int, max_tokens: int) -> tuple[int, float]:
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=concurrency + 4)) as client:
+
         async def one() -> int:
             body = {"model": model, "prompt": "x" * 40, "max_tokens": max_tokens, "ignore_eos": True}
             response = await client.post(url + "/v1/completions", json=body)

@@ -36,8 +36,14 @@ class ServerThread:
 
     async def _start(self) -> None:
         self.batcher = Batcher(self.pacer)
-        app = make_app(model_id=MODEL, engine=self.engine, batcher=self.batcher,
-                       max_model_len=self.max_model_len, model_path="/models/minimax", api_key=self.api_key)
+        app = make_app(
+            model_id=MODEL,
+            engine=self.engine,
+            batcher=self.batcher,
+            max_model_len=self.max_model_len,
+            model_path="/models/minimax",
+            api_key=self.api_key,
+        )
         self.runner = await serve(app, port=0)
         host, self.port = self.runner.addresses[0][:2]
         assert host == "127.0.0.1"
@@ -87,7 +93,7 @@ def sse_events(response: httpx.Response) -> list[str]:
     assert body.endswith("\n\n")
     events = body.split("\n\n")[:-1]
     assert all(e.startswith("data: ") for e in events)
-    return [e[len("data: "):] for e in events]
+    return [e[len("data: ") :] for e in events]
 
 
 def stream(url: str, path: str, body: dict) -> tuple[list[dict], str]:
@@ -140,8 +146,13 @@ def test_metrics(vllm):
 
 
 def test_streaming_completion(vllm):
-    body = {"model": MODEL, "prompt": "x" * 40, "max_tokens": 5, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "prompt": "x" * 40,
+        "max_tokens": 5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     chunks, last = stream(vllm.url, "/v1/completions", body)
     assert last == "[DONE]"
     *tokens, usage = chunks
@@ -162,8 +173,13 @@ def test_streaming_without_usage_and_with_token_ids(vllm):
 
 
 def test_streaming_chat(vllm):
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "abcdefgh"}],
-            "max_completion_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "abcdefgh"}],
+        "max_completion_tokens": 4,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     chunks, last = stream(vllm.url, "/v1/chat/completions", body)
     assert last == "[DONE]"
     role, *tokens, usage = chunks
@@ -204,14 +220,29 @@ def test_non_streaming(vllm):
         ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}, 400, "BadRequestError", "max_tokens"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 1.5}, 400, "BadRequestError", "max_tokens"),
         ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "BadRequestError", "n=2"),
-        ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400,
-         "BadRequestError", "stream=True"),
-        ("/v1/completions", {"prompt": "x" * 400, "max_tokens": 4000}, 400, "BadRequestError",
-         "This model's maximum context length is 4096 tokens. However, you requested 4100 tokens "
-         "(100 in the messages, 4000 in the completion). Please reduce the length of the messages "
-         "or completion."),
-        ("/v1/chat/completions", {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]},
-         404, "NotFoundError", "The model `gpt-4` does not exist."),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "stream_options": {"include_usage": True}},
+            400,
+            "BadRequestError",
+            "stream=True",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "x" * 400, "max_tokens": 4000},
+            400,
+            "BadRequestError",
+            "This model's maximum context length is 4096 tokens. However, you requested 4100 tokens "
+            "(100 in the messages, 4000 in the completion). Please reduce the length of the messages "
+            "or completion.",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]},
+            404,
+            "NotFoundError",
+            "The model `gpt-4` does not exist.",
+        ),
     ],
 )
 def test_request_errors(vllm, path, body, status, err_type, message):
@@ -288,8 +319,10 @@ def test_client_disconnect_frees_running_and_waiting(two_slots):
 def test_client_disconnect_while_waiting_for_a_whole_response(vllm):
     request = json.dumps({"prompt": "hi", "max_tokens": 1000}).encode()
     with socket.create_connection(("127.0.0.1", vllm.port)) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(request), request)
+        )
         assert vllm.wait_until(lambda b: b.running == 1)
     assert vllm.wait_until(lambda b: b.running == 0)
 
@@ -380,7 +413,9 @@ def test_vllm_with_a_key_refuses_requests_without_it(keyed_vllm, header):
     headers = {"Authorization": header} if header else {}
     assert_unauthorized(httpx.post(keyed_vllm.url + "/v1/completions", json=BODY, headers=headers))
     assert_unauthorized(httpx.get(keyed_vllm.url + "/v1/models", headers=headers))
-    assert_unauthorized(httpx.get(keyed_vllm.url + "/v1/no-such-path", headers=headers))  # before routing, as vLLM
+    assert_unauthorized(
+        httpx.get(keyed_vllm.url + "/v1/no-such-path", headers=headers)
+    )  # before routing, as vLLM
 
 
 def test_vllm_with_a_key_serves_any_of_its_keys_and_leaves_health_and_metrics_open(keyed_vllm):
@@ -398,13 +433,21 @@ def test_sglang_with_a_key_guards_everything_but_health_and_metrics(keyed_sglang
     for path in ("/get_model_info", "/v1/models", "/cockpit/truth"):
         assert_unauthorized(httpx.get(keyed_sglang.url + path))
     assert_unauthorized(httpx.post(keyed_sglang.url + "/v1/completions", json=BODY))
-    assert httpx.get(keyed_sglang.url + "/get_model_info", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert (
+        httpx.get(
+            keyed_sglang.url + "/get_model_info", headers={"Authorization": f"Bearer {KEY}"}
+        ).status_code
+        == 200
+    )
     for path in ("/health", "/metrics"):
         assert httpx.get(keyed_sglang.url + path).status_code == 200
 
 
 def stream_with(url: str, headers: dict) -> tuple[list[dict], str]:
-    with httpx.Client(base_url=url, headers=headers) as client, client.stream("POST", "/v1/completions", json=BODY) as response:
+    with (
+        httpx.Client(base_url=url, headers=headers) as client,
+        client.stream("POST", "/v1/completions", json=BODY) as response,
+    ):
         assert response.status_code == 200
         *chunks, last = sse_events(response)
     return [json.loads(c) for c in chunks], last
@@ -415,7 +458,10 @@ def test_which_keys_an_engine_requires():
 
     env = {"VLLM_API_KEY": "from-env"}
     assert api_keys("vllm", ["--port", "1"], env) == ("from-env",)  # vLLM falls back to VLLM_API_KEY
-    assert api_keys("vllm", ["--api-key", "a", "b", "--port", "1"], env) == ("a", "b")  # --api-key wins, one or more
+    assert api_keys("vllm", ["--api-key", "a", "b", "--port", "1"], env) == (
+        "a",
+        "b",
+    )  # --api-key wins, one or more
     assert api_keys("vllm", ["--api-key=a"], {}) == ("a",)
     assert api_keys("sglang", [], env) == ()  # SGLang reads --api-key only
     assert api_keys("sglang", ["--api-key", "k", "x"], env) == ("k",)

@@ -133,17 +133,19 @@ def process_info(pid: int, used: int | None) -> SimpleNamespace:
 def test_nvml_sample_reads_every_field_in_its_unit():
     gone = reaped_child_pid()
     me = os.getpid()
-    fake = FakeNvml([
-        gpu(
-            compute=[process_info(me, 9 * GIB), process_info(gone, GIB)],
-            graphics=[process_info(me, 9 * GIB)],  # listed twice by NVML, once here
-        ),
-        gpu(
-            memory=SimpleNamespace(total=141 * GIB, used=0, free=141 * GIB),
-            power=75_000,
-            utilization=SimpleNamespace(gpu=0, memory=0),
-        ),
-    ])
+    fake = FakeNvml(
+        [
+            gpu(
+                compute=[process_info(me, 9 * GIB), process_info(gone, GIB)],
+                graphics=[process_info(me, 9 * GIB)],  # listed twice by NVML, once here
+            ),
+            gpu(
+                memory=SimpleNamespace(total=141 * GIB, used=0, free=141 * GIB),
+                power=75_000,
+                utilization=SimpleNamespace(gpu=0, memory=0),
+            ),
+        ]
+    )
 
     with NvmlSource(nvml=fake) as source:
         gpu0, gpu1 = source.sample()
@@ -162,17 +164,19 @@ def test_nvml_sample_reads_every_field_in_its_unit():
 
 
 def test_nvml_failing_fields_read_none_and_a_lost_gpu_keeps_its_slot():
-    fake = FakeNvml([
-        gpu(power=nvml_error(NOT_SUPPORTED), limit=nvml_error(NOT_SUPPORTED)),  # no power sensor
-        gpu(
-            compute=nvml_error(pynvml.NVML_ERROR_NO_PERMISSION),  # a container cannot list processes
-            graphics=nvml_error(pynvml.NVML_ERROR_NO_PERMISSION),
-            temperature=RuntimeError("not even an NVMLError"),
-            name=b"NVIDIA H200",  # bindings before 11.515 return bytes
-        ),
-        None,
-        gpu(compute=[process_info(os.getpid(), None)]),  # memory NVML withholds (MIG, WDDM)
-    ])
+    fake = FakeNvml(
+        [
+            gpu(power=nvml_error(NOT_SUPPORTED), limit=nvml_error(NOT_SUPPORTED)),  # no power sensor
+            gpu(
+                compute=nvml_error(pynvml.NVML_ERROR_NO_PERMISSION),  # a container cannot list processes
+                graphics=nvml_error(pynvml.NVML_ERROR_NO_PERMISSION),
+                temperature=RuntimeError("not even an NVMLError"),
+                name=b"NVIDIA H200",  # bindings before 11.515 return bytes
+            ),
+            None,
+            gpu(compute=[process_info(os.getpid(), None)]),  # memory NVML withholds (MIG, WDDM)
+        ]
+    )
     source = NvmlSource(nvml=fake)
 
     gpu0, gpu1, gpu2, gpu3 = source.sample()
@@ -337,27 +341,31 @@ def test_parse_dcgm_reads_a_real_payload():
 
 
 def test_parse_dcgm_skips_garbage_and_keeps_the_first_series_of_a_gpu():
-    garbage = "\n".join([
-        "garbage",
-        "",
-        "   ",
-        "{}",
-        "DCGM_FI_DEV_FB_USED",
-        'DCGM_FI_DEV_FB_USED{gpu="0" 5',  # unterminated labels
-        'DCGM_FI_DEV_FB_USED{gpu="0",UUID=unquoted} 5',
-        'DCGM_FI_DEV_FB_USED{gpu="x"} 5',  # no GPU index
-        'DCGM_FI_DEV_FB_USED{UUID="GPU-1"} 5',  # no gpu label at all
-        'DCGM_FI_DEV_GPU_UTIL{gpu="0"} lots',
-        "\x00\xff binary \x1b[31m",
-        'DCGM_FI_DEV_GPU_TEMPERATURE_OF_SOMETHING{gpu="0"} 99',
-        'NOT_DCGM{gpu="0"} 1',
-    ])
-    later = "\n".join([
-        f"DCGM_FI_DEV_FB_USED{{{labels(0)}}} 1",  # a repeat (a MIG instance) does not override
-        'DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-3",modelName="NVIDIA H200",Hostname="node1"} 40 1718000000000',
-        'DCGM_FI_DEV_POWER_USAGE{gpu="2",Hostname="node1",} NaN',
-        'DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu="2",Hostname="node1"} 700.000',
-    ])
+    garbage = "\n".join(
+        [
+            "garbage",
+            "",
+            "   ",
+            "{}",
+            "DCGM_FI_DEV_FB_USED",
+            'DCGM_FI_DEV_FB_USED{gpu="0" 5',  # unterminated labels
+            'DCGM_FI_DEV_FB_USED{gpu="0",UUID=unquoted} 5',
+            'DCGM_FI_DEV_FB_USED{gpu="x"} 5',  # no GPU index
+            'DCGM_FI_DEV_FB_USED{UUID="GPU-1"} 5',  # no gpu label at all
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0"} lots',
+            "\x00\xff binary \x1b[31m",
+            'DCGM_FI_DEV_GPU_TEMPERATURE_OF_SOMETHING{gpu="0"} 99',
+            'NOT_DCGM{gpu="0"} 1',
+        ]
+    )
+    later = "\n".join(
+        [
+            f"DCGM_FI_DEV_FB_USED{{{labels(0)}}} 1",  # a repeat (a MIG instance) does not override
+            'DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-3",modelName="NVIDIA H200",Hostname="node1"} 40 1718000000000',
+            'DCGM_FI_DEV_POWER_USAGE{gpu="2",Hostname="node1",} NaN',
+            'DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu="2",Hostname="node1"} 700.000',
+        ]
+    )
 
     samples = parse_dcgm(garbage + "\n" + dcgm_payload() + later + "\n" + garbage)
 
@@ -374,13 +382,15 @@ def strip_time(sample: GpuSample) -> GpuSample:
 
 
 def test_parse_dcgm_blank_sentinels_and_reserved_memory():
-    text = "\n".join([
-        f"DCGM_FI_DEV_GPU_TEMP{{{labels(0)}}} 9223372036854775794",  # DCGM "blank": no reading
-        f"DCGM_FI_DEV_POWER_USAGE{{{labels(0)}}} 140737488355328.000",
-        f"DCGM_FI_DEV_FB_USED{{{labels(0)}}} 1000",
-        f"DCGM_FI_DEV_FB_FREE{{{labels(0)}}} 2000",
-        f"DCGM_FI_DEV_FB_RESERVED{{{labels(0)}}} 500",
-    ])
+    text = "\n".join(
+        [
+            f"DCGM_FI_DEV_GPU_TEMP{{{labels(0)}}} 9223372036854775794",  # DCGM "blank": no reading
+            f"DCGM_FI_DEV_POWER_USAGE{{{labels(0)}}} 140737488355328.000",
+            f"DCGM_FI_DEV_FB_USED{{{labels(0)}}} 1000",
+            f"DCGM_FI_DEV_FB_FREE{{{labels(0)}}} 2000",
+            f"DCGM_FI_DEV_FB_RESERVED{{{labels(0)}}} 500",
+        ]
+    )
 
     (sample,) = parse_dcgm(text)
 

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from tuipilot import (  # noqa: F401  (fixtures)
+    command,
+    fast_sim,
+    launch_ready,
+    make_app,
+    minimax,
+    run,
+    screen_text,
+    status_text,
+    stop_server,
+    submit,
+    until,
+)
+
 from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
 from cockpit.tui.history import PromptHistory, history_path
 from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
-from tuipilot import fast_sim, minimax  # noqa: F401  (fixtures)
-from tuipilot import command, launch_ready, make_app, run, screen_text, status_text, stop_server, submit, until
 
 GIB = 2**30
 
@@ -31,7 +43,9 @@ def test_try_tp4_fills_the_panes_of_gpus_0_to_3_and_reaches_ready(minimax):
             assert "ready" in app.server.label(app.clock())
             assert "READY" in app.main.log_pane.banner_text
             assert app.main.log_pane.log_view.line_count > 10
-            assert any(line.startswith("» ") for line in app.main.log_pane.log_view.lines)  # phase lines marked
+            assert any(
+                line.startswith("» ") for line in app.main.log_pane.log_view.lines
+            )  # phase lines marked
             await pilot.press("escape", "s")  # Escape leaves the prompt; the stop key asks first
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("y")
@@ -70,7 +84,12 @@ def test_bench_fills_the_sparkline_and_adds_a_row_to_the_results(minimax):
             await launch_ready(pilot, app)
             await submit(pilot, "bench c=1,32 n=8 in=64 out=32")
             assert app.bench_view.running
-            await until(pilot, lambda: not app.control.benching and not app.bench_view.running, timeout=40, what="bench done")
+            await until(
+                pilot,
+                lambda: not app.control.benching and not app.bench_view.running,
+                timeout=40,
+                what="bench done",
+            )
             assert not app.bench_view.error, app.bench_view.error
             assert app.main.bench.sparkline.data and max(app.main.bench.sparkline.data) > 0
             assert "TTFT p50" in str(app.main.query_one("#bench-latency").content)
@@ -79,7 +98,9 @@ def test_bench_fills_the_sparkline_and_adds_a_row_to_the_results(minimax):
             assert table.row_count == 1 and table.get_row_at(0)[0] == "tp4"
             await pilot.pause(0.2)
             shown = screen_text(app)
-            for cell in table.get_row_at(0):  # each number whole on the screen (was cut to the header's width)
+            for cell in table.get_row_at(
+                0
+            ):  # each number whole on the screen (was cut to the header's width)
                 assert str(cell) in shown, (str(cell), shown)
             await stop_server(pilot, app)
         [exp] = Journal().experiments()
@@ -226,7 +247,9 @@ def test_export_writes_the_results_and_use_opens_another_profile(minimax, tmp_pa
             await submit(pilot, "use no-such-profile")
             assert "no profile named 'no-such-profile'" in status_text(app)
             await submit(pilot, "use kimi-k2.6")
-            await until(pilot, lambda: app.session.profile.name == "kimi-k2.6", timeout=10, what="kimi opened")
+            await until(
+                pilot, lambda: app.session.profile.name == "kimi-k2.6", timeout=10, what="kimi opened"
+            )
             assert app.session.setup.engine.name == "sglang" and "tp8 ep8" in app.main.picker.verdicts
 
     run(scenario())

@@ -5,6 +5,7 @@ launch, `sweep` takes `bench`'s words, and the screen says when the box is simul
 from __future__ import annotations
 
 import pytest
+from tuipilot import fast_sim, launch_ready, make_app, minimax, run, small_profile, status_text, submit, until  # noqa: F401  (fixtures)
 
 from cockpit.journal import Journal
 from cockpit.layout import parse_layout
@@ -14,8 +15,6 @@ from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
 from cockpit.tui.state import BenchView
-from tuipilot import fast_sim, minimax  # noqa: F401  (fixtures)
-from tuipilot import launch_ready, make_app, run, small_profile, status_text, submit, until
 
 
 def test_typing_at_start_goes_to_the_prompt_and_escape_gives_the_pane_keys_back(minimax):
@@ -25,7 +24,9 @@ def test_typing_at_start_goes_to_the_prompt_and_escape_gives_the_pane_keys_back(
             assert app.focused is app.main.prompt
             # `s` (stop), `l`, `o`, `b`, `r`, `q` are pane keys: none may fire while typing.
             await pilot.press(*"use kimi-k2.6", "enter")
-            await until(pilot, lambda: app.session.profile.name == "kimi-k2.6", timeout=10, what="kimi opened")
+            await until(
+                pilot, lambda: app.session.profile.name == "kimi-k2.6", timeout=10, what="kimi opened"
+            )
             assert isinstance(app.screen, MainScreen) and app.is_running
             assert app.focused is app.main.prompt  # still typing after a command
             await pilot.press("escape")
@@ -104,7 +105,9 @@ def test_re_attach_opens_the_servers_own_profile_and_its_load_time(minimax, prof
         app = make_app(kimi)
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=5, what="the offer")
-            assert f"pid {entry.pid}" in app.screen.body and "ready" in app.screen.body  # says ready, not loading
+            assert (
+                f"pid {entry.pid}" in app.screen.body and "ready" in app.screen.body
+            )  # says ready, not loading
             await pilot.press("a")
             await until(pilot, lambda: app.server.state == "ready", what="re-attached")
             assert app.session.profile.name == "minimax-m2.5"  # the server's profile, not the one opened
@@ -135,7 +138,11 @@ def test_a_new_launch_brings_its_lines_into_view(minimax):
             await pilot.pause(0.1)
             assert log.scroll_y == 0 and log.max_scroll_y > 0
             await submit(pilot, "try tp8 ep")
-            await until(pilot, lambda: app.server.layout == "tp8 ep" and app.server.state == "ready", what="tp8 ep ready")
+            await until(
+                pilot,
+                lambda: app.server.layout == "tp8 ep" and app.server.state == "ready",
+                what="tp8 ep ready",
+            )
             await pilot.pause(0.3)
             assert log.scroll_y == log.max_scroll_y  # following the tail again
             tail = log.lines[int(log.scroll_y) :]

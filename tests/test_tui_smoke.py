@@ -28,13 +28,19 @@ class Tmux:
         self("new-session", "-d", "-s", "ck", "-x", "120", "-y", "40", *settings, command)
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True
+        ).stdout
 
     def screen_until(self, text: str, timeout: float = 20, line_start: bool = False) -> str:
         deadline = time.monotonic() + timeout
         while True:
             shown = self("capture-pane", "-p", "-t", "ck")
-            if any(line.strip().startswith(text) for line in shown.splitlines()) if line_start else text in shown:
+            if (
+                any(line.strip().startswith(text) for line in shown.splitlines())
+                if line_start
+                else text in shown
+            ):
                 return shown
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {text!r} on the screen:\n{shown}")
@@ -75,7 +81,9 @@ def test_installed_cockpit_in_tmux_launches_a_layout_and_quits(tmp_path, monkeyp
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    tmux = Tmux(env, f"sleep 0.3; {COCKPIT} --sim --profile {profile}; echo EXITED $?; sleep 30")  # tmux sizes first
+    tmux = Tmux(
+        env, f"sleep 0.3; {COCKPIT} --sim --profile {profile}; echo EXITED $?; sleep 30"
+    )  # tmux sizes first
     try:
         tmux.screen_until("○ no server")
         tmux.type_command("try tp4", prompt=True)

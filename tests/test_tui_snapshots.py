@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import pytest
 import yaml
+from tuipilot import run, screen_text
 
 from cockpit.journal import BenchPoint, Journal
 from cockpit.runner.events import BenchLevel, BenchTick, Diagnosis, Launching, Planned, Ready
 from cockpit.telemetry.base import GpuProcess
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.messages import GpuSamples, RunnerEvent
-from tuipilot import run, screen_text
 
 FIXED_CLOCK = 1_800_000_000.0
 RESULTS = {  # layout -> {concurrency: tok/s}, numbers of the seed's shape
@@ -43,13 +43,24 @@ def fixed_app(tmp_path, monkeypatch):
     with Journal() as journal:
         for layout, levels in RESULTS.items():
             exp = journal.start_experiment(
-                profile="minimax-m2.5", model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout=layout, argv=[], host="testbox"
+                profile="minimax-m2.5",
+                model="MiniMaxAI/MiniMax-M2.5",
+                engine="vllm",
+                layout=layout,
+                argv=[],
+                host="testbox",
             )
             journal.set_outcome(exp, "ready", load_seconds=42.0)
             for concurrency, tok_s in levels.items():
                 journal.add_point(exp, BenchPoint(concurrency, tok_s, requests=8, created=FIXED_CLOCK))
-        failed = journal.start_experiment(profile="minimax-m2.5", model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout="tp8", argv=[])
-        journal.set_outcome(failed, "failed", diagnosis=Diagnosis("fp8-block", "FP8 block quantization: 192 is not a multiple of block_n 128"))
+        failed = journal.start_experiment(
+            profile="minimax-m2.5", model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout="tp8", argv=[]
+        )
+        journal.set_outcome(
+            failed,
+            "failed",
+            diagnosis=Diagnosis("fp8-block", "FP8 block quantization: 192 is not a multiple of block_n 128"),
+        )
     return CockpitApp(
         profile=str(profile),
         sim=True,
@@ -143,10 +154,12 @@ def test_pids_and_numbers_are_never_cut(fixed_app, size):
                 assert number in str(latency.content), number
             for widget in (fixed_app.main.query_one("#bench-status"), latency):  # wrapped whole, never cut
                 lines = widget.content_size.height
-                assert lines >= 1 and len(str(widget.content)) <= lines * widget.content_size.width, (lines, widget.content)
+                assert lines >= 1 and len(str(widget.content)) <= lines * widget.content_size.width, (
+                    lines,
+                    widget.content,
+                )
             for word in re.findall(r"\S+", status + " " + str(latency.content)):
                 if re.search(r"\d", word):
                     assert word in text, (word, text)  # each number stands whole on one line
 
     run(scenario())
-

@@ -8,7 +8,6 @@ import sys
 import time
 
 import httpx
-
 from simproc import free_port
 
 
@@ -17,20 +16,20 @@ async def _first_frames(port: int, seconds: float = 20) -> bytes:
     import aiohttp
 
     received = b""
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(f"http://127.0.0.1:{port}/ws?width=120&height=40") as ws:
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline and b"cockpit" not in received:
-                try:
-                    message = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
-                except asyncio.TimeoutError:
-                    break
-                if message.type == aiohttp.WSMsgType.BINARY:
-                    received += message.data
-                elif message.type == aiohttp.WSMsgType.TEXT:
-                    received += message.data.encode()
-                else:
-                    break
+    url = f"http://127.0.0.1:{port}/ws?width=120&height=40"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and b"cockpit" not in received:
+            try:
+                message = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            if message.type == aiohttp.WSMsgType.BINARY:
+                received += message.data
+            elif message.type == aiohttp.WSMsgType.TEXT:
+                received += message.data.encode()
+            else:
+                break
     return received
 
 
@@ -38,7 +37,9 @@ def _start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
     """`cockpit web --sim` as a real process, and its index page once it answers."""
     server = subprocess.Popen(
         [sys.executable, "-m", "cockpit.cli", "web", "--port", str(port), "--sim"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -85,7 +86,12 @@ def test_web_refuses_websockets_from_other_origins():
     server, page = _start_web(port)
     try:
         assert page is not None and page.status_code == 200
-        for foreign in ("http://evil.example", f"http://evil.example:{port}", f"http://127.0.0.1:{port + 1}", "null"):
+        for foreign in (
+            "http://evil.example",
+            f"http://evil.example:{port}",
+            f"http://127.0.0.1:{port + 1}",
+            "null",
+        ):
             assert asyncio.run(_upgrade_status(port, foreign)) == 403, foreign
         for own in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
             assert asyncio.run(_upgrade_status(port, own)) == 101, own
@@ -102,12 +108,16 @@ def test_origin_rules():
     assert not origin_allowed("http://localhost:8766", "127.0.0.1", 8765)
     assert not origin_allowed("file://", "127.0.0.1", 8765)
     assert not origin_allowed("http://localhost:notaport", "127.0.0.1", 8765)
-    assert origin_allowed("http://gpu-box:80", "gpu-box", 80) and origin_allowed("http://GPU-box", "gpu-box", 80)
+    assert origin_allowed("http://gpu-box:80", "gpu-box", 80) and origin_allowed(
+        "http://GPU-box", "gpu-box", 80
+    )
     assert not origin_allowed("http://localhost:8765", "gpu-box", 8765)
     # A wildcard bind: only the address the request came in on, and never a DNS name (rebinding).
     assert origin_allowed("http://10.0.0.5:8765", "0.0.0.0", 8765, host_header="10.0.0.5:8765")
     assert not origin_allowed("http://6.6.6.6:8765", "0.0.0.0", 8765, host_header="10.0.0.5:8765")
-    assert not origin_allowed("http://rebound.example:8765", "0.0.0.0", 8765, host_header="rebound.example:8765")
+    assert not origin_allowed(
+        "http://rebound.example:8765", "0.0.0.0", 8765, host_header="rebound.example:8765"
+    )
 
 
 def test_web_refuses_a_busy_port(capsys):

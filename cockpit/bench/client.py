@@ -23,14 +23,16 @@ from time import perf_counter
 
 import aiohttp
 
-READ_BUFSIZE = 1 << 20  # above aiohttp's default: a small one throttled vLLM's bench at long contexts (vllm#39963)
+READ_BUFSIZE = (
+    1 << 20
+)  # above aiohttp's default: a small one throttled vLLM's bench at long contexts (vllm#39963)
 ERROR_BODY_LIMIT = 64 * 1024
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", ())  # aiohttp >= 3.10
 TIMED_OUT = "timed out after "  # how every timeout's reason starts, in both transports
 
 
 def os_reason(exc: OSError) -> str:
-    """"Connection refused", not asyncio's "Connect call failed ('127.0.0.1', 8000)"."""
+    """ "Connection refused", not asyncio's "Connect call failed ('127.0.0.1', 8000)"."""
     return os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
 
 
@@ -126,12 +128,14 @@ class Client:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.request_timeout_s = request_timeout_s
         self.read_timeout_s = read_timeout_s
-        self.connect_timeout_s = min(read_timeout_s if connect_timeout_s is None else connect_timeout_s,
-                                     request_timeout_s)
+        self.connect_timeout_s = min(
+            read_timeout_s if connect_timeout_s is None else connect_timeout_s, request_timeout_s
+        )
         # sock_connect: a listen queue that never accepts; sock_read: no bytes for read_timeout_s
         # (the headers included); total bounds the whole of it.
-        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_read=read_timeout_s,
-                                             sock_connect=self.connect_timeout_s)
+        self.timeout = aiohttp.ClientTimeout(
+            total=request_timeout_s, sock_read=read_timeout_s, sock_connect=self.connect_timeout_s
+        )
         self.progress = progress if progress is not None else Progress()
 
     async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
@@ -143,7 +147,9 @@ class Client:
         record = record if record is not None else RequestRecord()
         record.start = perf_counter()
         try:
-            async with self.session.post(self.url, data=body, headers=self.headers, timeout=self.timeout) as resp:
+            async with self.session.post(
+                self.url, data=body, headers=self.headers, timeout=self.timeout
+            ) as resp:
                 record.status = resp.status
                 if resp.status != 200:
                     raise _Failed(f"HTTP {resp.status}: {await _error_message(resp)}")
@@ -157,7 +163,7 @@ class Client:
             raise
         except _Failed as failure:
             record.error = str(failure)
-        except Exception as exc:  # noqa: BLE001 - one request must never end the benchmark
+        except Exception as exc:
             record.error = self._reason(exc, record)
         finally:
             record.end = perf_counter()
@@ -270,7 +276,12 @@ class _Stream:
 
     def is_plain_token(self, payload: bytes) -> bool:
         head, tail = self.head, self.tail
-        if head is None or len(payload) <= self.span or not payload.startswith(head) or not payload.endswith(tail):
+        if (
+            head is None
+            or len(payload) <= self.span
+            or not payload.startswith(head)
+            or not payload.endswith(tail)
+        ):
             return False
         text = payload[len(head) : len(payload) - len(tail)]
         return _UNSAFE_IN_STRING.search(text) is None and (text.isascii() or _is_utf8(text))
@@ -373,7 +384,7 @@ async def _error_message(resp: aiohttp.ClientResponse) -> str:
     """The message of an error body: OpenAI's {"error": {"message"}}, vLLM's {"message"}, or text."""
     try:
         raw = await resp.content.read(ERROR_BODY_LIMIT)
-    except Exception:  # noqa: BLE001 - the status alone is still a reason
+    except Exception:
         return resp.reason or "no body"
     return error_text(raw, resp.reason)
 

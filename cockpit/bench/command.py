@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from cockpit.children import python_module
 from cockpit.commands import check_seconds, parse_levels
@@ -28,20 +28,37 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="a concurrency sweep against an OpenAI-compatible server")
     bench.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", help="the served model id (default: the first of /v1/models)")
-    bench.add_argument("-c", "--concurrency", default="1,32,64", metavar="C,C,...", help="levels (default 1,32,64)")
-    bench.add_argument("--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)")
-    bench.add_argument("--output-len", type=int, default=1024, metavar="N", help="output tokens (default 1024)")
+    bench.add_argument(
+        "-c", "--concurrency", default="1,32,64", metavar="C,C,...", help="levels (default 1,32,64)"
+    )
+    bench.add_argument(
+        "--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)"
+    )
+    bench.add_argument(
+        "--output-len", type=int, default=1024, metavar="N", help="output tokens (default 1024)"
+    )
     size = bench.add_mutually_exclusive_group()
     size.add_argument("--requests", type=int, metavar="N", help="measured requests per level")
     size.add_argument("--duration", type=float, metavar="S", help="measured seconds per level")
     bench.add_argument("--rate", type=float, metavar="R", help="open loop: Poisson arrivals at R requests/s")
-    bench.add_argument("--prompts", metavar="FILE", help='a JSONL file of prompts ({"prompt": ...} or {"messages": [...]})')
-    bench.add_argument("--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions")
+    bench.add_argument(
+        "--prompts", metavar="FILE", help='a JSONL file of prompts ({"prompt": ...} or {"messages": [...]})'
+    )
+    bench.add_argument(
+        "--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions"
+    )
     bench.add_argument("--jsonl", action="store_true", help="print one JSON event a line")
-    bench.add_argument("--experiment", type=int, metavar="ID", help="journal each level under this experiment")
-    bench.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                       help="give up on a request after S seconds without a byte: connecting, "
-                            "waiting for the answer, or mid-stream (default 600)")
+    bench.add_argument(
+        "--experiment", type=int, metavar="ID", help="journal each level under this experiment"
+    )
+    bench.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="give up on a request after S seconds without a byte: connecting, "
+        "waiting for the answer, or mid-stream (default 600)",
+    )
     return bench
 
 
@@ -170,8 +187,6 @@ def _listen_for_interrupt() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-
-
 def _exit_with_parent(parent: int) -> None:
     """As cockpit's child, never outlive it: a parent killed (-9, a crash) cannot stop us, so a
     thread watches for the re-parenting and ends the process at once, journaling nothing more."""
@@ -184,13 +199,33 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
 
 
-def bench_argv(url: str, model: str | None, levels: Sequence[int], *, input_len: int, output_len: int,
-               requests: int | None = None, duration: float | None = None, experiment: int | None = None,
-               timeout: float | None = None) -> list[str]:
+def bench_argv(
+    url: str,
+    model: str | None,
+    levels: Sequence[int],
+    *,
+    input_len: int,
+    output_len: int,
+    requests: int | None = None,
+    duration: float | None = None,
+    experiment: int | None = None,
+    timeout: float | None = None,
+) -> list[str]:
     """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it).
     An API key goes in the child's environment (OPENAI_API_KEY), never here."""
-    argv = [*python_module("cockpit.cli"), "bench", "--url", url, "--jsonl",
-            "-c", ",".join(map(str, levels)), "--input-len", str(input_len), "--output-len", str(output_len)]
+    argv = [
+        *python_module("cockpit.cli"),
+        "bench",
+        "--url",
+        url,
+        "--jsonl",
+        "-c",
+        ",".join(map(str, levels)),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+    ]
     if model:
         argv += ["--model", model]
     if requests is not None:

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
 from typing import Any, TypeVar
 
-from cockpit.bench import metrics
 from cockpit.bench import client as aiohttp_client
-from cockpit.bench import rawclient
+from cockpit.bench import metrics, rawclient
 from cockpit.bench.client import Client, Progress, RequestRecord, is_timeout
 from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
 from cockpit.bench.metrics import Summary, Window
@@ -91,7 +90,9 @@ class BenchConfig:
         if self.endpoint not in ENDPOINTS:
             raise CockpitError(f"endpoint must be one of {', '.join(ENDPOINTS)}, got '{self.endpoint}'")
         if not self.concurrency or any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
-            raise CockpitError(f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, got {self.concurrency}")
+            raise CockpitError(
+                f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, got {self.concurrency}"
+            )
         for name in ("input_len", "output_len", "requests", "warmup"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup" else 1):
@@ -332,9 +333,13 @@ async def discover_model(base_url: str, api_key: str | None = None, *, timeout: 
         async with httpx.AsyncClient(timeout=min(timeout, 30.0)) as http:
             response = await http.get(where, headers=headers)
     except httpx.HTTPError as err:
-        raise CockpitError(f"cannot reach {where} ({type(err).__name__}): is the server up? Or pass --model") from None
+        raise CockpitError(
+            f"cannot reach {where} ({type(err).__name__}): is the server up? Or pass --model"
+        ) from None
     if response.status_code != 200:
-        raise CockpitError(f"{where} answered HTTP {response.status_code}: pass --model (and check the API key)")
+        raise CockpitError(
+            f"{where} answered HTTP {response.status_code}: pass --model (and check the API key)"
+        )
     try:
         return str(response.json()["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):

@@ -224,7 +224,9 @@ def errors_in(records: Iterable[RequestRecord], window: Window) -> Counter[str]:
     """Failed requests that ended inside the window, by their one-line reason; each request
     counts once (one record, one error), and one cancelled by the load generator is no error."""
     return Counter(
-        r.error for r in records if r.error is not None and not r.cancelled and window.start < r.end <= window.end
+        r.error
+        for r in records
+        if r.error is not None and not r.cancelled and window.start < r.end <= window.end
     )
 
 

@@ -23,19 +23,171 @@ POOL = 64  # distinct random prompts; the per-request tag keeps every request un
 TAG_WIDTH = 7  # "%07x " is two tokens, counted inside input_len
 _HOLE = "\x00cockpit-tag\x00"
 
-WORDS = (
-    "time year people way day man thing woman life child world school state family student group "
-    "country problem hand part place case week company system program question work government "
-    "number night point home water room mother area money story fact month lot right study book eye "
-    "job word business issue side kind head house service friend father power hour game line end "
-    "member law car city community name president team minute idea kid body information back parent "
-    "face others level office door health person art war history party result change morning reason "
-    "research girl guy moment air teacher force education foot boy age policy process music market "
-    "sense nation plan college interest death experience effect class control care field development "
-    "role effort rate heart drug show leader light voice wife police mind price report decision son "
-    "view relationship town road arm difference value building action model season society tax "
-    "director position player record paper space ground form event official matter center couple site"
-).split()
+WORDS = [
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "government",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+    "mother",
+    "area",
+    "money",
+    "story",
+    "fact",
+    "month",
+    "lot",
+    "right",
+    "study",
+    "book",
+    "eye",
+    "job",
+    "word",
+    "business",
+    "issue",
+    "side",
+    "kind",
+    "head",
+    "house",
+    "service",
+    "friend",
+    "father",
+    "power",
+    "hour",
+    "game",
+    "line",
+    "end",
+    "member",
+    "law",
+    "car",
+    "city",
+    "community",
+    "name",
+    "president",
+    "team",
+    "minute",
+    "idea",
+    "kid",
+    "body",
+    "information",
+    "back",
+    "parent",
+    "face",
+    "others",
+    "level",
+    "office",
+    "door",
+    "health",
+    "person",
+    "art",
+    "war",
+    "history",
+    "party",
+    "result",
+    "change",
+    "morning",
+    "reason",
+    "research",
+    "girl",
+    "guy",
+    "moment",
+    "air",
+    "teacher",
+    "force",
+    "education",
+    "foot",
+    "boy",
+    "age",
+    "policy",
+    "process",
+    "music",
+    "market",
+    "sense",
+    "nation",
+    "plan",
+    "college",
+    "interest",
+    "death",
+    "experience",
+    "effect",
+    "class",
+    "control",
+    "care",
+    "field",
+    "development",
+    "role",
+    "effort",
+    "rate",
+    "heart",
+    "drug",
+    "show",
+    "leader",
+    "light",
+    "voice",
+    "wife",
+    "police",
+    "mind",
+    "price",
+    "report",
+    "decision",
+    "son",
+    "view",
+    "relationship",
+    "town",
+    "road",
+    "arm",
+    "difference",
+    "value",
+    "building",
+    "action",
+    "model",
+    "season",
+    "society",
+    "tax",
+    "director",
+    "position",
+    "player",
+    "record",
+    "paper",
+    "space",
+    "ground",
+    "form",
+    "event",
+    "official",
+    "matter",
+    "center",
+    "couple",
+    "site",
+]
 
 
 @dataclass(frozen=True)
@@ -86,7 +238,9 @@ def random_prompt(rng: random.Random, chars: int) -> str:
     return " ".join(words)[:chars]
 
 
-def _request(endpoint: str, model: str, text: str | None, messages: list | None, max_tokens: int) -> dict[str, Any]:
+def _request(
+    endpoint: str, model: str, text: str | None, messages: list | None, max_tokens: int
+) -> dict[str, Any]:
     request: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         request["messages"] = messages if messages is not None else [{"role": "user", "content": text}]
@@ -126,7 +280,9 @@ def random_workload(
     return Workload(endpoint, tuple(bodies))
 
 
-def jsonl_workload(path: str | Path, model: str, *, endpoint: str = "completions", output_len: int = 1024) -> Workload:
+def jsonl_workload(
+    path: str | Path, model: str, *, endpoint: str = "completions", output_len: int = 1024
+) -> Workload:
     """Prompts from a JSONL file: ``{"prompt": ...}`` or ``{"messages": [...]}``, optional max_tokens.
 
     A ``messages`` line on the completions endpoint (or a ``prompt`` on chat) is converted, so
@@ -143,13 +299,17 @@ def jsonl_workload(path: str | Path, model: str, *, endpoint: str = "completions
     bodies = []
     for number, line in enumerate(lines, 1):
         if line.strip():
-            bodies.append(_split(_jsonl_request(path, number, line, model, endpoint, output_len), tagged=False))
+            bodies.append(
+                _split(_jsonl_request(path, number, line, model, endpoint, output_len), tagged=False)
+            )
     if not bodies:
         raise CockpitError(f"the prompts file {path} has no prompts: write one JSON object a line")
     return Workload(endpoint, tuple(bodies), tagged=False)
 
 
-def _jsonl_request(path: Path, number: int, line: str, model: str, endpoint: str, output_len: int) -> dict[str, Any]:
+def _jsonl_request(
+    path: Path, number: int, line: str, model: str, endpoint: str, output_len: int
+) -> dict[str, Any]:
     where = f"{path}, line {number}"
     try:
         row = json.loads(line)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from cockpit.engines.base import Engine, Inexpressible, Placement, Rule, ServerArgs, api_keys, parse_server_args
+from cockpit.engines.base import (
+    Engine,
+    Inexpressible,
+    Placement,
+    Rule,
+    ServerArgs,
+    api_keys,
+    parse_server_args,
+)
 from cockpit.engines.sglang import SGLang
 from cockpit.engines.vllm import VLLM
 from cockpit.errors import CockpitError
@@ -17,4 +25,14 @@ def get_engine(name: str) -> Engine:
         raise CockpitError(f"unknown engine '{name}': use one of {', '.join(ENGINES)}") from None
 
 
-__all__ = ["ENGINES", "Engine", "Inexpressible", "Placement", "Rule", "ServerArgs", "api_keys", "get_engine", "parse_server_args"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "Inexpressible",
+    "Placement",
+    "Rule",
+    "ServerArgs",
+    "api_keys",
+    "get_engine",
+    "parse_server_args",
+]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
@@ -53,7 +53,10 @@ class ServerArgs:
         return 1.0 if self.kv_cache_dtype.startswith("fp8") else model_dtype_bytes
 
 
-_FLOAT_FLAGS = {"--gpu-memory-utilization": "gpu_memory_utilization", "--mem-fraction-static": "mem_fraction_static"}
+_FLOAT_FLAGS = {
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--mem-fraction-static": "mem_fraction_static",
+}
 _INT_FLAGS = {
     "--max-model-len": "max_model_len",
     "--context-length": "max_model_len",
@@ -122,7 +125,9 @@ def _number(name: str, text: str | None, kind: type) -> float:
         return kind(text)
     except ValueError:
         shown = repr(text if text is None or len(text) <= 40 else text[:37] + "...")
-        raise CockpitError(f"server argument {name} needs a number, got {shown}: fix the profile's server args") from None
+        raise CockpitError(
+            f"server argument {name} needs a number, got {shown}: fix the profile's server args"
+        ) from None
 
 
 def _fraction(name: str, text: str | None) -> float:
@@ -181,7 +186,9 @@ class Placement:
         if self.experts_per_gpu and self.moe_ep > 1:
             parts.append(f"MoE EP{self.moe_ep} x TP{self.moe_tp} ({self.experts_per_gpu} experts/GPU)")
         elif self.experts_per_gpu:
-            parts.append(f"MoE TP{self.moe_tp} (all {self.experts_per_gpu} experts, each sliced {self.moe_tp} ways)")
+            parts.append(
+                f"MoE TP{self.moe_tp} (all {self.experts_per_gpu} experts, each sliced {self.moe_tp} ways)"
+            )
         if self.pp > 1:
             parts.append(f"PP{self.pp} ({max(self.stage_layers)} layers/stage)")
         return ", ".join(parts)

@@ -45,7 +45,9 @@ def moe_width_rules(model: ModelArch, moe_tp: int) -> list[Rule]:
         return []
     width = model.moe.expert_intermediate
     if width % moe_tp:
-        return [Rule("moe-width", "AssertionError", f"expert width {width} does not split over MoE-TP {moe_tp}")]
+        return [
+            Rule("moe-width", "AssertionError", f"expert width {width} does not split over MoE-TP {moe_tp}")
+        ]
     per_rank = width // moe_tp
     block = model.quant.block
     if not block or ROUTED_EXPERTS not in model.quant.blocked_classes:

@@ -98,7 +98,9 @@ class SGLang(Engine):
                 )
             )
         if layout.expert_parallel and not model.is_moe:
-            rules.append(Rule("ep-needs-experts", "AssertionError", f"{model.name} is a dense model: drop `ep`"))
+            rules.append(
+                Rule("ep-needs-experts", "AssertionError", f"{model.name} is a dense model: drop `ep`")
+            )
         rules += checks.attention_rules(model, placement.attn_tp, None)
         rules += checks.moe_width_rules(model, placement.moe_tp)
         rules += checks.linear_block_rules(model, placement.attn_tp, placement.dense_tp)

@@ -9,7 +9,15 @@ attention (TP-sharded inside the rank) and their own KV cache.
 from __future__ import annotations
 
 from cockpit.engines import checks
-from cockpit.engines.base import Engine, Inexpressible, Placement, Rule, ServerArgs, experts_per_gpu, stage_layers
+from cockpit.engines.base import (
+    Engine,
+    Inexpressible,
+    Placement,
+    Rule,
+    ServerArgs,
+    experts_per_gpu,
+    stage_layers,
+)
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
 
@@ -44,7 +52,10 @@ class VLLM(Engine):
                 [Layout(tp=max(1, tp // dp), dp=dp, expert_parallel=layout.expert_parallel)],
             )
         if layout.ep is not None and layout.ep != tp * dp:
-            alternatives = [Layout(tp=tp, pp=pp, dp=layout.ep, expert_parallel=True), Layout(tp=tp, pp=pp, expert_parallel=True)]
+            alternatives = [
+                Layout(tp=tp, pp=pp, dp=layout.ep, expert_parallel=True),
+                Layout(tp=tp, pp=pp, expert_parallel=True),
+            ]
             said = ", ".join(f"`{a}` (EP{a.tp * a.dp} on {a.tp * a.pp * a.dp} GPUs)" for a in alternatives)
             raise Inexpressible(
                 f"vLLM has no EP size: --enable-expert-parallel makes EP = TP x DP = {tp * dp}, so `{layout}` "
@@ -112,7 +123,13 @@ def _eplb_rules(model: ModelArch, placement: Placement, server: ServerArgs) -> l
     if not server.enable_eplb:
         return []
     if placement.moe_ep <= 1:
-        return [Rule("eplb", "enable_expert_parallel must be True to use EPLB.", "--enable-eplb needs `ep` in the layout")]
+        return [
+            Rule(
+                "eplb",
+                "enable_expert_parallel must be True to use EPLB.",
+                "--enable-eplb needs `ep` in the layout",
+            )
+        ]
     if model.moe and model.moe.experts % placement.moe_ep:
         return [
             Rule(
@@ -123,4 +140,3 @@ def _eplb_rules(model: ModelArch, placement: Placement, server: ServerArgs) -> l
             )
         ]
     return []
-

@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import subprocess
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from cockpit.bench.command import PARENT_ENV, bench_argv, describe_level
 from cockpit.commands import Bench
@@ -31,8 +31,14 @@ class _Result:
 
 def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, experiment: int) -> list[str]:
     defaults = profile.bench
-    requests = bench.requests if bench.requests is not None else (None if bench.duration_s else defaults.requests)
-    duration = bench.duration_s if bench.duration_s is not None else (None if bench.requests else defaults.duration_s)
+    requests = (
+        bench.requests if bench.requests is not None else (None if bench.duration_s else defaults.requests)
+    )
+    duration = (
+        bench.duration_s
+        if bench.duration_s is not None
+        else (None if bench.requests else defaults.duration_s)
+    )
     return bench_argv(
         url,
         model,
@@ -53,7 +59,9 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
     levels = 0
     # The key is the server's or none: a key the user exported for another service stays home.
     env: Mapping[str, str] = {**os.environ, "OPENAI_API_KEY": api_key or "", PARENT_ENV: str(os.getpid())}
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env
+    )
     try:
         for line in child.stdout:
             try:
@@ -62,11 +70,18 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
                 continue  # not ours: a warning a library printed
             kind = str(event.get("type", ""))
             if kind == "tick":
-                yield BenchTick(experiment, int(event.get("concurrency", 0)), float(event.get("elapsed_s", 0)), float(event.get("tok_s", 0)))
+                yield BenchTick(
+                    experiment,
+                    int(event.get("concurrency", 0)),
+                    float(event.get("elapsed_s", 0)),
+                    float(event.get("tok_s", 0)),
+                )
             elif kind == "level_done":
                 levels += 1
                 result = event.get("result", event)
-                yield BenchLevel(experiment, int(result.get("concurrency", 0)), result, describe_level(_Result(result)))
+                yield BenchLevel(
+                    experiment, int(result.get("concurrency", 0)), result, describe_level(_Result(result))
+                )
         code = child.wait()
         error = ""
         if code not in (0, 130):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from cockpit.runner.events import Diagnosis
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
@@ -19,9 +19,7 @@ from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
 # --- What to try next (the caller may replace these with layouts the planner says fit) -------
 
 NEXT_MORE_GPUS = "the weights do not fit this layout: use more GPUs per replica (more TP/EP/PP)"
-NEXT_LESS_MEMORY = (
-    "lower --gpu-memory-utilization / --mem-fraction-static or --max-num-batched-tokens / --chunked-prefill-size"
-)
+NEXT_LESS_MEMORY = "lower --gpu-memory-utilization / --mem-fraction-static or --max-num-batched-tokens / --chunked-prefill-size"
 NEXT_OOM_UNKNOWN_PHASE = (
     "if the weights were still loading, use more GPUs per replica; otherwise lower "
     "--gpu-memory-utilization / --mem-fraction-static"
@@ -30,7 +28,9 @@ NEXT_WHOLE_EXPERTS = (
     "keep experts whole: add expert parallel (vLLM `ep`, SGLang ep = tp), "
     "or use a TP size that divides the width into whole blocks"
 )
-NEXT_WHOLE_TILES = "use a TP size that leaves whole blocks per shard (expert parallel does not split these layers)"
+NEXT_WHOLE_TILES = (
+    "use a TP size that leaves whole blocks per shard (expert parallel does not split these layers)"
+)
 NEXT_NCCL = "check the GPU links (nvidia-smi topo -m), try NCCL_P2P_DISABLE=1, rerun with NCCL_DEBUG=INFO"
 NEXT_READ_LOG = "read the log above the traceback"
 
@@ -64,7 +64,9 @@ OOM_TORCH_OLD = re.compile(
 )
 # Driver-level OOM (torch.AcceleratorError), NCCL's "Cuda failure 'out of memory'", or a torch
 # OOM whose sizes were cut off.
-OOM_OTHER = re.compile(r"CUDA error: out of memory|Cuda failure (?:\d+ )?'out of memory'|CUDA out of memory|OutOfMemoryError")
+OOM_OTHER = re.compile(
+    r"CUDA error: out of memory|Cuda failure (?:\d+ )?'out of memory'|CUDA out of memory|OutOfMemoryError"
+)
 
 FP8_GATE_UP = re.compile(
     r"The output_size of gate's and up's weight = (?P<size>\d+) is not divisible by weight quantization block_n = (?P<block>\d+)"
@@ -80,7 +82,9 @@ FP8_LINEAR_IN = re.compile(
 )
 # Marlin/GPTQ/AWQ kernels: "... = 14784 is not divisible by min_thread_k = 128", "size_n = 5472 is
 # not divisible by tile_n_size = 64".
-KERNEL_TILE = re.compile(r"(?P<name>\w+) = (?P<size>\d+) is not divisible by (?P<tile>\w*(?:thread|tile)\w*) = (?P<block>\d+)")
+KERNEL_TILE = re.compile(
+    r"(?P<name>\w+) = (?P<size>\d+) is not divisible by (?P<tile>\w*(?:thread|tile)\w*) = (?P<block>\d+)"
+)
 
 ATTENTION_HEADS = re.compile(
     r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)"
@@ -97,7 +101,9 @@ KV_MAX_LEN = re.compile(
     r"is (?P<estimate>\d+))?"
 )
 SGLANG_NOT_ENOUGH_MEMORY = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
-SGLANG_UNBALANCED_MEMORY = re.compile(r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes")
+SGLANG_UNBALANCED_MEMORY = re.compile(
+    r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"
+)
 FREE_MEMORY_AT_START = re.compile(
     r"Free memory on device(?: (?P<device>\S+))? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
     r"than desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
@@ -129,16 +135,23 @@ EPLB_UNEVEN = re.compile(
 EPLB_NEEDS_EP = re.compile(r"enable_expert_parallel must be True to use EPLB")
 UNRECOGNIZED_ARGS = re.compile(r"^(?:(?P<program>[^:]+): )?error: unrecognized arguments: (?P<flags>.+)$")
 
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<text>.*))?$")
+EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<text>.*))?$"
+)
 
 # Traceback frames that tell what the engine was doing, innermost checked first.
 PHASE_HINTS = (
-    (re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner"), "cuda_graphs"),
+    (
+        re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner"),
+        "cuda_graphs",
+    ),
     (re.compile(r"profile_run|determine_available_memory|determine_num_available_blocks"), "profiling"),
     (re.compile(r"initialize_kv_cache|allocate_kv_cache|init_memory_pool|_create_buffers"), "kv_cache"),
     (re.compile(r"load_weights|weight_loader|model_loader|load_model|Load weight begin"), "loading"),
 )
-TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")  # SGLang: "Scheduler hit an exception: Traceback ..."
+TRACEBACK_START = re.compile(
+    r"Traceback \(most recent call last\)"
+)  # SGLang: "Scheduler hit an exception: Traceback ..."
 TRACEBACK_FRAME = re.compile(r'^File "(?:[^"]*/)?(?P<file>[^"/]+)", line \d+, in (?P<function>\S+)')
 ATTENTION_CONTEXT = re.compile(r"kv_heads|num_heads|Attention|attn_tp_size")
 
@@ -210,7 +223,8 @@ def diagnose(lines: Sequence[str], *, phase: str | None = None) -> Diagnosis | N
         return nccl_warning or unknown_error
     if wrapper_seen:
         evidence = next(
-            (strip_ansi(line).strip() for line in reversed(lines) if ERROR_LOOKING.search(strip_ansi(line))), ""
+            (strip_ansi(line).strip() for line in reversed(lines) if ERROR_LOOKING.search(strip_ansi(line))),
+            "",
         )
         return Diagnosis(
             "engine-died",
@@ -232,7 +246,9 @@ def diagnose_exit(lines: Sequence[str], returncode: int, phase: str | None) -> D
     killer = _signal_name(returncode)
     last_error = _last_error_line(lines, any_line=not killer)
     if last_error:
-        how = f"was killed by {killer} (exit code {returncode})" if killer else f"exited with code {returncode}"
+        how = (
+            f"was killed by {killer} (exit code {returncode})" if killer else f"exited with code {returncode}"
+        )
         cause = f"the server {how}{when}: {last_error}"
         next_step = "read the full server log for the lines above it"
     elif killer:
@@ -374,13 +390,23 @@ def _bare_assertion(match: re.Match[str], site: _Site) -> Diagnosis:
     where = f" in {frame['file']}" if frame else ""
     if "kv_heads" in statement:
         kind, cause = "kv-heads", f"the KV heads do not split over this TP size: `{statement}` failed{where}"
-        next_step = "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+        next_step = (
+            "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+        )
     elif "num_heads" in statement:
-        kind, cause = "attention-heads", f"the attention heads do not split over this TP size: `{statement}` failed{where}"
+        kind, cause = (
+            "attention-heads",
+            f"the attention heads do not split over this TP size: `{statement}` failed{where}",
+        )
         next_step = "use a TP size that divides the attention heads"
     elif any(ATTENTION_CONTEXT.search(m) for m in traceback):
-        kind, cause = "kv-heads", f"a bare assert failed in the attention layer{where}: the TP size does not divide the (KV) heads"
-        next_step = "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+        kind, cause = (
+            "kv-heads",
+            f"a bare assert failed in the attention layer{where}: the TP size does not divide the (KV) heads",
+        )
+        next_step = (
+            "use a TP size that divides the KV heads, or a multiple of them (KV heads are then replicated)"
+        )
     else:
         detail = f": `{statement}`" if statement else " (no message)"
         kind, cause = "assertion", f"the engine hit a bare AssertionError{where}{detail}"

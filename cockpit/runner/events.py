@@ -52,7 +52,9 @@ class Launching:
     env: dict[str, str] = field(default_factory=dict)  # what cockpit set: CUDA_VISIBLE_DEVICES, ...
 
     @classmethod
-    def redacted(cls, experiment: int, argv: Sequence[str], pid: int, log_path: str, env: Mapping[str, str]) -> Launching:
+    def redacted(
+        cls, experiment: int, argv: Sequence[str], pid: int, log_path: str, env: Mapping[str, str]
+    ) -> Launching:
         return cls(experiment, redact_argv(argv), pid, log_path, redact_env(env))
 
     def __str__(self) -> str:

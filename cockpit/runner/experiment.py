@@ -9,8 +9,8 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Mapping, Sequence
 
 from cockpit.children import python_module
 from cockpit.commands import Bench
@@ -53,7 +53,9 @@ def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> li
     return free
 
 
-def describe_holders(samples: Sequence[GpuSample], indices: Sequence[int], held: Mapping[int, ServerEntry] | None = None) -> str:
+def describe_holders(
+    samples: Sequence[GpuSample], indices: Sequence[int], held: Mapping[int, ServerEntry] | None = None
+) -> str:
     """Who holds each busy GPU: a server of a cockpit (even one still loading), else NVML's view."""
     held = held or {}
     parts = []
@@ -103,8 +105,12 @@ class Launcher:
 
     def argv(self, verdict: Verdict) -> list[str]:
         engine = self.setup.engine
-        command = sim_command(engine.name, engine.default_command) if self.sim else (self.profile.command or ())
-        return engine.argv(verdict.placement, self.setup.model_path, self.profile.port, self.profile.args, command)
+        command = (
+            sim_command(engine.name, engine.default_command) if self.sim else (self.profile.command or ())
+        )
+        return engine.argv(
+            verdict.placement, self.setup.model_path, self.profile.port, self.profile.args, command
+        )
 
     def api_key(self) -> str | None:
         """The key the server wants from clients (readiness probe, benchmark), if it was given one."""
@@ -131,7 +137,11 @@ class Launcher:
         value of ``cancels`` when the launch was asked for; a stop after that cancels it."""
         verdict = plan_layout(self.setup, layout)
         used = verdict.placement.gpus_used if verdict.placement else 0
-        allowed = list(self.profile.gpu_ids) if self.profile.gpu_ids is not None else list(range(self.setup.hardware.count))
+        allowed = (
+            list(self.profile.gpu_ids)
+            if self.profile.gpu_ids is not None
+            else list(range(self.setup.hardware.count))
+        )
         registry = self.supervisor.registry
         failure: Diagnosis | None = None
         # Choosing GPUs and registering the server are one step under the box-wide lock: a second
@@ -163,10 +173,18 @@ class Launcher:
             except BaseException as exc:  # interrupted or refused before anything ran: journal the end
                 if self.handle is None:
                     with contextlib.suppress(CockpitError):
-                        self.journal.set_outcome(exp, "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")
+                        self.journal.set_outcome(
+                            exp, "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+                        )
                 raise
         placement = str(verdict.placement) if verdict.placement else "not expressible"
-        yield Planned(exp, str(layout), f"{verdict.verdict} ({verdict.headline})" if verdict.headline else verdict.verdict, placement, gpus)
+        yield Planned(
+            exp,
+            str(layout),
+            f"{verdict.verdict} ({verdict.headline})" if verdict.headline else verdict.verdict,
+            placement,
+            gpus,
+        )
         failure = refusal or failure
         if failure is not None:
             self.journal.set_outcome(exp, "failed", diagnosis=failure)
@@ -175,7 +193,9 @@ class Launcher:
         handle = self.handle
         assert handle is not None  # _spawn set it
         try:
-            self.journal.update_experiment(exp, log_path=str(log_path), pid=handle.pid, port=self.profile.port)
+            self.journal.update_experiment(
+                exp, log_path=str(log_path), pid=handle.pid, port=self.profile.port
+            )
         except BaseException:
             self._stop_unjournaled(handle)
             raise
@@ -183,7 +203,9 @@ class Launcher:
         yield Launching.redacted(exp, argv, handle.pid, str(log_path), shown_env)
         yield from self.follow(handle)
 
-    def _spawn(self, exp: int, argv: Sequence[str], env: dict[str, str], log_path, layout: str, gpus: Sequence[int]) -> Diagnosis | None:
+    def _spawn(
+        self, exp: int, argv: Sequence[str], env: dict[str, str], log_path, layout: str, gpus: Sequence[int]
+    ) -> Diagnosis | None:
         """Start the engine; ``self.handle`` is set before any interrupt can land. A failure to
         start (no such launcher) comes back as the Diagnosis to report."""
 
@@ -233,7 +255,9 @@ class Launcher:
     def _follow(self, handle: ServerHandle) -> Iterator[Event]:
         exp = handle.entry.experiment
         ready_paths = self.setup.engine.ready_paths
-        events = self.supervisor.follow(handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key())
+        events = self.supervisor.follow(
+            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key()
+        )
         for event in map(self._scrubbed, events):
             if isinstance(event, Failed) and exp in self._stopping:
                 return  # it died of our own SIGTERM: `stop` journals and reports that
@@ -293,13 +317,21 @@ class Launcher:
         """The engine prints its own arguments (vLLM: `non-default args: {'hf_token': ...}`): its
         lines are diagnosed as written, then shown and journaled with the secrets blanked."""
         if self._scrubber is None:
-            self._scrubber = Scrubber.from_launch([*(self.profile.command or ()), *self.profile.args], launch_secrets_env(self.profile.env, os.environ))
+            self._scrubber = Scrubber.from_launch(
+                [*(self.profile.command or ()), *self.profile.args],
+                launch_secrets_env(self.profile.env, os.environ),
+            )
         scrub = self._scrubber.text
         if isinstance(event, LogLine):
             return replace(event, text=scrub(event.text))
         if isinstance(event, Failed):
             d = event.diagnosis
-            return replace(event, diagnosis=replace(d, cause=scrub(d.cause), next_step=scrub(d.next_step) if d.next_step else d.next_step))
+            return replace(
+                event,
+                diagnosis=replace(
+                    d, cause=scrub(d.cause), next_step=scrub(d.next_step) if d.next_step else d.next_step
+                ),
+            )
         return event
 
     def _forget(self, handle: ServerHandle) -> None:
@@ -311,7 +343,9 @@ class Launcher:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _refusal(self, verdict: Verdict, force: bool, used: int, free: list[int], samples, held, others) -> Diagnosis | None:
+    def _refusal(
+        self, verdict: Verdict, force: bool, used: int, free: list[int], samples, held, others
+    ) -> Diagnosis | None:
         if verdict.placement is None:
             return Diagnosis("inexpressible", verdict.reasons[0].message, self.suggest(verdict))
         if verdict.verdict == FAILS and not force:
@@ -322,7 +356,14 @@ class Launcher:
                 (suggestion + "; " if suggestion else "") + "--force launches it anyway",
             )
         holder = busy_port("127.0.0.1", self.profile.port)
-        holder = holder or next((f"pid {e.pid or '(starting)'} ({e.layout} of cockpit)" for e in others if e.port == self.profile.port), None)
+        holder = holder or next(
+            (
+                f"pid {e.pid or '(starting)'} ({e.layout} of cockpit)"
+                for e in others
+                if e.port == self.profile.port
+            ),
+            None,
+        )
         if holder is not None:
             return Diagnosis(
                 "port-in-use",
@@ -345,7 +386,9 @@ class Launcher:
         suggestion = self.suggest(plan_layout(self.setup, layout))
         if not suggestion:
             return diagnosis
-        return replace(diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else ""))
+        return replace(
+            diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else "")
+        )
 
     def _record_peaks(self, exp: int) -> None:
         if self.monitor:

@@ -24,9 +24,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 
@@ -209,7 +209,10 @@ class Registry:
         for tmp in self.folder.glob(".*.tmp"):
             writer = tmp.name[1:].split("-", 1)[0]
             try:
-                stale = not (writer.isdigit() and _process_alive(int(writer))) or now - tmp.stat().st_mtime > STALE_TMP_S
+                stale = (
+                    not (writer.isdigit() and _process_alive(int(writer)))
+                    or now - tmp.stat().st_mtime > STALE_TMP_S
+                )
                 if stale:
                     tmp.unlink()
             except OSError:

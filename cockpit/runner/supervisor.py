@@ -14,17 +14,17 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 import psutil
 
 from cockpit.errors import CockpitError
+from cockpit.paths import private_dir
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.paths import private_dir
 from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
 from cockpit.secrets import redact_argv
@@ -37,9 +37,19 @@ _ERRORISH = re.compile(r"Error|error:|Traceback|out of memory|Assertion|failed",
 # Causes certain enough to act on while the engine still runs (it may hang after them);
 # weaker signals (an NCCL warning, an unknown exception) wait for the process to exit.
 _CERTAIN = {
-    "oom", "fp8-block", "attention-heads", "kv-heads", "kv-cache", "world-size",
-    "port-in-use", "pp-unsupported", "eplb", "unrecognized-args",
+    "oom",
+    "fp8-block",
+    "attention-heads",
+    "kv-heads",
+    "kv-cache",
+    "world-size",
+    "port-in-use",
+    "pp-unsupported",
+    "eplb",
+    "unrecognized-args",
 }
+
+
 @dataclass
 class ServerHandle:
     """A running (or finished) engine: ours (``popen``) or re-attached from the registry."""
@@ -139,7 +149,9 @@ class Supervisor:
         try:
             log = open(log_path, "ab", opener=_private_opener)
         except OSError as err:
-            raise CockpitError(f"cannot write the server's log {log_path}: {err.strerror}; check the state folder") from None
+            raise CockpitError(
+                f"cannot write the server's log {log_path}: {err.strerror}; check the state folder"
+            ) from None
         with log, held_signals():
             pending = self.registry.add_pending(pending)
             try:
@@ -156,11 +168,15 @@ class Supervisor:
                 raise
             try:
                 entry = self.registry.confirm(pending, popen.pid)
-            except BaseException as exc:  # the registry cannot be written: a server we cannot list must not run
+            except (
+                BaseException
+            ) as exc:  # the registry cannot be written: a server we cannot list must not run
                 _signal_group(popen.pid, signal.SIGKILL)
                 popen.wait()
                 self.registry.drop_pending(pending)
-                raise CockpitError(f"cannot register the server in {self.registry.folder} ({exc}); it was stopped") from None
+                raise CockpitError(
+                    f"cannot register the server in {self.registry.folder} ({exc}); it was stopped"
+                ) from None
             handle = ServerHandle(entry, popen)
             if on_started is not None:
                 on_started(handle)
@@ -220,7 +236,9 @@ class Supervisor:
                 if now >= next_health:
                     next_health = now + HEALTH_EVERY_S
                     if self._ready(http, handle.url, ready_paths):
-                        yield Ready(experiment, handle.url, now - handle.started, handle.entry.started or None)
+                        yield Ready(
+                            experiment, handle.url, now - handle.started, handle.entry.started or None
+                        )
                         return
                 if now - handle.started > timeout:
                     where = tracker.phase or "startup"
@@ -241,10 +259,7 @@ class Supervisor:
         import httpx
 
         try:
-            for path in paths:
-                if http.get(url + path).status_code != 200:
-                    return False
-            return True
+            return all(http.get(url + path).status_code == 200 for path in paths)
         except httpx.HTTPError:
             return False
 

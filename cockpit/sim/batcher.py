@@ -37,7 +37,6 @@ SLIP_S = 0.002
 """A step starting later than this behind its deadline is a slip."""
 
 
-
 class Pacer(Protocol):
     """How long the simulated GPU takes: the performance model behind the batcher."""
 
@@ -160,8 +159,9 @@ class Batcher:
         if self._closed:
             raise BatcherClosed("the batcher is closed")
         if prompt_tokens < 0 or max_tokens < 1:
-            raise ValueError(f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, "
-                             f"{max_tokens}")
+            raise ValueError(
+                f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, {max_tokens}"
+            )
         seq = Sequence(self, prompt_tokens, max_tokens)
         self._waiting[seq] = None
         if self._task is None:
@@ -273,7 +273,6 @@ class Batcher:
             self.on_step(batch)
         except Exception:  # a display hook must not stop the engine
             log.exception("on_step hook failed")
-
 
 
 def _sleep_until(deadline: float) -> None:

@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from cockpit.engines import api_keys, get_engine
 from cockpit.errors import CockpitError
@@ -53,9 +53,9 @@ def calibration_from_env(env: Mapping[str, str]) -> dict:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        raise CockpitError("COCKPIT_SIM_CALIBRATION must be a JSON object like {\"eta_bw\": 0.7}") from None
+        raise CockpitError('COCKPIT_SIM_CALIBRATION must be a JSON object like {"eta_bw": 0.7}') from None
     if not isinstance(value, dict):
-        raise CockpitError("COCKPIT_SIM_CALIBRATION must be a JSON object like {\"eta_bw\": 0.7}")
+        raise CockpitError('COCKPIT_SIM_CALIBRATION must be a JSON object like {"eta_bw": 0.7}')
     return value
 
 
@@ -121,10 +121,16 @@ class SimEngine:
             state = self.box.read()
             for gpu, used in grown.items():
                 before = self._published.get(gpu, 0)
-                others = [(p.pid, load.used_bytes) for p, load in state.loads(gpu) if p.pid != os.getpid() and load.used_bytes]
+                others = [
+                    (p.pid, load.used_bytes)
+                    for p, load in state.loads(gpu)
+                    if p.pid != os.getpid() and load.used_bytes
+                ]
                 taken = sum(b for _, b in others)
                 if taken + used > capacity:
-                    raise SimOutOfMemory(cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others))
+                    raise SimOutOfMemory(
+                        cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others)
+                    )
         self._published = dict(self.held)
 
     # -- the life -----------------------------------------------------------------------------
@@ -140,7 +146,11 @@ class SimEngine:
         setup, verdict = self.plan()
         self.log.starting(self.args, setup, verdict)
         placement = verdict.placement
-        startup_failures = [r for r in verdict.reasons if r.rule not in ("oom-at-load", "no-kv-memory", "kv-max-len", "kv-thin")]
+        startup_failures = [
+            r
+            for r in verdict.reasons
+            if r.rule not in ("oom-at-load", "no-kv-memory", "kv-max-len", "kv-thin")
+        ]
         if placement is None or startup_failures:
             reasons = startup_failures or list(verdict.reasons)
             self.log.startup_failure(reasons)
@@ -251,7 +261,9 @@ class SimOutOfMemory(Exception):
     """An allocation past what the GPU has left; its text is torch's."""
 
 
-def cuda_oom_text(gpu: int, tried: int, capacity: int, free: int, in_use: int, others: list[tuple[int, int]]) -> str:
+def cuda_oom_text(
+    gpu: int, tried: int, capacity: int, free: int, in_use: int, others: list[tuple[int, int]]
+) -> str:
     """torch's CUDA OOM message (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.2), other processes
     named, as public logs show it (vllm-project/vllm#12529, studio-dots-ai/dots.ocr#196)."""
     held = "".join(f"Process {pid} has {torch_size(used)} memory in use. " for pid, used in others)

@@ -7,15 +7,19 @@ adapter that writes a wrong argv is caught on a laptop, not on the GPU box.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from cockpit.layout import Layout
 
 # Leading words of the launcher, as the adapters write them, that the simulator skips.
 _LAUNCHERS = {
     "vllm": (("vllm", "serve"), ("serve",)),
-    "sglang": (("python", "-m", "sglang.launch_server"), ("-m", "sglang.launch_server"), ("sglang.launch_server",)),
+    "sglang": (
+        ("python", "-m", "sglang.launch_server"),
+        ("-m", "sglang.launch_server"),
+        ("sglang.launch_server",),
+    ),
 }
 
 

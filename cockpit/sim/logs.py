@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from cockpit.planner import Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
@@ -108,16 +108,22 @@ class VLLMLog(EngineLog):
         if first.rule in ("attention-heads", "gpus-available"):
             self.traceback(where, _error(first), frame, code)
             return
-        self.out(f"(Worker_TP0 pid={os.getpid()}) ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:600] WorkerProc failed to start.")
+        self.out(
+            f"(Worker_TP0 pid={os.getpid()}) ERROR {time.strftime('%m-%d %H:%M:%S')} [multiproc_executor.py:600] WorkerProc failed to start."
+        )
         self.traceback(where, _error(first), frame, code)
         self._engine_died()
 
     def _engine_died(self) -> None:
         self.out(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [core.py:700] EngineCore failed to start.")
-        self.out("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+        self.out(
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+        )
 
     def oom(self, text: str) -> None:
-        self.traceback("/usr/local/lib/python3.12/site-packages/vllm/model_executor/model_loader/default_loader.py", text)
+        self.traceback(
+            "/usr/local/lib/python3.12/site-packages/vllm/model_executor/model_loader/default_loader.py", text
+        )
         self._engine_died()
 
     def loaded(self, setup: Setup, verdict: Verdict) -> None:
@@ -128,7 +134,9 @@ class VLLMLog(EngineLog):
         )
 
     def kv_failure(self, reason: Reason) -> None:
-        self.traceback("/usr/local/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", reason.message)
+        self.traceback(
+            "/usr/local/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", reason.message
+        )
         self._engine_died()
 
     def kv_ready(self, setup: Setup, verdict: Verdict) -> None:
@@ -150,7 +158,10 @@ class VLLMLog(EngineLog):
 
     def ready(self, args: EngineArgs) -> None:
         self.line(f"Starting vLLM API server 0 on http://{args.host}:{args.port}", "api_server.py:1900")
-        self.line("Available routes are: /health, /v1/models, /v1/completions, /v1/chat/completions", "launcher.py:40")
+        self.line(
+            "Available routes are: /health, /v1/models, /v1/completions, /v1/chat/completions",
+            "launcher.py:40",
+        )
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
         self.out("INFO:     Application startup complete.")
@@ -175,7 +186,9 @@ class SGLangLog(EngineLog):
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None:
         self.line("Scheduler hit an exception:")
-        self.traceback("/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", _error(reasons[0]))
+        self.traceback(
+            "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", _error(reasons[0])
+        )
         self.out("Received sigquit from a child process. It usually means the child failed.")
 
     def oom(self, text: str) -> None:
@@ -199,11 +212,15 @@ class SGLangLog(EngineLog):
         if setup.model.mla is not None:
             self.line(f"KV Cache is allocated. #tokens: {per_replica}, KV size: {size:.2f} GB")
         else:
-            self.line(f"KV Cache is allocated. #tokens: {per_replica}, K size: {size / 2:.2f} GB, V size: {size / 2:.2f} GB")
+            self.line(
+                f"KV Cache is allocated. #tokens: {per_replica}, K size: {size / 2:.2f} GB, V size: {size / 2:.2f} GB"
+            )
         avail = memory.capacity_gib - memory.weights_gib - size - 0.5
         self.line(f"Memory pool end. avail mem={avail:.2f} GB")
         self.line(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
-        self.line(f"Capture cuda graph end. Time elapsed: 1.00 s. mem usage=0.50 GB. avail mem={avail - 0.5:.2f} GB.")
+        self.line(
+            f"Capture cuda graph end. Time elapsed: 1.00 s. mem usage=0.50 GB. avail mem={avail - 0.5:.2f} GB."
+        )
         length = setup.server.max_model_len or setup.model.max_context
         self.line(
             f"max_total_num_tokens={per_replica}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
@@ -227,10 +244,26 @@ _VLLM_FRAMES = {
         "__init__",
         "assert self.total_num_kv_heads % tp_size == 0",
     ),
-    "moe-width": (f"{_SITE}/model_executor/layers/fused_moe/config.py", "__post_init__", "assert self.intermediate_size % tp_size == 0"),
-    "fp8-block-gate-up": (f"{_SITE}/model_executor/layers/quantization/fp8.py", "create_weights", "raise ValueError("),
-    "fp8-block-down": (f"{_SITE}/model_executor/layers/quantization/fp8.py", "create_weights", "raise ValueError("),
-    "fp8-block-linear": (f"{_SITE}/model_executor/layers/quantization/utils/fp8_utils.py", "validate_fp8_block_shape", "raise ValueError("),
+    "moe-width": (
+        f"{_SITE}/model_executor/layers/fused_moe/config.py",
+        "__post_init__",
+        "assert self.intermediate_size % tp_size == 0",
+    ),
+    "fp8-block-gate-up": (
+        f"{_SITE}/model_executor/layers/quantization/fp8.py",
+        "create_weights",
+        "raise ValueError(",
+    ),
+    "fp8-block-down": (
+        f"{_SITE}/model_executor/layers/quantization/fp8.py",
+        "create_weights",
+        "raise ValueError(",
+    ),
+    "fp8-block-linear": (
+        f"{_SITE}/model_executor/layers/quantization/utils/fp8_utils.py",
+        "validate_fp8_block_shape",
+        "raise ValueError(",
+    ),
     "default": (f"{_SITE}/v1/executor/multiproc_executor.py", "worker_main", ""),
 }
 

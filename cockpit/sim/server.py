@@ -25,8 +25,25 @@ from .batcher import Batcher, BatcherClosed, Sequence
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 DEFAULT_MAX_TOKENS = 16
-WORDS = (" the", " model", " runs", " on", " eight", " GPUs", " with", " expert", " parallel",
-         " and", " tensor", " shards", ",", " so", " tokens", " flow", ".")
+WORDS = (
+    " the",
+    " model",
+    " runs",
+    " on",
+    " eight",
+    " GPUs",
+    " with",
+    " expert",
+    " parallel",
+    " and",
+    " tensor",
+    " shards",
+    ",",
+    " so",
+    " tokens",
+    " flow",
+    ".",
+)
 """What the sim "generates": token at position i is WORDS[i % len(WORDS)]."""
 
 
@@ -41,7 +58,7 @@ class _Served:
     model_path: str | None
     created: int
     prompt_tokens_total: int = 0
-    truth: "_Truth" = field(default_factory=lambda: _Truth())
+    truth: _Truth = field(default_factory=lambda: _Truth())
 
 
 class _Truth:
@@ -187,7 +204,11 @@ def _require_key(engine: str, keys: tuple[str, ...]) -> Any:
 
     @web.middleware
     async def require_key(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "OPTIONS" and guarded(request.path) and not allowed(request.headers.get("Authorization")):
+        if (
+            request.method != "OPTIONS"
+            and guarded(request.path)
+            and not allowed(request.headers.get("Authorization"))
+        ):
             return web.json_response(UNAUTHORIZED, status=401)
         return await handler(request)
 
@@ -226,11 +247,19 @@ async def _metrics(request: web.Request) -> web.Response:
     served = request.app[STATE]
     batcher = served.batcher
     if served.engine == "vllm":
-        names = ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+        names = (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+        )
     else:
-        names = ("sglang:num_running_reqs", "sglang:num_queue_reqs",
-                 "sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+        names = (
+            "sglang:num_running_reqs",
+            "sglang:num_queue_reqs",
+            "sglang:prompt_tokens_total",
+            "sglang:generation_tokens_total",
+        )
     values = (batcher.running, batcher.waiting, served.prompt_tokens_total, batcher.tokens_out)
     kinds = ("gauge", "gauge", "counter", "counter")
     label = json.dumps(served.model_id)
@@ -466,8 +495,11 @@ class _Chunks:
 
     def _usage(self, completion_tokens: int) -> dict[str, int]:
         prompt = self.ask.prompt_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                "total_tokens": prompt + completion_tokens}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+        }
 
     def role(self) -> bytes:
         """A chat stream's first event: the assistant's role, no content yet."""
@@ -488,8 +520,13 @@ class _Chunks:
     def whole(self, text: str) -> dict[str, Any]:
         """The non-streaming response object."""
         if self.ask.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": "length", "stop_reason": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
             kind = "chat.completion"
         else:
             choice = self._choice(text, "length")

@@ -57,7 +57,7 @@ class GpuSource(ABC):
     def sample(self) -> list[GpuSample]:
         """One sample per GPU, in index order. A field that fails reads None; it never raises."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (a hook: most sources hold nothing)
         """Release what the source holds (an NVML handle, an HTTP client)."""
 
     def __enter__(self) -> GpuSource:

@@ -165,4 +165,3 @@ class Monitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

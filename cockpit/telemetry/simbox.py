@@ -39,8 +39,7 @@ class SimBoxSource(GpuSource):
             utilization=state.utilization(index),
             temperature_c=state.temperature_c(index),
             processes=tuple(
-                GpuProcess(process.pid, process.name, load.used_bytes)
-                for process, load in state.loads(index)
+                GpuProcess(process.pid, process.name, load.used_bytes) for process, load in state.loads(index)
             ),
             time=state.time,
         )

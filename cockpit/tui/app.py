@@ -132,7 +132,9 @@ class CockpitApp(App):
         self.main.prompt.focus()  # typed words go to the prompt, never to the pane keys
         self._listen_for_signals()
         if self.session.sim:
-            self.main.say(f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs")
+            self.main.say(
+                f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs"
+            )
 
     def on_unmount(self) -> None:
         self.control.close()
@@ -234,7 +236,13 @@ class CockpitApp(App):
             grid = self.main.gpus
         except NoMatches:  # samples from the monitor thread can land while the screen is built or torn down
             return
-        grid.show(self._last_samples, self.session.monitor.history, self.server.layout, self.server.gpus, self.server.active)
+        grid.show(
+            self._last_samples,
+            self.session.monitor.history,
+            self.server.layout,
+            self.server.gpus,
+            self.server.active,
+        )
 
     # -- messages from the threads ----------------------------------------------------------
 
@@ -253,7 +261,9 @@ class CockpitApp(App):
             return
         if isinstance(event, SweepDone):
             how = "stopped" if event.stopped else "done"
-            main.say(f"✓ sweep {how}: {event.done} of {event.total} layout(s) journaled; `results` compares them")
+            main.say(
+                f"✓ sweep {how}: {event.done} of {event.total} layout(s) journaled; `results` compares them"
+            )
             self.refresh_results()
             return
         if isinstance(event, JobFailed):
@@ -312,7 +322,9 @@ class CockpitApp(App):
         self.server = ServerView()
         self.bench_view = BenchView()
         await self._open(message.session)
-        self.main.say(f"✓ profile {message.session.profile.name}: {message.session.setup.model.name} on {message.session.setup.hardware}")
+        self.main.say(
+            f"✓ profile {message.session.profile.name}: {message.session.setup.model.name} on {message.session.setup.hardware}"
+        )
         if message.attach is not None:
             self._attach(message.attach)
 
@@ -376,10 +388,16 @@ class CockpitApp(App):
         engine = self.session.setup.engine.label
         suggestion = self.session.suggest(verdict)
         if verdict.placement is None:
-            raise CockpitError(f"{verdict.reasons[0]}" + (f"; {suggestion}" if suggestion and "nearest" not in str(verdict.reasons[0]) else ""))
+            raise CockpitError(
+                f"{verdict.reasons[0]}"
+                + (f"; {suggestion}" if suggestion and "nearest" not in str(verdict.reasons[0]) else "")
+            )
         count = self.session.setup.hardware.count
         if verdict.gpus_used > count:
-            raise CockpitError(f"{layout} needs {verdict.gpus_used} GPUs and this box has {count}" + (f": {suggestion}" if suggestion else ""))
+            raise CockpitError(
+                f"{layout} needs {verdict.gpus_used} GPUs and this box has {count}"
+                + (f": {suggestion}" if suggestion else "")
+            )
         if verdict.verdict == FAILS:
             reasons = "\n".join(f"✗ {r}" for r in verdict.reasons)
             body = f"The planner says {layout} fails on {engine}:\n{reasons}"
@@ -393,12 +411,18 @@ class CockpitApp(App):
                 else:
                     self.main.say(f"{layout} not launched")
 
-            self.push_screen(ConfirmScreen(f"Launch {layout} anyway?", body, yes="Launch anyway", no="Cancel"), answered)
+            self.push_screen(
+                ConfirmScreen(f"Launch {layout} anyway?", body, yes="Launch anyway", no="Cancel"), answered
+            )
             return
         self._launch(layout, force=False)
 
     def _launch(self, layout: Layout, force: bool) -> None:
-        self.main.say(f"launching {layout}" + (" (forced)" if force else "") + ("; stopping the running server first" if self.control.has_server else ""))
+        self.main.say(
+            f"launching {layout}"
+            + (" (forced)" if force else "")
+            + ("; stopping the running server first" if self.control.has_server else "")
+        )
         self.control.launch(layout, force=force)
         self.main.show_view("log")
 
@@ -414,7 +438,9 @@ class CockpitApp(App):
         self.main.bench.show_live(self.bench_view)
         self.control.bench(command)
         self.main.show_view("bench")
-        self.main.say(f"bench {self.server.layout}: C={','.join(map(str, levels))} in a child `cockpit bench --jsonl`")
+        self.main.say(
+            f"bench {self.server.layout}: C={','.join(map(str, levels))} in a child `cockpit bench --jsonl`"
+        )
 
     def cmd_stop(self, command: Stop | None = None) -> None:
         if not (self.control.has_server or self.control.sweeping or self.control.benching):
@@ -442,7 +468,9 @@ class CockpitApp(App):
         self._bench_levels = command.bench.concurrency or self.session.levels
         self.control.sweep(command.layouts, command.bench)
         names = ", ".join(map(str, command.layouts))
-        self.main.say(f"sweep {names}: each is launched, benched at C={','.join(map(str, self._bench_levels))}, stopped")
+        self.main.say(
+            f"sweep {names}: each is launched, benched at C={','.join(map(str, self._bench_levels))}, stopped"
+        )
         self.main.show_view("log")
 
     def cmd_results(self, command: Results | None = None) -> None:
@@ -458,7 +486,9 @@ class CockpitApp(App):
 
     def cmd_use(self, command: Use) -> None:
         if self.control.has_server or self.control.sweeping:
-            raise CockpitError(f"a server of profile {self.session.profile.name} is running: `stop` it before `use`")
+            raise CockpitError(
+                f"a server of profile {self.session.profile.name} is running: `stop` it before `use`"
+            )
         find_profile(command.profile)  # an unknown name fails here, in one line
         self.main.say(f"opening profile {command.profile} …")
         self.open_profile(command.profile)
@@ -478,7 +508,11 @@ class CockpitApp(App):
             session = Session.open(name, sim=self.session.sim, interval=self.session.monitor.interval)
         except CockpitError as exc:
             if attach is not None:  # its profile is gone: follow it under the open one
-                self.call_from_thread(self.main.say, f"{exc}; following pid {attach.pid} under profile {self.session.profile.name}", True)
+                self.call_from_thread(
+                    self.main.say,
+                    f"{exc}; following pid {attach.pid} under profile {self.session.profile.name}",
+                    True,
+                )
                 self.call_from_thread(self._attach, attach)
                 return
             self.call_from_thread(self.main.say, str(exc), True)
@@ -514,7 +548,9 @@ class CockpitApp(App):
     def _attach(self, entry: ServerEntry) -> None:
         record = self.session.journal.experiment(entry.experiment)
         gpus = record.gpus if record else ()
-        self.server = ServerView(layout=entry.layout, experiment=entry.experiment, state="starting", pid=entry.pid, gpus=gpus)
+        self.server = ServerView(
+            layout=entry.layout, experiment=entry.experiment, state="starting", pid=entry.pid, gpus=gpus
+        )
         self.main.log_pane.begin(entry.layout, f"re-attached to pid {entry.pid}")
         self.control.attach(entry)
         self.refresh_header()
@@ -523,9 +559,7 @@ class CockpitApp(App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A dialog has the keys to itself: the screen's keys wait until it is answered."""
-        if isinstance(self.screen, ModalScreen) and action in SCREEN_ACTIONS:
-            return False
-        return True
+        return not (isinstance(self.screen, ModalScreen) and action in SCREEN_ACTIONS)
 
     def action_focus_prompt(self) -> None:
         self.main.prompt.focus()
@@ -544,7 +578,11 @@ class CockpitApp(App):
 
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.show]
-        keys += [("Enter", "launch the highlighted layout"), ("Esc", "leave the prompt or a dialog"), ("ctrl+q", "quit")]
+        keys += [
+            ("Enter", "launch the highlighted layout"),
+            ("Esc", "leave the prompt or a dialog"),
+            ("ctrl+q", "quit"),
+        ]
         self.push_screen(HelpScreen(keys))
 
     def action_stop(self) -> None:
@@ -557,7 +595,14 @@ class CockpitApp(App):
             if yes:
                 self.cmd_stop()
 
-        self.push_screen(ConfirmScreen(f"Stop {self.server.layout or 'the server'}?", f"{what} will be stopped (SIGTERM to its process group).", yes="Stop it"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Stop {self.server.layout or 'the server'}?",
+                f"{what} will be stopped (SIGTERM to its process group).",
+                yes="Stop it",
+            ),
+            answered,
+        )
 
     def action_quit(self) -> None:
         if not (self.control.has_server or self.control.sweeping):
@@ -572,7 +617,9 @@ class CockpitApp(App):
             elif choice == "detach":
                 handle = self.session.launcher.handle
                 if handle is not None:
-                    self.exit(message=f"left running: pid {handle.pid} at {handle.url}; `cockpit stop {handle.pid}` stops it")
+                    self.exit(
+                        message=f"left running: pid {handle.pid} at {handle.url}; `cockpit stop {handle.pid}` stops it"
+                    )
                 else:
                     self.exit()
 
@@ -583,4 +630,3 @@ class CockpitApp(App):
         pid = f" (pid {handle.pid})" if handle is not None else ""
         gpus = ",".join(map(str, self.server.gpus)) or "?"
         return f"{self.server.layout or 'the server'}{pid} on GPUs {gpus}"
-

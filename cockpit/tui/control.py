@@ -25,8 +25,8 @@ import psutil
 
 from cockpit.commands import Bench
 from cockpit.layout import Layout
-from cockpit.runner.experiment import journal_stopped
 from cockpit.runner.events import BenchDone, Failed, LogLine, Phase, Ready, Stopped
+from cockpit.runner.experiment import journal_stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
 

@@ -26,7 +26,9 @@ def bar(fraction: float | None, width: int) -> str:
     return FULL * filled + EMPTY * (width - filled)
 
 
-def sparkline(values: Sequence[float | None], width: int, top: float | None = None, keep: str = "last") -> str:
+def sparkline(
+    values: Sequence[float | None], width: int, top: float | None = None, keep: str = "last"
+) -> str:
     """The last values squeezed into `width` cells, scaled 0..top; the rightmost cell is always the newest value.
 
     keep="last": each cell the last value of its bucket, so a level (memory) that falls shows the fall;
@@ -38,7 +40,9 @@ def sparkline(values: Sequence[float | None], width: int, top: float | None = No
     if not known:
         return " " * width
     top = top if top else max(known) or 1.0
-    buckets = _buckets(values, width, max if keep == "max" else _last) if len(values) > width else list(values)
+    buckets = (
+        _buckets(values, width, max if keep == "max" else _last) if len(values) > width else list(values)
+    )
     buckets[-1] = values[-1]  # now, not the bucket's old peak
     return "".join(_spark_cell(v, top) for v in buckets).rjust(width)
 
@@ -47,7 +51,9 @@ def _last(chunk: list[float]) -> float:
     return chunk[-1]
 
 
-def _buckets(values: Sequence[float | None], width: int, pick: Callable[[list[float]], float]) -> list[float | None]:
+def _buckets(
+    values: Sequence[float | None], width: int, pick: Callable[[list[float]], float]
+) -> list[float | None]:
     """`width` consecutive buckets of values, each reduced by `pick` over its known values (None if none)."""
     size = len(values) / width
     out: list[float | None] = []

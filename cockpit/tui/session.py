@@ -72,7 +72,12 @@ class Session:
 
     def _predicted(self, verdict: Verdict) -> Verdict:
         bench = self.profile.bench
-        return replace(verdict, predicted_tok_s=predict_tok_s(self.setup, verdict, self.levels, bench.input_len, bench.output_len))
+        return replace(
+            verdict,
+            predicted_tok_s=predict_tok_s(
+                self.setup, verdict, self.levels, bench.input_len, bench.output_len
+            ),
+        )
 
     def _ordered(self, verdicts: list[Verdict]) -> list[Verdict]:
         by_name = {str(v.layout): v for v in verdicts}
@@ -122,7 +127,9 @@ class Session:
         if name_or_path == self.profile.name:
             return True
         try:
-            return bool(self.profile.path) and Path(name_or_path).resolve() == Path(self.profile.path).resolve()
+            return (
+                bool(self.profile.path) and Path(name_or_path).resolve() == Path(self.profile.path).resolve()
+            )
         except OSError:
             return False
 
@@ -132,7 +139,9 @@ class Session:
         if record is None or record.outcome == LAUNCHING:
             return f"loading (started {duration(now - entry.started)} ago)" if entry.started else "loading"
         if record.outcome == READY:
-            since = f" for {duration(now - entry.started - (record.load_seconds or 0))}" if entry.started else ""
+            since = (
+                f" for {duration(now - entry.started - (record.load_seconds or 0))}" if entry.started else ""
+            )
             return f"ready{since} (loaded in {record.load_seconds or 0:.0f} s)"
         return record.outcome
 
@@ -177,7 +186,9 @@ class Session:
 
         comp = self.comparison()
         if fmt == "md":
-            text = markdown_report(comp, context_from_setup(self.setup, self.profile.name, comp, now=now)) + "\n"
+            text = (
+                markdown_report(comp, context_from_setup(self.setup, self.profile.name, comp, now=now)) + "\n"
+            )
         else:
             text = format_comparison(comp, fmt) + "\n"
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from cockpit.report import format_ms
 from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
@@ -20,7 +21,6 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
-from cockpit.report import format_ms
 from cockpit.tui.format import duration
 
 NONE, STARTING, LOADING, READY, FAILED, STOPPED = "none", "starting", "loading", "ready", "failed", "stopped"
@@ -58,7 +58,9 @@ class ServerView:
     def apply(self, event: object, now: float) -> bool:
         """Fold one event in; False when it belongs to another experiment (a stale one)."""
         if isinstance(event, Planned):
-            self.__init__(layout=event.layout, experiment=event.experiment, state=STARTING, gpus=tuple(event.gpus))
+            self.__init__(
+                layout=event.layout, experiment=event.experiment, state=STARTING, gpus=tuple(event.gpus)
+            )
             return True
         if getattr(event, "experiment", None) != self.experiment:
             return False
@@ -72,7 +74,12 @@ class ServerView:
         elif isinstance(event, Ready):
             # A re-attached server has been ready since its own start plus its load, not since now.
             ready_at = event.ready_at if event.ready_at is not None else now
-            self.state, self.url, self.ready_at, self.load_seconds = READY, event.url, min(ready_at, now), event.load_seconds
+            self.state, self.url, self.ready_at, self.load_seconds = (
+                READY,
+                event.url,
+                min(ready_at, now),
+                event.load_seconds,
+            )
         elif isinstance(event, Failed):
             self.state, self.diagnosis = FAILED, event.diagnosis
         elif isinstance(event, Stopped):
@@ -112,7 +119,13 @@ class BenchView:
     interrupted: bool = False
 
     def start(self, experiment: int | None, layout: str, levels: tuple[int, ...]) -> None:
-        self.__init__(experiment=experiment, layout=layout, running=True, levels=tuple(levels), level=levels[0] if levels else None)
+        self.__init__(
+            experiment=experiment,
+            layout=layout,
+            running=True,
+            levels=tuple(levels),
+            level=levels[0] if levels else None,
+        )
 
     def apply(self, event: object) -> bool:
         if isinstance(event, BenchTick):

@@ -33,7 +33,12 @@ class Dialog(ModalScreen[T]):
         self.answer_keys = frozenset(answer_keys)  # the keys that answer it; the rest cancel it
 
     def on_key(self, event: events.Key) -> None:
-        if event.key in self.answer_keys or not event.is_printable or not event.character or event.character == " ":
+        if (
+            event.key in self.answer_keys
+            or not event.is_printable
+            or not event.character
+            or event.character == " "
+        ):
             return  # an answer, a move between buttons (Tab, arrows), or Space on a button
         event.stop()
         event.prevent_default()

@@ -17,7 +17,10 @@ def help_table(bindings: list[tuple[str, str]]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
-    table.add_row("Commands", "typed into the prompt (Esc leaves it for the keys below, `:` or `/` return), Tab completes, ↑/↓ history")
+    table.add_row(
+        "Commands",
+        "typed into the prompt (Esc leaves it for the keys below, `:` or `/` return), Tab completes, ↑/↓ history",
+    )
     for spec in COMMANDS:  # Text, not str: `[c=1,32,64]` is not markup
         table.add_row(Text(f"  {spec.usage}"), Text(spec.summary))
     table.add_row("", "")
@@ -25,7 +28,9 @@ def help_table(bindings: list[tuple[str, str]]) -> Table:
     for key, description in bindings:
         table.add_row(Text(f"  {key}"), Text(description))
     table.add_row("", "")
-    table.add_row("Marks", "✓ fits  ~ tight  ✗ fails · ▶ GPU of the running layout  · idle  ★ best of a column")
+    table.add_row(
+        "Marks", "✓ fits  ~ tight  ✗ fails · ▶ GPU of the running layout  · idle  ★ best of a column"
+    )
     table.add_row("", "» a log line that starts a phase · ○ no server ◐ loading ● ready ■ stopped")
     return table
 

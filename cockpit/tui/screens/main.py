@@ -121,7 +121,9 @@ class MainScreen(Screen):
         for name in VIEWS:
             self.query_one(f"#view-{name}").set_class(name == view, "-active")
         # Wide: the log and the bench pane share the right column; the one in use gets more of it.
-        self.query_one("#main").styles.grid_rows = "1fr 2fr" if view == "bench" else "2fr 1fr" if view == "log" else "1fr 1fr"
+        self.query_one("#main").styles.grid_rows = (
+            "1fr 2fr" if view == "bench" else "2fr 1fr" if view == "log" else "1fr 1fr"
+        )
 
     def show_view(self, view: str, focus: bool = False) -> None:
         self.view = view

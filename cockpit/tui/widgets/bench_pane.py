@@ -116,7 +116,11 @@ def result_cells(row: ComparisonRow, comp: Comparison) -> list:
             cells.append("-")
             continue
         best = comp.best.get(level) == row.layout
-        cells.append(Text(format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""))
+        cells.append(
+            Text(
+                format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""
+            )
+        )
     best_peak = comp.best_peak == row.layout
     peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
     cells.append(Text(peak, style="bold green" if best_peak else ""))

@@ -48,7 +48,9 @@ class GpuPane(Widget):
         self.layout_name = ""  # the current layout's name when this GPU is one of its GPUs
         self.idle = False  # a layout runs and leaves this GPU idle
 
-    def show(self, sample: GpuSample, history: Sequence[GpuSample], layout: str = "", idle: bool = False) -> None:
+    def show(
+        self, sample: GpuSample, history: Sequence[GpuSample], layout: str = "", idle: bool = False
+    ) -> None:
         self.sample, self.history, self.layout_name, self.idle = sample, history, layout, idle
         self.set_class(idle, "-idle")
         self.refresh()
@@ -90,7 +92,9 @@ class GpuPane(Widget):
         s = self.sample
         width = self.content_size.width or 30
         if s is None:
-            return line([Field(f"GPU{self.index}", 0, "bold"), Field("waiting for a sample", 1, word=True)], width)
+            return line(
+                [Field(f"GPU{self.index}", 0, "bold"), Field("waiting for a sample", 1, word=True)], width
+            )
         height = self.content_size.height
         if height < PANE_LINES:
             return self.one_line(s, width)
@@ -106,8 +110,16 @@ class GpuPane(Widget):
         power_history = [h.power_w for h in self.history]
         rows = [
             self.title(s, width, holder=not tall),
-            self.meter("mem", s.memory_fraction, mem, lambda w: sparkline(mem_history, w, s.memory_total), width),
-            self.meter("pwr", power_fraction, power, lambda w: sparkline(power_history, w, s.power_limit_w, keep="max"), width),
+            self.meter(
+                "mem", s.memory_fraction, mem, lambda w: sparkline(mem_history, w, s.memory_total), width
+            ),
+            self.meter(
+                "pwr",
+                power_fraction,
+                power,
+                lambda w: sparkline(power_history, w, s.power_limit_w, keep="max"),
+                width,
+            ),
         ]
         if tall:
             rows.append(line(self.holder(), width))
@@ -184,7 +196,9 @@ class GpuGrid(Grid):
     def panes(self) -> list[GpuPane]:
         return list(self.query(GpuPane))
 
-    def show(self, samples: Sequence[GpuSample], history, layout: str, gpus: Sequence[int], active: bool) -> None:
+    def show(
+        self, samples: Sequence[GpuSample], history, layout: str, gpus: Sequence[int], active: bool
+    ) -> None:
         """history: index -> samples. GPUs outside an active layout's `gpus` show as idle."""
         panes = {p.index: p for p in self.panes()}
         for sample in samples:

@@ -8,7 +8,13 @@ from textual.widgets import Static
 
 from cockpit.tui.state import ServerView
 
-STATE_STYLES = {"starting": "bold yellow", "loading": "bold yellow", "ready": "bold green", "failed": "bold red", "stopped": "bold"}
+STATE_STYLES = {
+    "starting": "bold yellow",
+    "loading": "bold yellow",
+    "ready": "bold green",
+    "failed": "bold red",
+    "stopped": "bold",
+}
 
 
 class StatusHeader(Static):
@@ -52,4 +58,3 @@ def _fitting(info: dict[str, str], room: int) -> str:
         if len(text) <= room:
             return text
     return text  # the last resort: the grid's ellipsis cuts it
-

@@ -76,7 +76,10 @@ class LaunchLog(Vertical):
         self.banner.display = False
 
     def show_ready(self, layout: str, url: str, load_seconds: float) -> None:
-        self._banner(f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f}s) · next: `bench c=1,32,64`", "-ready")
+        self._banner(
+            f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f}s) · next: `bench c=1,32,64`",
+            "-ready",
+        )
 
     def show_failure(self, layout: str, diagnosis: Diagnosis) -> None:
         text = f"✗ FAILED  {layout}: {diagnosis.cause}"

@@ -87,7 +87,9 @@ class LayoutPicker(Vertical):
         for v in verdicts:
             weights = f"{v.memory.weights_gib:.1f}" if v.memory else "-"
             gpus = str(v.gpus_used) if v.placement else "-"
-            table.add_row(str(v.layout), verdict_text(v), gpus, weights, peak_prediction(v), key=str(v.layout))
+            table.add_row(
+                str(v.layout), verdict_text(v), gpus, weights, peak_prediction(v), key=str(v.layout)
+            )
         if verdicts:
             self.show(verdicts[0])
 

@@ -55,7 +55,9 @@ class PromptBar(Input):
         Binding("down", "history(1)", "Next", show=False),
     ]
 
-    def __init__(self, history: PromptHistory, candidates: Candidates, status: Callable[[str, bool], None], **kwargs) -> None:
+    def __init__(
+        self, history: PromptHistory, candidates: Candidates, status: Callable[[str, bool], None], **kwargs
+    ) -> None:
         super().__init__(
             placeholder=":  try tp4 ep2 · bench c=1,32 · sweep tp4, tp8 ep · help   (Tab completes, ↑ history)",
             suggester=PromptSuggester(candidates),
