@@ -9,6 +9,7 @@ current folder out; on 3.10 a one-line bootstrap drops it before running the mod
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 _BOOTSTRAP = (
     "import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
@@ -20,3 +21,10 @@ def python_module(module: str) -> list[str]:
     if sys.version_info >= (3, 11):
         return [sys.executable, "-P", "-m", module]
     return [sys.executable, "-c", _BOOTSTRAP.format(module=module)]
+
+
+def simulated_engine(engine: str, command: Sequence[str]) -> tuple[str, ...]:
+    """The launcher that runs cockpit's simulated engine in place of the real one: the words
+    before the engine's own argv, ``python -P -m cockpit.sim vllm -- vllm serve``. The real
+    launcher words stay in, so the argv reads as the real one after ``--``."""
+    return (*python_module("cockpit.sim"), engine, "--", *command)

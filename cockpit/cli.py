@@ -11,16 +11,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
 from cockpit.resolve import SetupOverrides, build_setup
 
+if TYPE_CHECKING:
+    from cockpit.telemetry.base import GpuSource
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line that says where to look (no usage block)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}: see `{self.prog} --help`\n")
 
 
@@ -169,10 +173,10 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
     """
-    from cockpit.headless import why_simulated
+    from cockpit.lab import simulated_reason
     from cockpit.sim.box import SimBox
 
-    why = why_simulated(args.sim)
+    why = simulated_reason(args.sim)
     if why:
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
@@ -217,7 +221,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
-    from cockpit.report import plan_table, terminal_width
+    from cockpit.reports.plan import plan_table, terminal_width
 
     setup, profile = build_setup(_overrides(args))
     from cockpit.commands import parse_levels
@@ -271,16 +275,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
-    from cockpit.report import gpu_lines
+    from cockpit.reports.gpus import gpu_lines
 
+    source: GpuSource
     if args.dcgm:
         from cockpit.telemetry.prometheus import PrometheusSource
 
         source = PrometheusSource(args.dcgm)
     else:
-        from cockpit.headless import gpu_source, why_simulated
+        from cockpit.lab import gpu_source, simulated_reason
 
-        why = why_simulated(args.sim)
+        why = simulated_reason(args.sim)
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
         source = gpu_source(setup.hardware, bool(why))
         if why:
@@ -351,8 +356,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     """The comparison of one profile; without --profile the newest experiment's, and it says so
     (on stderr for csv and json, so stdout stays machine-readable)."""
-    from cockpit.journal import Journal, comparison, format_comparison
-    from cockpit.report import markdown_report
+    from cockpit.journal import Journal
+    from cockpit.reports.comparison import comparison
+    from cockpit.reports.export import markdown_report
+    from cockpit.reports.results import format_comparison
 
     with Journal() as journal:
         comp = comparison(journal, _journal_profile(args.profile) if args.profile else None)
@@ -381,9 +388,9 @@ def _journal_profile(text: str) -> str:
         return text
 
 
-def _results_context(journal, comp, profile: str, note: str):
+def _results_context(journal, comp, profile: str | None, note: str):
     """The report's context from the profile when it still resolves, else from the journal."""
-    from cockpit.report import context_from_journal, context_from_setup
+    from cockpit.reports.export import context_from_journal, context_from_setup
 
     try:
         setup, _ = build_setup(SetupOverrides(profile=profile))

@@ -136,7 +136,8 @@ def parse_command(text: str) -> Command:
     if word == "bench":
         return _bench(rest)
     if word in ("stop", "results", "help", "quit", "?", "q", "exit"):
-        return {"stop": Stop(), "results": Results(), "help": Help(), "?": Help()}.get(word, Quit())
+        plain: dict[str, Command] = {"stop": Stop(), "results": Results(), "help": Help(), "?": Help()}
+        return plain.get(word, Quit())
     if word == "plan":
         return Plan(parse_layout(rest) if rest else None)
     if word == "sweep":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import reprlib
 
 
-class CockpitError(ValueError):
+class CockpitError(Exception):
     """A problem a person can fix: one line that says what was wrong and what to do."""
 
 

@@ -2,7 +2,8 @@
 
 Memory is what torch reports as a GPU's total ("GPU 2 has a total capacity of 94.97 GiB"),
 not the marketing figure, because engines budget against that number. Sources are given
-next to each figure; perfmodel.md is /work/shared/reference/perfmodel.md.
+next to each figure and gathered in docs/performance.md#hardware-constants and
+docs/performance.md#collectives.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ class LinkClass:
 LINKS: dict[str, LinkClass] = {
     link.key: link
     for link in (
-        # perfmodel.md 1.8 (AIC NCCL data, 8x RTX PRO 6000 PCIe host): latency floor ~4/13/25 us
-        # for 2/4/8 GPUs; bus bandwidth ~20 GB/s (2 GPUs), ~12 (4 and 8), from the 64 MB column.
-        # p2p: perfmodel.md 4, practical 50-55 GB/s per direction through a switch (AIC: 64).
+        # AIConfigurator's NCCL all-reduce tables from an 8x RTX PRO 6000 PCIe host
+        # (ai-dynamo/aiconfigurator, systems/data/rtx_pro_6000_server): latency floor ~4/13/25 us
+        # for 2/4/8 GPUs; bus bandwidth ~20 GB/s (2 GPUs), ~12 (4 and 8), from 64 MB messages.
+        # p2p: x16 Gen5 is 64 GB/s per direction, ~50 in practice through a switch.
         LinkClass(
             "pcie5",
             "PCIe 5",
@@ -111,10 +113,10 @@ LINKS: dict[str, LinkClass] = {
         # A100: NVLink 3, 600 GB/s bidirectional. Collectives not measured: NVLink 4's
         # latency, bus bandwidth scaled by link speed (210 x 300/450).
         LinkClass("nvlink3", "NVLink 3", 300.0, 5.0, 140.0),
-        # perfmodel.md 1.8: H200 NVLink custom all-reduce, 4.7 us floor at 8 GPUs, ~210 GB/s
-        # bus bandwidth; perfmodel.md 4: 900 GB/s bidirectional per GPU via NVSwitch.
+        # AIConfigurator's H200 vLLM custom all-reduce data: 4.7 us floor at 8 GPUs, ~210 GB/s
+        # bus bandwidth; H100/H200 datasheets: 900 GB/s bidirectional per GPU via NVSwitch.
         LinkClass("nvlink4", "NVLink 4", 450.0, 5.0, 210.0),
-        # B200: NVLink 5, 1.8 TB/s bidirectional (perfmodel.md 4). Bus bandwidth scaled
+        # B200: NVLink 5, 1.8 TB/s bidirectional (HGX B200 datasheet). Bus bandwidth scaled
         # from NVLink 4 by link speed; not measured.
         LinkClass("nvlink5", "NVLink 5", 900.0, 5.0, 420.0),
     )
@@ -138,8 +140,8 @@ class GpuType:
 
 
 # Memory: the torch "total capacity" in OOM messages on that GPU. Bandwidth, FLOPs, power:
-# perfmodel.md 4 where listed there, else NVIDIA's datasheets (dense, i.e. half the
-# "with sparsity" figures).
+# NVIDIA's datasheets (dense, i.e. half the "with sparsity" figures), see
+# docs/performance.md#hardware-constants.
 CATALOG: dict[str, GpuType] = {
     gpu.key: gpu
     for gpu in (
@@ -147,9 +149,10 @@ CATALOG: dict[str, GpuType] = {
             "rtx-pro-6000",
             "NVIDIA RTX PRO 6000 Blackwell Server Edition",
             "RTX PRO 6000 Blackwell",
-            94.97,  # engines.md 0.10 and the seed OOM: "total capacity of 94.97 GiB"
-            1792.0,  # perfmodel.md 4
-            # perfmodel.md 4 (AIC, scaled to the observed clock); INT8 runs at the FP8 rate.
+            94.97,  # torch: "total capacity of 94.97 GiB"; 97,887 MiB in nvidia-smi (antirez/ds4#431)
+            1792.0,  # RTX PRO 6000 Blackwell datasheet
+            # AIConfigurator's systems/rtx_pro_6000_server.yaml (scaled to the observed clock);
+            # INT8 runs at the FP8 rate.
             {"bf16": 468.0, "fp8": 936.0, "fp4": 1871.0, "int8": 936.0},
             600.0,
             "pcie5",
@@ -161,7 +164,7 @@ CATALOG: dict[str, GpuType] = {
             "NVIDIA H100 80GB HBM3",
             "H100 SXM 80GB",
             79.11,  # vllm-project/vllm#27508: "total capacity of 79.11 GiB" on an H100
-            3350.0,  # perfmodel.md 4
+            3350.0,  # H100 SXM datasheet
             {"bf16": 989.0, "fp8": 1979.0, "int8": 1979.0},
             700.0,
             "nvlink4",
@@ -173,7 +176,7 @@ CATALOG: dict[str, GpuType] = {
             "NVIDIA H200",
             "H200 SXM 141GB",
             139.81,  # torch OOMs on 8xH200 boxes: 139.80-139.81 GiB (nvidia-smi 143,771 MiB)
-            4800.0,  # perfmodel.md 4
+            4800.0,  # H200 datasheet
             {"bf16": 989.0, "fp8": 1979.0, "int8": 1979.0},
             700.0,
             "nvlink4",
@@ -184,8 +187,8 @@ CATALOG: dict[str, GpuType] = {
             "b200",
             "NVIDIA B200",
             "B200",
-            178.35,  # torch OOMs on 8xB200 boxes: 178.35-178.36 GiB (perfmodel.md 4: ~180)
-            8000.0,  # perfmodel.md 4: 7.7-8 TB/s (HGX B200 datasheet: 8 TB/s)
+            178.35,  # torch OOMs on 8xB200 boxes: 178.35-178.36 GiB (HGX B200: 180 GB per GPU)
+            8000.0,  # HGX B200 datasheet: 8 TB/s
             {"bf16": 2250.0, "fp8": 4500.0, "fp4": 9000.0, "int8": 4500.0},
             1000.0,
             "nvlink5",
@@ -234,20 +237,22 @@ CATALOG: dict[str, GpuType] = {
 _KNOWN = ", ".join(CATALOG)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Hardware:
     """A box: `count` GPUs of one type. `memory_gib` defaults to the type's, may be overridden."""
 
     gpu: GpuType
     count: int
-    memory_gib: float | None = None
+    memory_gib: float  # per GPU, always set: the type's figure unless the box says otherwise
 
-    def __post_init__(self) -> None:
-        check_gpu_count(self.count, "the box's GPU count")
-        if self.memory_gib is not None:
-            check_gpu_memory(self.memory_gib)
-        if self.memory_gib is None:
-            object.__setattr__(self, "memory_gib", self.gpu.memory_gib)
+    def __init__(self, gpu: GpuType, count: int, memory_gib: float | None = None) -> None:
+        # Written out so that `memory_gib` is a plain float once built; None only means "the type's".
+        check_gpu_count(count, "the box's GPU count")
+        if memory_gib is not None:
+            check_gpu_memory(memory_gib)
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "memory_gib", gpu.memory_gib if memory_gib is None else memory_gib)
 
     @property
     def link(self) -> LinkClass:

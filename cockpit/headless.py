@@ -10,42 +10,14 @@ from dataclasses import replace
 from cockpit.commands import Bench, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.lab import Lab
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.registry import Registry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
-from cockpit.telemetry.base import GpuSource
-from cockpit.telemetry.monitor import Monitor
 
 Print = Callable[[str], None]
-
-
-def gpu_source(hardware, sim: bool) -> GpuSource:
-    """The simulated box made from the profile's hardware, or the real GPUs through NVML."""
-    if sim:
-        from cockpit.sim.box import SimBox
-        from cockpit.telemetry.simbox import SimBoxSource
-
-        return SimBoxSource(SimBox(hardware).create())
-    from cockpit.telemetry.nvml import NvmlSource
-
-    return NvmlSource()
-
-
-def why_simulated(sim: bool) -> str:
-    """Why this run uses the simulated box ("--sim given", "no NVIDIA driver found"); "" when it
-    uses the real GPUs. One wording for the CLI, the screen and `cockpit gpus`."""
-    from cockpit.telemetry.nvml import driver_present
-
-    if sim:
-        return "--sim given"
-    return "" if driver_present() else "no NVIDIA driver found"
-
-
-def use_sim(sim: bool) -> bool:
-    return bool(why_simulated(sim))
 
 
 def announce_live_servers(registry: Registry, out: Print) -> None:
@@ -79,25 +51,14 @@ def run_headless(
             f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"'
         )
     check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
-    setup, prof = build_setup(SetupOverrides(profile=profile))
-    sim = use_sim(sim)
-    if sim:
-        out(f"simulated box: {setup.hardware} (profile {prof.name})")
-    registry = Registry()
-    announce_live_servers(registry, out)
-    source = gpu_source(setup.hardware, sim)
-    with Journal() as journal, Monitor(source, interval=0.5) as monitor:
-        monitor.start()
-        launcher = Launcher(
-            prof,
-            setup,
-            journal,
-            Supervisor(registry, source),
-            monitor,
-            sim=sim,
-            startup_timeout=startup_timeout,
+    with Lab.open(profile, sim=sim, interval=0.5, startup_timeout=startup_timeout) as lab:
+        if lab.sim:
+            out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
+        announce_live_servers(lab.registry, out)
+        lab.monitor.start()
+        return _drive(
+            lab.launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command
         )
-        return _drive(launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
 def _on_signal(signum, frame) -> None:
@@ -243,11 +204,9 @@ def attach_server(pid: int, *, profile: str | None, out: Print = print) -> int:
     entry = registry.find(pid)
     if entry is None:
         raise CockpitError(f"no running server of cockpit has pid {pid}: `cockpit servers` lists them")
-    setup, prof = build_setup(SetupOverrides(profile=profile or entry.profile or None))
-    sim = "cockpit.sim" in " ".join(entry.argv)
-    source = gpu_source(setup.hardware, use_sim(sim))
-    with Journal() as journal, Monitor(source, interval=0.5) as monitor:
-        launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim)
+    with Lab.open(profile or entry.profile or None, sim=entry.simulated, interval=0.5) as lab:
+        lab.monitor.start()
+        launcher = lab.launcher
         outcome = None
         for event in launcher.follow(launcher.supervisor.attach(entry)):
             out(str(event))

@@ -2,15 +2,13 @@
 
 Each write commits at once, so a crash (of cockpit, the engine or the box) keeps what was done.
 WAL mode and short transactions let a cockpit and its child `cockpit bench` write together.
-`comparison` and `format_comparison` turn the journal into the seeds' table: tok/s per layout
-and concurrency. A level whose requests mostly failed is journaled as failed, with its reason,
-and never wins over a good measurement of the same layout and level.
+This module stores and reads, nothing more: `cockpit.reports.comparison` reads the journal into
+tok/s per layout and concurrency, and `cockpit.reports.results` prints that. A level whose
+requests mostly failed is journaled as failed, with its reason.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import socket
@@ -27,12 +25,8 @@ from typing import Any, NoReturn
 import platformdirs
 
 from cockpit.errors import CockpitError
+from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, STOPPED, Diagnosis, Outcome
 from cockpit.paths import private_dir
-from cockpit.runner.events import Diagnosis
-
-LAUNCHING, READY, FAILED, STOPPED = "launching", "ready", "failed", "stopped"
-OUTCOMES = (LAUNCHING, READY, FAILED, STOPPED)
-FORMATS = ("table", "markdown", "csv", "json")
 
 # Each entry takes the file from version i to i + 1; append, never edit, to migrate.
 _MIGRATIONS = [
@@ -157,8 +151,6 @@ class BenchPoint:
 _EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
 _POINT_COLUMNS = tuple(f.name for f in fields(BenchPoint))
 _JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra")
-# What a reader compares, in the order csv and json show it.
-METRICS = tuple(c for c in _POINT_COLUMNS if c not in ("extra", "id", "experiment_id", "created"))
 
 
 def default_path() -> Path:
@@ -311,7 +303,7 @@ class Journal:
                 f"INSERT INTO experiments ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 tuple(row.values()),
             )
-        return int(cur.lastrowid)
+        return _inserted_id(cur)
 
     def update_experiment(self, id: int, /, **changes: Any) -> None:
         """Set some columns of one experiment (pid and log path once known, ...)."""
@@ -332,12 +324,12 @@ class Journal:
     def set_outcome(
         self,
         id: int,
-        outcome: str,
+        outcome: Outcome,
         *,
         diagnosis: Diagnosis | None = None,
         load_seconds: float | None = None,
     ) -> None:
-        """ready once it serves; failed or stopped also mark the end."""
+        """READY once it serves; FAILED or STOPPED also mark the end."""
         changes: dict[str, Any] = {"outcome": outcome}
         if outcome in (FAILED, STOPPED):
             changes["ended"] = time.time()
@@ -416,7 +408,7 @@ class Journal:
                 f"INSERT INTO bench_points ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 tuple(row.values()),
             )
-        return int(cur.lastrowid)
+        return _inserted_id(cur)
 
     def points(self, experiment_id: int) -> list[BenchPoint]:
         """By concurrency; a level measured twice comes in the order it was measured."""
@@ -503,6 +495,13 @@ class Journal:
         ) from None
 
 
+def _inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just wrote (sqlite3 types it optional for other statements)."""
+    if cur.lastrowid is None:
+        raise AssertionError("an INSERT left no row id")
+    return cur.lastrowid
+
+
 def _cannot_write(err: sqlite3.OperationalError) -> bool:
     """The errors of a file or folder cockpit may read but not write."""
     text = str(err)
@@ -575,222 +574,3 @@ def _peaks(text: Any) -> dict[int, int]:
         except (TypeError, ValueError):
             continue
     return peaks
-
-
-# -- the comparison table --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ComparisonRow:
-    """One layout: the levels its newest benchmarked experiments measured, or its latest failure
-    if it never served. A good point always wins over a failed one at the same level."""
-
-    layout: str
-    experiment: int
-    engine: str
-    outcome: str
-    cells: dict[int, BenchPoint]  # concurrency -> the good point measured there
-    peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
-    diagnosis: str = ""  # the one-line cause, for a row without numbers
-    failed: dict[int, BenchPoint] = field(
-        default_factory=dict
-    )  # levels with only failed points: .error says why
-
-
-@dataclass(frozen=True)
-class Comparison:
-    profile: str | None
-    levels: list[int]  # every concurrency measured, sorted
-    rows: list[ComparisonRow]  # in the order the layouts were tried
-    best: dict[int, str]  # concurrency -> layout with the most tok/s, where two or more compete
-    best_peak: str | None = None
-
-
-def comparison(journal: Journal, profile: str | None = None) -> Comparison:
-    """The layouts of one profile side by side; no profile means the newest experiment's."""
-    if profile is None:
-        newest = journal.experiments(limit=1)
-        profile = newest[0].profile if newest else None
-    history: dict[str, list[tuple[Experiment, list[BenchPoint]]]] = {}  # layout -> newest first
-    failed: dict[str, Experiment] = {}
-    seen: set[str] = set()
-    for exp in journal.experiments(profile) if profile is not None else []:  # newest first
-        if points := journal.points(exp.id):
-            history.setdefault(exp.layout, []).append((exp, points))
-        elif exp.outcome == FAILED and exp.layout not in seen:
-            failed[exp.layout] = exp  # only while no later launch of the layout went better
-        seen.add(exp.layout)
-
-    rows = [_layout_row(runs) for runs in history.values()]
-    for layout, exp in failed.items():
-        if layout not in history:
-            row = ComparisonRow(layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "")
-            rows.append((exp, row))
-    ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[0].started, pair[0].id))]
-
-    levels = sorted({c for row in ordered for c in (*row.cells, *row.failed)})
-    best = {}
-    for level in levels:
-        measured = [row for row in ordered if level in row.cells]
-        if len(measured) > 1:
-            best[level] = max(measured, key=lambda row: row.cells[level].output_tok_s).layout
-    peaked = [row for row in ordered if row.peak is not None]
-    best_peak = max(peaked, key=lambda row: row.peak.output_tok_s).layout if len(peaked) > 1 else None
-    return Comparison(profile, levels, ordered, best, best_peak)
-
-
-def _layout_row(runs: list[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experiment, ComparisonRow]:
-    """One layout's row from its benchmarked experiments, newest first.
-
-    The row is the newest experiment with a good point (else the newest one). It shows the
-    levels that experiment and any newer one measured; each level takes the newest good point
-    of the layout (an older experiment's, if the newer ones failed there), else stays failed.
-    """
-    base = next((i for i, (_, points) in enumerate(runs) if any(not p.failed for p in points)), 0)
-    exp = runs[base][0]
-    levels = {p.concurrency for _, points in runs[: base + 1] for p in points}
-    newest_first = [p for _, points in runs for p in reversed(points)]  # points() is oldest first per level
-    cells: dict[int, BenchPoint] = {}
-    failed: dict[int, BenchPoint] = {}
-    for level in sorted(levels):
-        at_level = [p for p in newest_first if p.concurrency == level]
-        good = next((p for p in at_level if not p.failed), None)
-        if good is not None:
-            cells[level] = good
-        else:
-            failed[level] = at_level[0]
-    peak = max(cells.values(), key=lambda p: p.output_tok_s) if cells else None
-    diagnosis = "" if cells else _bench_failure(failed)
-    return exp, ComparisonRow(exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed)
-
-
-def _bench_failure(failed: Mapping[int, BenchPoint]) -> str:
-    """A row whose every level failed: which ones, and the first reason."""
-    levels = ", ".join(f"C={c}" for c in sorted(failed))
-    reason = next((p.error for _, p in sorted(failed.items()) if p.error), None) or "no cause recorded"
-    return f"benchmark at {levels}: {reason}"
-
-
-def format_tok_s(value: float) -> str:
-    """One decimal below 1000 (26.3, 577.8), whole numbers with separators above (3,982)."""
-    return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
-
-
-def format_comparison(comp: Comparison, fmt: str) -> str:
-    """table (terminal), markdown (a GitHub table like the seeds'), csv or json (one record
-    per layout and concurrency)."""
-    if fmt not in FORMATS:
-        raise CockpitError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}.")
-    if fmt == "json":
-        return json.dumps(_records(comp), indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=_RECORD_FIELDS, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        for record in _records(comp):  # 0/1 for yes/no, as spreadsheets and SQLite read them
-            writer.writerow({k: int(v) if isinstance(v, bool) else v for k, v in record.items()})
-        return out.getvalue().rstrip("\n")
-    if not comp.rows:
-        scope = f" for profile {comp.profile}" if comp.profile else ""
-        return f'no benchmark results yet{scope}: run `cockpit run "tp8" --bench c=1,32,64`'
-    return _markdown(comp) if fmt == "markdown" else _table(comp)
-
-
-def _headers(comp: Comparison) -> list[str]:
-    return [f"C={c}" + (" tok/s" if i == 0 else "") for i, c in enumerate(comp.levels)]
-
-
-def _peak_text(row: ComparisonRow) -> str:
-    assert row.peak is not None
-    return f"{format_tok_s(row.peak.output_tok_s)} (C={row.peak.concurrency})"
-
-
-def _missing(row: ComparisonRow, level: int) -> str:
-    """A level without a good number: failed (its reason is in csv and json), or not measured."""
-    return "failed" if level in row.failed else "-"
-
-
-def _markdown(comp: Comparison) -> str:
-    def bold(text: str, best: bool) -> str:
-        return f"**{text}**" if best else text
-
-    lines = [
-        "| " + " | ".join(["Layout", *_headers(comp), "Peak"]) + " |",
-        "|" + "|".join(["---", *["---:"] * (len(comp.levels) + 1)]) + "|",
-    ]
-    for row in comp.rows:
-        if row.peak is None:
-            cause = f"failed: {row.diagnosis or 'no cause recorded'}".replace("|", "\\|")
-            cells = [cause, *[""] * len(comp.levels)]
-        else:
-            cells = [
-                bold(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells
-                else _missing(row, c)
-                for c in comp.levels
-            ]
-            cells.append(bold(_peak_text(row), comp.best_peak == row.layout))
-        lines.append("| " + " | ".join([row.layout, *cells]) + " |")
-    return "\n".join(lines)
-
-
-def _table(comp: Comparison) -> str:
-    """Numbers right-aligned; `*` after the best of each column, a space after the others."""
-
-    def mark(text: str, best: bool) -> str:
-        return text + ("*" if best else " ")
-
-    headers = [mark(h, False) for h in [*_headers(comp), "peak"]]
-    grid = {}  # layout -> its number cells; layouts that never served are not in it
-    for row in comp.rows:
-        if row.peak is not None:
-            cells = [
-                mark(format_tok_s(row.cells[c].output_tok_s), comp.best.get(c) == row.layout)
-                if c in row.cells
-                else _missing(row, c) + " "
-                for c in comp.levels
-            ]
-            grid[row.layout] = [
-                *cells,
-                mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout),
-            ]
-    first = max(len(text) for text in ["layout", *(row.layout for row in comp.rows)])
-    widths = [max([len(h), *(len(cells[i]) for cells in grid.values())]) for i, h in enumerate(headers)]
-
-    def line(layout: str, cells: Sequence[str], tail: str = "") -> str:
-        columns = [layout.ljust(first), *(c.rjust(w) for c, w in zip(cells, widths))]
-        return ("  ".join(columns) + tail).rstrip()
-
-    lines = [line("layout", headers), "  ".join("-" * w for w in [first, *widths])]
-    for row in comp.rows:
-        if row.peak is not None:
-            lines.append(line(row.layout, grid[row.layout], f" at C={row.peak.concurrency}"))
-        else:
-            lines.append(f"{row.layout.ljust(first)}  failed: {row.diagnosis or 'no cause recorded'}")
-    if comp.best or comp.best_peak:
-        lines.append("* most tok/s at that concurrency")
-    return "\n".join(lines)
-
-
-_RECORD_FIELDS = ["layout", "engine", "experiment", "outcome", "diagnosis", *METRICS, "best"]
-
-
-def _records(comp: Comparison) -> list[dict[str, Any]]:
-    """One record per (layout, concurrency); a layout that never served has one, without numbers."""
-    records = []
-    for row in comp.rows:
-        head = {
-            "layout": row.layout,
-            "engine": row.engine,
-            "experiment": row.experiment,
-            "outcome": row.outcome,
-            "diagnosis": row.diagnosis or None,
-        }
-        if row.peak is None and not row.failed:
-            records.append(head | {name: None for name in METRICS} | {"best": False})
-            continue
-        for level, point in sorted({**row.failed, **row.cells}.items()):
-            metrics = {name: getattr(point, name) for name in METRICS}
-            best = comp.best.get(level) == row.layout and level in row.cells
-            records.append(head | metrics | {"best": best, "extra": point.extra})
-    return records

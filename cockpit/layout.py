@@ -1,16 +1,15 @@
 """Parallelism layouts as people type them: `tp4 ep2`, `tp8 ep`, `pp8`, `tp8 dp8 dpa ep8`.
 
 A Layout records what was typed and nothing more. The same words mean different GPU
-counts in vLLM and SGLang (engines.md sections 0, 1.1 and 2.2), so the engine modules
+counts in vLLM and SGLang (docs/placement.md#side-by-side-8-gpus), so the engine modules
 translate a Layout into flags; this module only parses, prints and lists candidates.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cockpit.errors import CockpitError, cut
 from cockpit.hardware import MAX_GPUS
@@ -61,9 +60,6 @@ class Layout:
     def gpus_product(self) -> int:
         """tp x pp x dp; how many GPUs an engine really uses is the engine module's call."""
         return self.tp * self.pp * self.dp
-
-    def with_(self, **changes: object) -> Layout:
-        return dataclasses.replace(self, **changes)
 
     def __str__(self) -> str:
         parts = []
@@ -167,7 +163,7 @@ def enumerate_layouts(n_gpus: int, *, moe: bool, engine: str) -> list[Layout]:
         layouts = [Layout(tp, pp, dp) for p in totals for tp, pp, dp in _splits(p, 3)]
         layouts += single_tp
         if moe:
-            layouts += [x.with_(expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
+            layouts += [replace(x, expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
     else:
         # GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp.
         grid = [Layout(tp, pp) for p in totals for tp, pp in _splits(p, 2)] + single_tp
@@ -175,8 +171,8 @@ def enumerate_layouts(n_gpus: int, *, moe: bool, engine: str) -> list[Layout]:
         dp_attention = [Layout(tp=t, dp=d, dpa=True) for t in totals for d in _divisors(t) if d > 1]
         layouts = grid + replicas + dp_attention
         if moe:
-            layouts += [x.with_(ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1]
-            layouts += [x.with_(ep=x.tp) for x in dp_attention]
+            layouts += [replace(x, ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1]
+            layouts += [replace(x, ep=x.tp) for x in dp_attention]
 
     unique = dict.fromkeys(layouts)
     return sorted(

@@ -1,4 +1,4 @@
-"""How fast a layout decodes: an analytic step-time model (reference/perfmodel.md 5.3).
+"""How fast a layout decodes: an analytic step-time model (docs/performance.md#the-decode-step).
 
 Decode on these boxes is bound by bandwidth and latency, not FLOPs: a step costs the bytes the
 busiest GPU reads (dense parts in full, routed experts by how many a batch touches, KV cache by
@@ -25,7 +25,7 @@ from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, stage_weights
 
 @dataclass(frozen=True)
 class Calibration:
-    """The model's free parameters. Defaults: perfmodel.md 5.3 (PCIe column) and 1.8."""
+    """The model's free parameters and their defaults (docs/performance.md#calibration)."""
 
     eta_bw: float = 0.8  # achieved share of peak memory bandwidth in decode
     eta_f: float = 0.5  # achieved share of dense tensor FLOP/s
@@ -40,7 +40,8 @@ class Calibration:
     max_running: int = 0  # engine cap on running requests; 0: the engine's default
     # Per-layout floor under every step, measured on a box: a step never takes less. Models a
     # launch-bound engine (no CUDA graphs, slow NCCL path) whose CPU time hides the GPU's at
-    # small batch; e.g. the seed's SGLang TP8 Kimi ran 38 ms steps at C=1 where the bytes say 15.
+    # small batch; e.g. SGLang TP8 Kimi ran 38 ms steps at C=1 on the reference box where the bytes
+    # say 15 (docs/performance.md#reference-measurements).
     t_floor_ms: Mapping[str, float] = field(default_factory=dict)
 
     def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> Calibration:
@@ -107,10 +108,10 @@ def _calibration_count(key: str, value: Any, source: str) -> int:
 
 
 # One table: (GPU type, engine) -> overrides of the defaults. Links are read from the hardware
-# catalog (all-reduce latency and bus bandwidth by group size, perfmodel.md 1.8).
+# catalog (all-reduce latency and bus bandwidth by group size, docs/performance.md#collectives).
 CALIBRATION_TABLE: dict[tuple[str, str], dict[str, Any]] = {
-    # SM120 on PCIe: vLLM/SGLang reach ~65% of peak bandwidth in decode (perfmodel.md 5.3,
-    # "absolute levels ~20-25% high"), slower launches than Hopper.
+    # SM120 on PCIe: fitted to the reference measurements, lower achieved bandwidth and slower
+    # launches than Hopper (docs/performance.md#calibration).
     ("rtx-pro-6000", "vllm"): {"eta_bw": 0.62, "t_layer_us": 70.0, "t_sched_ms": 2.0},
     ("rtx-pro-6000", "sglang"): {
         "eta_bw": 0.78,
@@ -133,7 +134,8 @@ def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | No
 
 
 def default_max_running(engine: str, hw: Hardware) -> int:
-    """vLLM: max_num_seqs 1024 on >= 70 GiB cards, 256 below (arg_utils); SGLang: KV-bound."""
+    """vLLM: max_num_seqs 1024 on >= 70 GiB cards, 256 below (get_batch_defaults in
+    vllm/engine/arg_utils.py); SGLang: KV-bound."""
     if engine == "vllm":
         return 1024 if hw.memory_gib >= 70 else 256
     return 4096
@@ -274,8 +276,9 @@ class PerfModel:
     def _moe_efficiency(self, batch: int) -> float:
         """Expert slices (MoE-TP >= 4) run less efficient GEMMs once each expert sees tokens.
 
-        AIC's measured SGLang INT4 tables (perfmodel.md 1.8): TP8 ahead of EP8 at 32 tokens,
-        EP8 13-15% ahead from 256; the penalty grows with tokens per expert up to 2.
+        AIConfigurator's measured SGLang INT4 MoE tables (docs/performance.md#expert-coverage): TP8
+        ahead of EP8 at 32 tokens, EP8 13-15% ahead from 256; the penalty grows with tokens per
+        expert up to 2.
         """
         moe = self.model.moe
         if moe is None or self.placement.moe_tp < 4:
@@ -284,7 +287,7 @@ class PerfModel:
         return 1 - (1 - self.calibration.eta_moe_sliced) * min(1.0, per_expert / 2)
 
     def _coverage(self, batch: int) -> float:
-        """Share of the busiest GPU's expert bytes one step reads (perfmodel.md 5.3, cov)."""
+        """Share of the busiest GPU's expert bytes one step reads (docs/performance.md#expert-coverage)."""
         moe = self.model.moe
         if moe is None:
             return 0.0

@@ -1,7 +1,7 @@
 """Preflight: will this layout start on this box, what will each GPU hold, and why not.
 
 A verdict is ``fits``, ``tight`` or ``fails`` with every reason in the engine's own words. The
-memory estimate follows reference/perfmodel.md 3.2: weights on the busiest GPU by tensor class,
+memory estimate follows docs/memory.md: weights on the busiest GPU by tensor class,
 a runtime reserve, and the KV budget that is left, in tokens and in concurrent requests.
 """
 
@@ -51,7 +51,7 @@ class Setup:
     request_len: int = 2048  # tokens of one benchmark request (input + output)
     model_path: str = ""  # what goes into the engine's argv
     port: int = 8000
-    command: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()  # the launcher words; empty: the engine's default (see Engine.argv)
     calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
 
     @property

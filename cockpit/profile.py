@@ -7,6 +7,7 @@ errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,13 +66,12 @@ def profile_dirs() -> list[Path]:
     """Where profiles are looked up by name: the user's own first, then the bundled ones."""
     import platformdirs
 
-    import cockpit.layouts as bundled
-
-    return [Path(platformdirs.user_config_dir("cockpit")) / "profiles", Path(bundled.__file__).parent]
+    bundled = importlib.import_module("cockpit.layouts")  # installed from layouts/ (see pyproject.toml)
+    return [Path(platformdirs.user_config_dir("cockpit")) / "profiles", Path(str(bundled.__file__)).parent]
 
 
 def profile_names() -> list[str]:
-    names = set()
+    names: set[str] = set()
     for folder in profile_dirs():
         names.update(p.stem for p in folder.glob("*.yaml"))
     return sorted(names)

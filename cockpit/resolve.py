@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from cockpit.engines import get_engine
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS, hardware
-from cockpit.model import load_model
+from cockpit.modelfiles import load_model
 from cockpit.planner import Setup
 from cockpit.profile import Profile, load_profile
 

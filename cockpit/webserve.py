@@ -83,9 +83,9 @@ def origin_allowed(origin: str | None, host: str, port: int, host_header: str = 
 class OriginCheckedServer(Server):
     """textual-serve's Server whose websocket refuses other sites' pages (see `origin_allowed`)."""
 
-    async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         origin = request.headers.get("Origin")
         if not origin_allowed(origin, self.host, self.port, request.headers.get("Host", "")):
             log.warning("refused a websocket from origin %s", origin)
-            return web.Response(status=403, text=f"origin {origin} may not drive this cockpit\n")
+            raise web.HTTPForbidden(text=f"origin {origin} may not drive this cockpit\n")
         return await super().handle_websocket(request)

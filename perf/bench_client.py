@@ -1,6 +1,6 @@
 """Benchmark of the benchmark: how fast, and how truthful, is each load generator on one core?
 
-Reproduces bench.md Part 2 (2.2 and 2.3) in one command. Starts two mock servers
+Throughput and truthfulness of each client, in one command. Starts two mock servers
 (perf/mockserver.py, pinned to CPU 0): one that streams as fast as it can (0 ms decode step,
 256-token streams) and one that paces tokens exactly 10 ms apart (100-token streams), each
 recording the true per-token gaps and TTFT. Then, pinned to CPU 1, runs each client at
@@ -9,7 +9,7 @@ C = 1, 64, 256, 1024 against both:
 * ``cockpit``  -- cockpit's own load generator, as ``cockpit run`` drives it
   (``python -m cockpit.cli bench --jsonl``; ``cockpit.bench.loadgen.run_sweep`` in a child
   process when the CLI has no ``bench``);
-* ``minimal``  -- perf/minimal_client.py, the plain aiohttp baseline of bench.md;
+* ``minimal``  -- perf/minimal_client.py, the plain aiohttp baseline (read as vLLM's bench reads);
 * ``vllm``     -- ``vllm bench serve`` from ``--pubclients-venv`` (fixed N prompts, ~window s);
 * ``guidellm`` -- ``guidellm run`` from ``--pubclients-venv`` (all levels in one run).
 

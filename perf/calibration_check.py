@@ -1,4 +1,8 @@
-"""Predicted decode tok/s against the seed tables (perfmodel.md 5.1), printed side by side.
+"""Predicted decode tok/s against the reference measurements, printed side by side.
+
+The measurements (8 x RTX PRO 6000, PCIe) and this script's expected table are in
+docs/performance.md#reference-measurements; the table changes only when the model or its
+calibration is meant to.
 
 Run: .venv/bin/python perf/calibration_check.py
 """
@@ -9,7 +13,7 @@ from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
 
-SEEDS = {
+MEASURED = {
     ("kimi-k2.6", "tp8"): {1: 26.3, 32: 577.8, 64: 693.1, "peak": 808},
     ("kimi-k2.6", "pp8"): {1: 36.9, 32: 250.9, 64: 396.0, "peak": 396},
     ("kimi-k2.6", "tp8 ep8"): {1: 65.3, 32: 546.0, 64: 795.0, "peak": 961},
@@ -29,12 +33,12 @@ def predictions(profile_name: str, layout: str) -> dict:
 
 def main() -> None:
     print(f"{'case':28} " + " ".join(f"{str(c):>16}" for c in (*LEVELS, "peak")))
-    for (profile, layout), seed in SEEDS.items():
+    for (profile, layout), measured in MEASURED.items():
         pred = predictions(profile, layout)
         cells = []
         for c in (*LEVELS, "peak"):
-            if c in seed:
-                cells.append(f"{pred[c]:7.1f}/{seed[c]:<6} {pred[c] / seed[c] - 1:+4.0%}")
+            if c in measured:
+                cells.append(f"{pred[c]:7.1f}/{measured[c]:<6} {pred[c] / measured[c] - 1:+4.0%}")
             else:
                 cells.append(f"{pred[c]:7.1f}         ")
         print(f"{profile + ' ' + layout:28} " + " ".join(f"{x:>16}" for x in cells))

@@ -1,4 +1,4 @@
-"""The "minimal aiohttp client" baseline of bench.md 2.1: the floor any load generator should beat.
+"""The minimal aiohttp client: the baseline, the floor any load generator should beat.
 
 Closed loop: C tasks, each doing request -> read the stream to ``[DONE]`` -> repeat, on one
 ``aiohttp.ClientSession(TCPConnector(limit=0))``. JSON body pre-encoded; the stream is read with

@@ -1,4 +1,4 @@
-"""Shared fixtures: the seed box, the bundled models, and a clean user environment."""
+"""Shared fixtures: the reference box (8 x RTX PRO 6000, docs/performance.md#reference-measurements), the bundled models, and a clean user environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from cockpit.engines import get_engine
 from cockpit.hardware import hardware
-from cockpit.model import load_model
+from cockpit.modelfiles import load_model
 from cockpit.planner import Setup
 
 FIXTURES = Path(__file__).parent / "fixtures"

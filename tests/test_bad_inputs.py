@@ -21,7 +21,7 @@ import yaml
 
 from cockpit.commands import COMMANDS, Bench, Sweep, parse_command
 from cockpit.errors import CockpitError
-from cockpit.model import bundled_dir
+from cockpit.modelfiles import bundled_dir
 
 BASE_CONFIG = json.loads((bundled_dir() / "qwen3-30b-a3b-fp8.json").read_text())
 BASE_PROFILE = {

@@ -18,8 +18,8 @@ from aiohttp import web
 
 from cockpit.bench import client as aiohttp_client
 from cockpit.bench import rawclient
-from cockpit.bench.client import Client, RequestRecord
 from cockpit.bench.metrics import Window, itl
+from cockpit.bench.transport import RequestRecord, Timeouts
 
 STEP_S = 0.02
 EVERYTHING = Window(-math.inf, math.inf)
@@ -232,6 +232,7 @@ def server():
 
 
 TRANSPORTS = {"aiohttp": aiohttp_client, "raw": rawclient}
+TRANSPORT_CLASSES = {"aiohttp": aiohttp_client.AiohttpTransport, "raw": rawclient.RawTransport}
 
 
 @pytest.fixture(params=list(TRANSPORTS))
@@ -252,11 +253,10 @@ def fetch(
 
     async def go() -> RequestRecord:
         async with module.new_session() as session:
-            client = module.Client(
+            client = TRANSPORT_CLASSES[transport](
                 session,
                 f"{server.url}/{name}/v1/completions",
-                request_timeout_s=request_timeout_s,
-                read_timeout_s=read_timeout_s,
+                timeouts=Timeouts.of(request_timeout_s, read_timeout_s),
             )
             return await client.request(b'{"prompt": "hi", "stream": true}')
 
@@ -366,7 +366,7 @@ def test_a_refused_connection_is_an_error(transport):
         async with TRANSPORTS[transport].new_session() as session:
             from simproc import free_port
 
-            client = TRANSPORTS[transport].Client(session, f"http://127.0.0.1:{free_port()}/v1/completions")
+            client = TRANSPORT_CLASSES[transport](session, f"http://127.0.0.1:{free_port()}/v1/completions")
             return await client.request(b"{}")
 
     record = asyncio.run(go())
@@ -376,7 +376,7 @@ def test_a_refused_connection_is_an_error(transport):
 def test_a_cancelled_request_keeps_what_it_received(server, transport):
     async def go() -> RequestRecord:
         async with TRANSPORTS[transport].new_session() as session:
-            client = TRANSPORTS[transport].Client(session, f"{server.url}/stalls/v1/completions")
+            client = TRANSPORT_CLASSES[transport](session, f"{server.url}/stalls/v1/completions")
             record = RequestRecord()
             task = asyncio.create_task(client.request(b"{}", record))
             await asyncio.sleep(0.2)
@@ -395,19 +395,19 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown():
 
     cfg = BenchConfig(url="http://x", api_key="sk-secret")
     assert "sk-secret" not in repr(cfg)
-    client = Client(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
+    client = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
     assert client.headers["Authorization"] == "Bearer sk-secret"
-    raw = rawclient.Client(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
+    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
     assert b"Authorization: Bearer sk-secret\r\n" in raw.head
 
 
 def test_the_raw_transport_keeps_its_connections_alive(server):
     async def go() -> list[RequestRecord]:
         async with rawclient.new_session() as session:
-            client = rawclient.Client(session, f"{server.url}/no-usage/v1/completions")
+            client = rawclient.RawTransport(session, f"{server.url}/no-usage/v1/completions")
             records = [await client.request(b"{}") for _ in range(3)]
             assert len(session.open) == 1  # one connection, reused by each request in turn
-            bad = await rawclient.Client(session, f"{server.url}/500/v1/completions").request(b"{}")
+            bad = await rawclient.RawTransport(session, f"{server.url}/500/v1/completions").request(b"{}")
             assert (
                 bad.error == "HTTP 500: Internal server error" and not session.open
             )  # it took that one, closed it
@@ -472,7 +472,7 @@ def test_jsonl_prompts_are_read_and_a_bad_line_is_named(tmp_path):
 
 
 def test_plain_tokens_skip_the_parse_only_when_that_changes_nothing():
-    from cockpit.bench.client import _Stream
+    from cockpit.bench.sse import _Stream
 
     def payload(raw: bytes) -> bytes:
         return raw.removeprefix(b"data: ").removesuffix(b"\n\n")
@@ -537,3 +537,13 @@ def test_without_a_model_the_server_is_asked_and_a_dead_one_is_reported():
     cfg = BenchConfig(url=f"http://127.0.0.1:{free_port()}", concurrency=(1,))
     with pytest.raises(CockpitError, match=r"cannot reach http://127.0.0.1:\d+/v1/models"):
         asyncio.run(run_sweep(cfg, lambda event: None))
+
+
+def test_both_transports_send_the_contracts_headers():
+    from cockpit.bench.transport import request_headers
+
+    headers = request_headers("sk-secret")
+    aio = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
+    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
+    assert aio.headers == headers
+    assert all(f"\r\n{name}: {value}\r\n".encode() in raw.head for name, value in headers.items())

@@ -176,7 +176,8 @@ def test_pcie_allreduce_by_group_size() -> None:
 
 
 def test_nvlink_is_faster_than_pcie() -> None:
-    # At 2 GPUs a PCIe all-reduce is about as quick as NVLink's (perfmodel.md 1.8); at 8 it is not.
+    # At 2 GPUs a PCIe all-reduce is about as quick as NVLink's; at 8 it is not
+    # (docs/performance.md#collectives).
     assert LINKS["nvlink4"].allreduce_latency(8) < LINKS["pcie5"].allreduce_latency(8)
     for n in (2, 4, 8):
         assert LINKS["nvlink4"].allreduce_busbw(n) > LINKS["pcie5"].allreduce_busbw(n)

@@ -1,4 +1,4 @@
-"""The journal on real SQLite files, and the seeds' comparison table rebuilt from it."""
+"""The journal on real SQLite files, and the comparison table rebuilt from it."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import json
 import os
 import subprocess
 import sys
+from typing import get_args
 
 import pytest
 
 from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint, Journal, comparison, default_path, format_comparison, format_tok_s
-from cockpit.runner.events import Diagnosis
+from cockpit.journal import BenchPoint, Journal, default_path
+from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, READY, STOPPED, Diagnosis, Outcome
+from cockpit.reports.comparison import comparison
+from cockpit.reports.numbers import format_tok_s
+from cockpit.reports.results import format_comparison
 
 KIMI = "kimi-k2.6"
-# The seed measurements (Kimi on 8 x RTX PRO 6000, SGLang): C=1, 32, 64, and the peak at C=128.
+# The reference measurements (Kimi on 8 x RTX PRO 6000, SGLang; docs/performance.md#reference-measurements):
+# C=1, 32, 64, and the peak at C=128.
 SEED = {
     "tp8": {1: 26.3, 32: 577.8, 64: 693.1, 128: 807.9},
     "pp8": {1: 36.9, 32: 250.9, 64: 396.0, 128: 395.6},
@@ -38,7 +43,7 @@ def launch(journal: Journal, layout: str, profile: str = KIMI, **kw) -> int:
 
 def served(journal: Journal, layout: str, tok_s: dict[int, float], **kw) -> int:
     exp = launch(journal, layout, **kw)
-    journal.set_outcome(exp, "ready", load_seconds=312.5)
+    journal.set_outcome(exp, READY, load_seconds=312.5)
     for c, value in tok_s.items():
         journal.add_point(exp, BenchPoint(c, value, requests=4 * c, ttft_ms_p50=120.0, itl_ms_p50=40.0))
     return exp
@@ -57,7 +62,7 @@ def test_experiment_round_trip(journal):
     assert got.argv == ("python", "-m", "sglang.launch_server", "--tp-size", "8")
     assert got.gpus == tuple(range(8))
     assert (got.outcome, got.ended, got.pid, got.port, got.log_path) == (
-        "launching",
+        LAUNCHING,
         None,
         123,
         30000,
@@ -116,15 +121,24 @@ def test_point_round_trip_sorted_by_concurrency(journal):
 def test_outcome_with_diagnosis(journal):
     exp = launch(journal, "tp4 ep2")
     oom = Diagnosis("oom", "CUDA out of memory on GPU 2 after loading", "try tp8 ep8", phase="loading", gpu=2)
-    journal.set_outcome(exp, "failed", diagnosis=oom, load_seconds=280.0)
+    journal.set_outcome(exp, FAILED, diagnosis=oom, load_seconds=280.0)
     got = journal.experiment(exp)
     assert (got.outcome, got.diagnosis_kind, got.diagnosis, got.next_step) == (
-        "failed",
+        FAILED,
         "oom",
         "CUDA out of memory on GPU 2 after loading",
         "try tp8 ep8",
     )
     assert got.load_seconds == 280.0 and got.ended >= got.started
+
+
+def test_outcome_names_are_the_strings_the_journal_stores():
+    """They are in every journal file and in `results --format json`: renaming one orphans old rows."""
+    assert OUTCOMES == ("launching", "ready", "failed", "stopped") == get_args(Outcome)
+    assert f"{FAILED}" == "failed" and json.dumps(READY) == '"ready"'  # plain str on every Python
+    from cockpit.runner import events
+
+    assert events.Diagnosis is Diagnosis  # still importable from where the runner's events are
 
 
 def test_peaks_merge_keeping_the_max(journal):
@@ -153,10 +167,10 @@ def test_two_processes_share_one_file(tmp_path):
         bench.add_point(exp, BenchPoint(32, 577.8))
         cockpit.record_peak(exp, {0: 5})
         bench.record_peak(exp, {0: 3, 1: 7})
-        cockpit.set_outcome(exp, "stopped")
+        cockpit.set_outcome(exp, STOPPED)
         assert [p.output_tok_s for p in cockpit.points(exp)] == [577.8]
         assert bench.experiment(exp).peak_memory == {0: 5, 1: 7}
-        assert bench.experiment(exp).outcome == "stopped"
+        assert bench.experiment(exp).outcome == STOPPED
 
 
 def test_reopen_after_close_keeps_data(tmp_path):
@@ -164,7 +178,7 @@ def test_reopen_after_close_keeps_data(tmp_path):
     with Journal(path) as journal:
         exp = served(journal, "tp8", {1: 26.3})
     with Journal(path) as journal:
-        assert journal.experiment(exp).outcome == "ready"
+        assert journal.experiment(exp).outcome == READY
         assert journal.points(exp)[0].output_tok_s == 26.3
 
 
@@ -174,7 +188,7 @@ def test_crash_keeps_what_was_written(tmp_path):
     exp = launch(crashed, "tp8")
     crashed.add_point(exp, BenchPoint(1, 26.3))
     with Journal(path) as after:
-        assert after.experiment(exp).outcome == "launching"
+        assert after.experiment(exp).outcome == LAUNCHING
         assert len(after.points(exp)) == 1
     crashed.close()
 
@@ -234,9 +248,7 @@ def test_latest_benchmarked_experiment_wins_and_failures_show(journal):
     newer = served(journal, "tp8", {1: 26.3, 32: 577.8})
     launch(journal, "tp8")  # relaunched, not benchmarked yet: the numbers stay
     failed = launch(journal, "tp4 ep2")
-    journal.set_outcome(
-        failed, "failed", diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2", "try tp8")
-    )
+    journal.set_outcome(failed, FAILED, diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2", "try tp8"))
     launch(journal, "other", profile="minimax-m2.5")
 
     comp = comparison(journal, KIMI)
@@ -266,7 +278,7 @@ def test_plain_table_marks_best_with_a_star(journal):
 def test_csv_and_json_shapes(journal):
     seed_journal(journal)
     failed = launch(journal, "dp8 ep")
-    journal.set_outcome(failed, "failed", diagnosis=Diagnosis("nccl", "NCCL timeout"))
+    journal.set_outcome(failed, FAILED, diagnosis=Diagnosis("nccl", "NCCL timeout"))
     comp = comparison(journal, KIMI)
 
     rows = list(csv.DictReader(io.StringIO(format_comparison(comp, "csv"))))
@@ -281,7 +293,7 @@ def test_csv_and_json_shapes(journal):
     assert {"ttft_ms_p50", "itl_ms_p99", "e2e_ms_p99", "client_limited", "best", "experiment"} <= set(first)
     assert first["client_limited"] == "0" and rows[1]["best"] == "1"
     assert (
-        rows[-1]["outcome"] == "failed"
+        rows[-1]["outcome"] == FAILED
         and rows[-1]["diagnosis"] == "NCCL timeout"
         and rows[-1]["concurrency"] == ""
     )
@@ -315,11 +327,11 @@ def test_tok_s_numbers(value, text):
 
 def test_a_failure_a_later_launch_of_the_same_layout_got_past_is_not_shown(journal):
     refused = launch(journal, "tp4")
-    journal.set_outcome(refused, "failed", diagnosis=Diagnosis("port-in-use", "port 8000 is already in use"))
+    journal.set_outcome(refused, FAILED, diagnosis=Diagnosis("port-in-use", "port 8000 is already in use"))
     launch(journal, "tp4")  # the next try came up (not benchmarked yet)
     still = launch(journal, "tp8")
-    journal.set_outcome(still, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of 128"))
-    assert [(r.layout, r.outcome) for r in comparison(journal, KIMI).rows] == [("tp8", "failed")]
+    journal.set_outcome(still, FAILED, diagnosis=Diagnosis("fp8-block", "192 is not a multiple of 128"))
+    assert [(r.layout, r.outcome) for r in comparison(journal, KIMI).rows] == [("tp8", FAILED)]
 
 
 # -- failed levels never hide good numbers -----------------------------------------------------------
@@ -394,7 +406,7 @@ def test_a_level_with_only_failed_points_shows_failed_with_its_reason_not_zero(j
 
 def test_a_layout_whose_every_level_failed_is_a_failed_row_with_the_reason(journal):
     exp = launch(journal, "tp8")
-    journal.set_outcome(exp, "ready")
+    journal.set_outcome(exp, READY)
     journal.add_point(exp, failed_point(1))
     [row] = comparison(journal, KIMI).rows
     assert row.peak is None and row.cells == {} and set(row.failed) == {1}

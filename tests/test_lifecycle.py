@@ -319,15 +319,17 @@ class InProcess:
     """A Launcher in this process over a box of its own (a slow load: the server stays up)."""
 
     def __init__(self, tmp_path: Path, monkeypatch):
-        from cockpit.resolve import SetupOverrides, build_setup
+        from cockpit.lab import lab_setup
+        from cockpit.resolve import SetupOverrides, resolve_profile
 
         self.box = Box(tmp_path, scale=0.05)
         for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
             monkeypatch.setenv(name, self.box.env[name])
-        self.setup, self.profile = build_setup(SetupOverrides(profile=_profile(tmp_path, free_port())))
+        self.profile = resolve_profile(SetupOverrides(profile=_profile(tmp_path, free_port())))
+        self.setup = lab_setup(self.profile, sim=True)
 
     def launcher(self, journal: Journal, registry: Registry | None = None):
-        from cockpit.headless import gpu_source
+        from cockpit.lab import gpu_source
         from cockpit.runner.experiment import Launcher
         from cockpit.runner.supervisor import Supervisor
 

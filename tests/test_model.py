@@ -17,11 +17,9 @@ from cockpit.model import (
     ROUTED_EXPERTS,
     ROUTER,
     SHARED_EXPERTS,
-    find_config,
-    load_model,
     parse_config,
-    read_config,
 )
+from cockpit.modelfiles import find_config, load_model, read_config
 
 GB = 1e9
 
@@ -32,7 +30,7 @@ def test_minimax_m2_reads_expert_width_from_intermediate_size(minimax):
     assert minimax.moe.experts_per_token == 8 and minimax.moe.shared_experts == 0
     assert (minimax.heads, minimax.kv_heads, minimax.head_dim, minimax.layers) == (48, 8, 128, 62)
     assert minimax.quant.method == "fp8-block" and minimax.quant.block == (128, 128)
-    # perfmodel.md 3.3: experts 224.7 B params, ~228.6 B in all, ~230 GB on disk.
+    # Experts 224.7 B params, ~228.6 B in all, ~230 GB on disk (docs/memory.md#worked-numbers).
     assert minimax.params[ROUTED_EXPERTS] / 1e9 == pytest.approx(224.7, rel=0.01)
     assert minimax.total_params / 1e9 == pytest.approx(228.6, rel=0.01)
     assert minimax.total_bytes / GB == pytest.approx(230.1, rel=0.01)
@@ -48,7 +46,7 @@ def test_kimi_nests_text_config_and_keeps_attention_and_shared_experts_bf16(kimi
     assert kimi.quant.bytes_per_param(ROUTED_EXPERTS) == pytest.approx(0.5625)
     for cls in (ATTN_SHARDED, ATTN_REPLICATED, SHARED_EXPERTS, DENSE_MLP, EMBEDDING, LM_HEAD):
         assert kimi.quant.bytes_per_param(cls) == 2, cls
-    # perfmodel.md 3.3: routed 1,014.7 B, attention 6.17 B; ~594.5 GB with INT4 experts.
+    # Routed 1,014.7 B, attention 6.17 B; ~594.5 GB with INT4 experts (docs/memory.md#worked-numbers).
     assert kimi.params[ROUTED_EXPERTS] / 1e9 == pytest.approx(1014.7, rel=0.005)
     assert (kimi.params[ATTN_SHARDED] + kimi.params[ATTN_REPLICATED]) / 1e9 == pytest.approx(6.17, rel=0.01)
     assert kimi.total_bytes / GB == pytest.approx(594.5, rel=0.01)

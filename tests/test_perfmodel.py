@@ -1,7 +1,8 @@
-"""The performance model against the seed tables (perfmodel.md 5.1) with the default calibration.
+"""The performance model against the reference measurements with the default calibration
+(docs/performance.md#reference-measurements).
 
-Kimi TP8 at C=1 uses the per-layout step floor the kimi-k2.6 profile carries (the seed box's
-SGLang TP8 never stepped under 38 ms); everything else is the global table for the GPU type.
+Kimi TP8 at C=1 uses the per-layout step floor the kimi-k2.6 profile carries (the reference
+box's SGLang TP8 never stepped under 38 ms); everything else is the global table for the GPU type.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ def test_minimax_orderings(minimax_pred):
     assert minimax_pred["tp8 ep"][256] >= 1.3 * minimax_pred["tp4"][256]
 
 
-@pytest.mark.parametrize("seeds, fixture", [(KIMI, "kimi_pred"), (MINIMAX, "minimax_pred")])
-def test_every_number_within_30_percent_of_the_seed(seeds, fixture, request):
+@pytest.mark.parametrize("measured, fixture", [(KIMI, "kimi_pred"), (MINIMAX, "minimax_pred")])
+def test_every_number_within_30_percent_of_the_measurement(measured, fixture, request):
     pred = request.getfixturevalue(fixture)
-    for layout, seed in seeds.items():
-        for level, value in seed.items():
+    for layout, levels in measured.items():
+        for level, value in levels.items():
             assert pred[layout][level] == pytest.approx(value, rel=0.30), (layout, level)
 
 

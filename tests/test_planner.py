@@ -1,4 +1,5 @@
-"""The preflight planner against the seed stories, and every startup rule it knows."""
+"""The preflight planner against the reference cases (docs/memory.md#worked-numbers), and every
+startup rule it knows (docs/placement.md#startup-checks)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from cockpit.engines import get_engine, parse_server_args
 from cockpit.engines.base import stage_layers
 from cockpit.errors import CockpitError
 from cockpit.hardware import hardware
-from cockpit.model import load_model, read_config
+from cockpit.modelfiles import load_model, read_config
 from cockpit.planner import FAILS, FITS, TIGHT, Setup, nearest_fitting, plan_all, plan_layout
 
 
@@ -59,7 +60,7 @@ def test_minimax_tp8_ep_fits_with_whole_experts(minimax_vllm):
     assert v.placement.moe_ep == 8 and v.placement.moe_tp == 1 and v.placement.experts_per_gpu == 32
     assert v.memory.weights_gib == pytest.approx(26.9, rel=0.03)
     assert "--enable-expert-parallel" in v.argv
-    # perfmodel.md 3.4: ~1.9 M KV tokens (community report 1.7 M).
+    # ~1.9 M KV tokens (docs/memory.md#worked-numbers; a community report says 1.7 M).
     assert 1.5e6 < v.memory.kv_tokens < 2.1e6
 
 
@@ -150,7 +151,7 @@ def test_sglang_argv(kimi_sglang):
 
 
 def test_sglang_dp_attention_is_tight_for_kimi(kimi_sglang):
-    # Attention replicated on every GPU leaves almost no KV room (perfmodel.md 3.4).
+    # Attention replicated on every GPU leaves almost no KV room (docs/memory.md#worked-numbers).
     v = plan_layout(kimi_sglang, "tp8 dp8 dpa ep8")
     assert v.verdict in (TIGHT, FAILS)
     assert v.memory.weights_gib > plan_layout(kimi_sglang, "tp8 ep8").memory.weights_gib + 10
@@ -284,7 +285,7 @@ def test_pipeline_stages_split_like_vllm():
 def test_pp_memory_counts_the_busiest_stage(kimi_sglang):
     v = plan_layout(kimi_sglang, "pp8")
     assert v.placement.pp == 8 and max(v.placement.stage_layers) == 8
-    assert 70 < v.memory.weights_gib < 75  # perfmodel.md 3.4: ~71-74 GiB
+    assert 70 < v.memory.weights_gib < 75  # ~71-74 GiB (docs/memory.md#worked-numbers)
 
 
 def test_plan_all_lists_fits_first_and_covers_the_box(minimax_vllm):

@@ -11,19 +11,13 @@ import time
 import yaml
 
 from cockpit.cli import main
-from cockpit.journal import BenchPoint, Journal, comparison
+from cockpit.journal import BenchPoint, Journal
+from cockpit.outcome import FAILED, READY, Diagnosis
 from cockpit.planner import plan_all, plan_layout
 from cockpit.profile import find_profile
-from cockpit.report import (
-    ReportContext,
-    context_from_setup,
-    format_table,
-    markdown_report,
-    plan_table,
-    reason_text,
-    terminal_width,
-)
-from cockpit.runner.events import Diagnosis
+from cockpit.reports.comparison import comparison
+from cockpit.reports.export import ReportContext, context_from_setup, markdown_report
+from cockpit.reports.plan import format_table, plan_table, reason_text, terminal_width
 
 CLOCK = 1_800_000_000.0
 DATE = time.strftime("%Y-%m-%d %H:%M", time.localtime(CLOCK))
@@ -42,7 +36,7 @@ def journal_results(profile: str = "minimax-m2.5", input_len: int = 1024) -> Non
                 argv=[],
                 gpus=list(range(8 if layout == "tp8 ep" else 4)),
             )
-            journal.set_outcome(exp, "ready")
+            journal.set_outcome(exp, READY)
             for c, tok_s in levels.items():
                 point = BenchPoint(
                     c,
@@ -61,7 +55,7 @@ def journal_results(profile: str = "minimax-m2.5", input_len: int = 1024) -> Non
             profile=profile, model="MiniMaxAI/MiniMax-M2.5", engine="vllm", layout="tp8", argv=[]
         )
         journal.set_outcome(
-            failed, "failed", diagnosis=Diagnosis("fp8-block", "192 is not a multiple of block_n 128")
+            failed, FAILED, diagnosis=Diagnosis("fp8-block", "192 is not a multiple of block_n 128")
         )
 
 

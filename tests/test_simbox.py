@@ -86,7 +86,8 @@ def test_idle_box_shows_idle_power_and_nothing_used(box):
     assert [s.index for s in samples] == list(range(8))
     for s in samples:
         assert s.memory_used == 0 and s.memory_fraction == 0.0
-        assert s.power_w == pytest.approx(33.0)  # seed 004: idle GPUs "sitting at 33W each"
+        # The idle draw seen on the reference box (docs/simulator.md#the-simulated-box).
+        assert s.power_w == pytest.approx(33.0)
         assert s.utilization == 0.0 and s.processes == ()
         assert 30.0 <= s.temperature_c < 33.0
 

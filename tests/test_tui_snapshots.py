@@ -19,7 +19,7 @@ from cockpit.journal import BenchPoint, Journal
 from cockpit.runner.events import BenchLevel, BenchTick, Diagnosis, Launching, Planned, Ready
 from cockpit.telemetry.base import GpuProcess
 from cockpit.tui.app import CockpitApp
-from cockpit.tui.messages import GpuSamples, RunnerEvent
+from cockpit.tui.messages import GpuSamples, RunnerEventPosted
 
 FIXED_CLOCK = 1_800_000_000.0
 RESULTS = {  # layout -> {concurrency: tok/s}, numbers of the seed's shape
@@ -103,10 +103,10 @@ async def busy_box(pilot) -> None:
         Launching(exp, ("vllm", "serve"), PID, "/tmp/tp4.log"),
         Ready(exp, "http://127.0.0.1:8000", 42.0, FIXED_CLOCK - 100.0),
     ):
-        app.post_message(RunnerEvent(event))
+        app.post_message(RunnerEventPosted(event))
     app.bench_view.start(exp, "tp4", (1, 64, 256))
     for event in (BenchLevel(exp, 64, LEVEL, "C=64"), BenchTick(exp, 256, 3.0, 3982.4)):
-        app.post_message(RunnerEvent(event))
+        app.post_message(RunnerEventPosted(event))
     app.post_message(GpuSamples(samples))
     await pilot.pause(0.2)
     app.main.show_view("bench")

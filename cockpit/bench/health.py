@@ -1,10 +1,10 @@
 """The client measures itself, because a saturated client lies in both directions.
 
 When the client's core is busy, tokens sit in socket buffers and are read in bursts: per-gap
-ITL p50 collapses towards 0, p99 and TTFT inflate, while mean ITL still looks right (bench.md
-2.3). So each level carries the client's CPU, its event-loop lag and the concurrency it really
-held, and is flagged ``client_limited`` when any of them says the client, not the server, set
-the pace.
+ITL p50 collapses towards 0, p99 and TTFT inflate, while mean ITL still looks right
+(perf/bench_client.py shows it against a server pacing tokens exactly 10 ms apart). So each
+level carries the client's CPU, its event-loop lag and the concurrency it really held, and is
+flagged ``client_limited`` when any of them says the client, not the server, set the pace.
 """
 
 from __future__ import annotations

@@ -23,16 +23,16 @@ import math
 import random
 import sys
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
 from typing import Any, TypeVar
 
-from cockpit.bench import client as aiohttp_client
-from cockpit.bench import metrics, rawclient
-from cockpit.bench.client import Client, Progress, RequestRecord, is_timeout
+from cockpit.bench import client, metrics, rawclient
 from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
 from cockpit.bench.metrics import Summary, Window
+from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
 from cockpit.errors import CockpitError
 
@@ -77,7 +77,7 @@ class BenchConfig:
     request_timeout_s: float | None = None
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never shown
     seed: int = 0
-    # "auto": the raw asyncio.Protocol client (rawclient) for http://, aiohttp for https://
+    # "auto": the raw asyncio.Protocol transport (rawclient) for http://, aiohttp for https://
     transport: str = "auto"
 
     def __post_init__(self) -> None:
@@ -281,21 +281,11 @@ async def run_sweep(
     progress = Progress()
     results: list[LevelResult] = []
     try:
-        module = rawclient if cfg.resolved_transport == "raw" else aiohttp_client
-        async with module.new_session() as session:
-            client = module.Client(
-                session,
-                cfg.base_url + workload.path,
-                api_key=cfg.api_key,
-                request_timeout_s=cfg.request_limit_s,
-                read_timeout_s=cfg.timeout,
-                connect_timeout_s=cfg.timeout,
-                progress=progress,
-            )
+        async with open_transport(cfg, cfg.base_url + workload.path, progress) as transport:
             for concurrency in cfg.concurrency:
                 on_event(LevelStart(concurrency))
                 _quiet_gc()
-                level = _Level(cfg, concurrency, client, workload, indices, on_event, model)
+                level = _Level(cfg, concurrency, transport, workload, indices, on_event, model)
                 result = await level.run()
                 if keep_records:
                     result = replace(result, records=tuple(level.records))
@@ -305,6 +295,21 @@ async def run_sweep(
         gc.unfreeze()
     on_event(SweepDone(tuple(results)))
     return results
+
+
+@asynccontextmanager
+async def open_transport(cfg: BenchConfig, url: str, progress: Progress) -> AsyncIterator[Transport]:
+    """The sweep's transport (``cfg.resolved_transport``) to ``url``; its connections close on the
+    way out. The only place that knows the concrete transports."""
+    timeouts = Timeouts.of(cfg.request_limit_s, read_s=cfg.timeout, connect_s=cfg.timeout)
+    if cfg.resolved_transport == "raw":
+        async with rawclient.new_session() as raw_session:
+            yield rawclient.RawTransport(
+                raw_session, url, api_key=cfg.api_key, timeouts=timeouts, progress=progress
+            )
+        return
+    async with client.new_session() as session:
+        yield client.AiohttpTransport(session, url, api_key=cfg.api_key, timeouts=timeouts, progress=progress)
 
 
 def _quiet_gc() -> None:
@@ -384,7 +389,7 @@ class _Level:
         self,
         cfg: BenchConfig,
         concurrency: int,
-        client: Client,
+        transport: Transport,
         workload: Workload,
         indices: Iterator[int],
         on_event: Callable[[object], None],
@@ -393,7 +398,7 @@ class _Level:
         self.cfg = cfg
         self.model = model
         self.concurrency = concurrency
-        self.client = client
+        self.transport = transport
         self.workload = workload
         self.indices = indices
         self.on_event = on_event
@@ -413,7 +418,7 @@ class _Level:
 
     async def run(self) -> LevelResult:
         cpu, lag = CpuMeter(), LoopLag()
-        progress = self.client.progress
+        progress = self.transport.progress
         load = asyncio.create_task(self._open_loop() if self.cfg.rate else self._closed_loop())
         ticker: asyncio.Task[None] | None = None
         try:
@@ -434,8 +439,9 @@ class _Level:
                     task.cancel()
             await asyncio.gather(load, *([ticker] if ticker else []), return_exceptions=True)
             await lag.stop()
-        if ticker is not None and not ticker.cancelled() and ticker.exception() is not None:
-            raise ticker.exception()  # the caller's on_event failed
+        failure = ticker.exception() if ticker is not None and not ticker.cancelled() else None
+        if failure is not None:
+            raise failure  # the caller's on_event failed
         reads, events = progress.reads - reads, progress.events - events
         return self._result(cores, lag, events / reads if reads else 0.0)
 
@@ -485,7 +491,7 @@ class _Level:
         self.records.append(record)
         self.in_flight += 1
         try:
-            await self.client.request(self.workload.body(next(self.indices)), record)
+            await self.transport.request(self.workload.body(next(self.indices)), record)
         finally:
             self.in_flight -= 1
         self._finished(record)
@@ -539,7 +545,7 @@ class _Level:
 
     async def _ticks(self) -> None:
         assert self.window_start is not None
-        progress = self.client.progress
+        progress = self.transport.progress
         last_time, last_tokens = perf_counter(), progress.tokens
         due = self.window_start
         while True:

@@ -1,11 +1,13 @@
 """The numbers of one concurrency level, derived from raw request records and its measured window.
 
-Tools disagree on what TTFT, ITL and throughput mean (bench.md 1.2), so each formula is stated
-here, and tokens are counted per token, not per SSE chunk: a server that coalesces k tokens into
-one chunk (speculative decoding, parsers, Dynamo) must not fake a k-times lower ITL. A chunk's
-token count comes from ``continuous_usage_stats`` when the server sent it, else it is the
-request's ``usage.completion_tokens / chunks``; a request without usage (cancelled at the window
-end, or a server that never sends usage) takes the level's tokens-per-chunk ratio.
+Tools disagree on what TTFT, ITL and throughput mean (vLLM's bench,
+vllm/benchmarks/lib/endpoint_request_func.py, takes one ITL sample per chunk gap; guidellm folds
+TTFT into TPOT), so each formula is stated here, and tokens are counted per token, not per SSE
+chunk: a server that coalesces k tokens into one chunk (speculative decoding, parsers, Dynamo)
+must not fake a k-times lower ITL. A chunk's token count comes from ``continuous_usage_stats``
+when the server sent it, else it is the request's ``usage.completion_tokens / chunks``; a request
+without usage (cancelled at the window end, or a server that never sends usage) takes the
+level's tokens-per-chunk ratio.
 
 All times are ``perf_counter`` seconds; summaries are in milliseconds.
 """
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from cockpit.bench.client import RequestRecord
+from cockpit.bench.transport import RequestRecord
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,10 @@ so a step blocks the loop for 5-10 ms and the later chunks are stamped late. Her
 is stamped (``perf_counter()``, first thing) and parsed inside ``data_received``, the loop's own
 callback: no task wake-up, no queue; the request's task is woken once, when the stream ends.
 
-Same contract as ``client.Client``: the same ``RequestRecord`` fields, the same one-line error
-texts and the same timeouts (``connect_timeout_s`` to connect; no bytes for ``read_timeout_s``,
-the response headers included; ``request_timeout_s`` for the whole request, connecting included). Keep-alive connections, one per request in flight, are
-reused across requests; chunked transfer coding is decoded by hand; the SSE split and the
-template fast path for plain token events are the shared ``client.SseReader``.
+A ``transport.Transport``, like ``client.AiohttpTransport``: the same records, failure texts
+and timeouts. Keep-alive connections, one per request in flight, are reused across requests;
+chunked transfer coding is decoded by hand; the SSE split and the template fast path for plain
+token events are the shared ``sse.SseReader``.
 """
 
 from __future__ import annotations
@@ -18,18 +17,25 @@ from __future__ import annotations
 import asyncio
 import socket
 from time import perf_counter
+from typing import cast
 from urllib.parse import urlsplit
 
-from cockpit.bench.client import (
+from cockpit.bench.sse import SseReader
+from cockpit.bench.transport import (
+    DEFAULT_TIMEOUTS,
     ERROR_BODY_LIMIT,
-    TIMED_OUT,
     Progress,
+    RequestFailed,
     RequestRecord,
-    SseReader,
-    _Failed,
-    _first_line,
+    Timeouts,
+    cannot_connect,
+    check_event_stream,
+    client_bug,
+    connection_dropped,
     error_text,
-    os_reason,
+    first_line,
+    http_error,
+    request_headers,
 )
 
 _HEADERS, _BODY, _DONE = 0, 1, 2  # response phases
@@ -97,7 +103,7 @@ class _Conn(asyncio.Protocol):
     # -- connection ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # create_connection makes a stream transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -131,7 +137,7 @@ class _Conn(asyncio.Protocol):
     # -- one request -----------------------------------------------------------------------------
 
     def start(
-        self, request: bytes, record: RequestRecord, reader: SseReader, read_timeout: float, deadline: float
+        self, request: bytes, record: RequestRecord, reader: SseReader, timeouts: Timeouts, deadline: float
     ) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
@@ -149,11 +155,11 @@ class _Conn(asyncio.Protocol):
         self.cstate = _SIZE
         self.cbuf = b""
         self.error_body: bytes | None = None  # collecting an error response's body
-        self.read_timeout = read_timeout
+        self.timeouts = timeouts
         self.deadline = deadline
         self.last_read = perf_counter()
         self.loop = loop
-        self._arm(min(self.last_read + read_timeout, deadline))
+        self._arm(min(self.last_read + timeouts.read_s, deadline))
         assert self.transport is not None
         self.transport.write(request)
         return self.waiter
@@ -167,12 +173,13 @@ class _Conn(asyncio.Protocol):
         if self.waiter is None or self.waiter.done():
             return
         now = perf_counter()
+        read_s = self.timeouts.read_s
         if now >= self.deadline:
-            self._fail(asyncio.TimeoutError("request limit"))
-        elif now - self.last_read >= self.read_timeout:
-            self._fail(_Failed(f"{TIMED_OUT}{self.read_timeout:g} s (no bytes)"))
+            self._fail(RequestFailed(self.timeouts.request_limit()))
+        elif now - self.last_read >= read_s:
+            self._fail(RequestFailed(self.timeouts.no_bytes()))
         else:
-            self._arm(min(self.last_read + self.read_timeout, self.deadline))
+            self._arm(min(self.last_read + read_s, self.deadline))
 
     def _fail(self, exc: BaseException) -> None:
         self.close()
@@ -221,7 +228,7 @@ class _Conn(asyncio.Protocol):
                     self._body(take, now)
                 if self.left == 0 and self.phase == _BODY:
                     self._end_body()
-        except _Failed as failure:
+        except RequestFailed as failure:
             self._fail(failure)
         except Exception as exc:
             self._fail(exc)
@@ -232,14 +239,14 @@ class _Conn(asyncio.Protocol):
             end = head.find(b"\r\n\r\n")
             if end < 0:
                 if len(head) > 65536:
-                    raise _Failed("response headers over 64 KiB")
+                    raise RequestFailed("response headers over 64 KiB")
                 self.head = head
                 return b""
             lines = head[:end].decode("latin-1").split("\r\n")
             rest = head[end + 4 :]
             parts = lines[0].split(" ", 2)
             if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-                raise _Failed(f"not an HTTP response: {_first_line(lines[0])}")
+                raise RequestFailed(f"not an HTTP response: {first_line(lines[0])}")
             status = int(parts[1])
             if 100 <= status < 200:
                 head = rest  # 100 Continue and friends: the real response follows
@@ -267,10 +274,7 @@ class _Conn(asyncio.Protocol):
             self.error_body = b""
             self.keep_alive = False
         else:
-            kind = headers.get("content-type", "")
-            if "text/event-stream" not in kind:
-                kind = kind or "no content type"
-                raise _Failed(f"HTTP 200 without a stream ({kind}): the server ignored stream=true")
+            check_event_stream(headers.get("content-type", ""))
         self.phase = _BODY
         return rest
 
@@ -291,20 +295,20 @@ class _Conn(asyncio.Protocol):
                 if size - at < 2:
                     break
                 if buf[at : at + 2] != b"\r\n":
-                    raise _Failed("broken chunked encoding")
+                    raise RequestFailed("broken chunked encoding")
                 at += 2
                 self.cstate = _SIZE
             elif state == _SIZE:
                 end = buf.find(b"\r\n", at)
                 if end < 0:
                     if size - at > 1024:
-                        raise _Failed("broken chunked encoding")
+                        raise RequestFailed("broken chunked encoding")
                     break
                 line = buf[at:end].split(b";", 1)[0].strip()
                 try:
                     self.left = int(line, 16)
                 except ValueError:
-                    raise _Failed("broken chunked encoding") from None
+                    raise RequestFailed("broken chunked encoding") from None
                 at = end + 2
                 self.cstate = _DATA if self.left else _TRAILER
             else:  # _TRAILER: optional trailer lines, then an empty line
@@ -336,11 +340,11 @@ class _Conn(asyncio.Protocol):
         self.phase = _DONE
         if self.error_body is not None:
             message = error_text(self.error_body[:ERROR_BODY_LIMIT], self.reason)
-            self._fail(_Failed(f"HTTP {self.status}: {message}"))
+            self._fail(RequestFailed(http_error(self.status, message)))
             return
         try:
             self.reader.finish()
-        except _Failed as failure:
+        except RequestFailed as failure:
             self._fail(failure)
             return
         if not self.keep_alive:
@@ -348,8 +352,8 @@ class _Conn(asyncio.Protocol):
         self._settle(None)
 
 
-class Client:
-    """Sends streaming requests to one http:// URL and records them (``client.Client``'s twin)."""
+class RawTransport:
+    """Sends streaming requests to one http:// URL over pooled raw connections and records them."""
 
     def __init__(
         self,
@@ -357,9 +361,7 @@ class Client:
         url: str,
         *,
         api_key: str | None = None,
-        request_timeout_s: float = 3600.0,
-        read_timeout_s: float = 600.0,
-        connect_timeout_s: float | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
         progress: Progress | None = None,
     ) -> None:
         parts = urlsplit(url)
@@ -371,54 +373,45 @@ class Client:
         self.port = parts.port or 80
         self.key = (self.host, self.port)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
         host = self.host if parts.port is None else f"{self.host}:{self.port}"
         lines = [
             f"POST {path} HTTP/1.1",
             f"Host: {host}",
             "User-Agent: cockpit-bench",
-            *(f"{k}: {v}" for k, v in self.headers.items()),
+            *(f"{name}: {value}" for name, value in request_headers(api_key).items()),
         ]
         self.head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
-        self.request_timeout_s = request_timeout_s
-        self.read_timeout_s = read_timeout_s
-        self.connect_timeout_s = min(
-            read_timeout_s if connect_timeout_s is None else connect_timeout_s, request_timeout_s
-        )
+        self.timeouts = timeouts
         self.progress = progress if progress is not None else Progress()
 
     async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
-        """Send ``body`` and read its stream into ``record``; only cancellation propagates."""
+        """Send ``body`` and read its stream into ``record`` (see ``transport.Transport``)."""
         record = record if record is not None else RequestRecord()
         record.start = perf_counter()
-        deadline = record.start + self.request_timeout_s
+        deadline = record.start + self.timeouts.request_s
         conn: _Conn | None = None
         try:
             message = self.head + str(len(body)).encode() + b"\r\n\r\n" + body
             for attempt in (0, 1):
                 conn = self.session.take(self.key)
+                reused = conn is not None
                 if conn is None:
                     conn = await self._connect(deadline)
-                    reused = False
-                else:
-                    reused = True
                 reader = SseReader(record, self.progress)
                 try:
-                    await conn.start(message, record, reader, self.read_timeout_s, deadline)
+                    await conn.start(message, record, reader, self.timeouts, deadline)
                 except _Dropped as dropped:
                     if reused and not dropped.got_bytes and attempt == 0:
                         continue  # the server had closed that idle connection: once more, on a new one
                     raise
+                self.session.give(self.key, conn)
                 break
-            self.session.give(self.key, conn)
         except asyncio.CancelledError:
             record.cancelled = True
             if conn is not None:
                 conn.abandon()
             raise
-        except _Failed as failure:
+        except RequestFailed as failure:
             record.error = str(failure)
         except Exception as exc:
             if conn is not None:
@@ -433,7 +426,7 @@ class Client:
         here). Not asyncio.wait_for: on 3.11 it can swallow a cancellation that lands as the
         connect fails, and a closed-loop worker against a dead server then never stops."""
         loop = asyncio.get_running_loop()
-        limit = min(deadline, perf_counter() + self.connect_timeout_s)
+        limit = min(deadline, perf_counter() + self.timeouts.connect_s)
         task = asyncio.ensure_future(
             loop.create_connection(lambda: _Conn(self.session), self.host, self.port)
         )
@@ -447,24 +440,23 @@ class Client:
             task.cancel()
             task.add_done_callback(_close_if_connected)
             if perf_counter() >= deadline:
-                raise _Failed(f"{TIMED_OUT}{self.request_timeout_s:g} s (request limit)")
-            raise _Failed(f"{TIMED_OUT}{self.connect_timeout_s:g} s (connecting)")
+                raise RequestFailed(self.timeouts.request_limit())
+            raise RequestFailed(self.timeouts.connecting())
         try:
             _, conn = task.result()
         except OSError as exc:
-            raise _Failed(f"cannot connect: {os_reason(exc)}") from None
+            raise RequestFailed(cannot_connect(exc)) from None
         return conn
 
     def _reason(self, exc: Exception, record: RequestRecord) -> str:
+        """One line for a failure raised on the way (the connection's own are ``RequestFailed``)."""
         if isinstance(exc, asyncio.TimeoutError):
-            return f"{TIMED_OUT}{self.request_timeout_s:g} s (request limit)"
+            return self.timeouts.request_limit()
         if isinstance(exc, (_Dropped, ConnectionError)):
-            if record.status is None:
-                return "connection dropped before the response"
-            return f"connection dropped after {record.chunks} chunks"
-        return f"client bug: {type(exc).__name__}: {_first_line(str(exc))}"
+            return connection_dropped(record)
+        return client_bug(exc)
 
 
-def _close_if_connected(task: asyncio.Future) -> None:
+def _close_if_connected(task: asyncio.Future[tuple[asyncio.Transport, _Conn]]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result()[0].close()

@@ -254,7 +254,9 @@ class Engine(ABC):
         extra_args: Sequence[str] = (),
         command: Sequence[str] = (),
     ) -> list[str]:
-        """The full launch argv: launcher, model, parallel flags, port, the profile's own args."""
+        """The one argv of a layout, the same shown, journaled and launched: the launcher words
+        (``command``: the profile's, the simulator's wrapper, or else the engine's default), the
+        model, the parallel flags, the port, the profile's own args."""
         return [
             *(command or self.default_command),
             *self.model_args(model_path),

@@ -1,8 +1,9 @@
 """Startup checks both engines share, each with the text the engine raises.
 
-Texts come from reference/engines.md (vLLM ``fp8.py``/``fp8_utils.py``, ``config/model.py``;
-SGLang's copies of the same FP8 code raise the same words). Where the engine dies on a bare
-``assert``, the message is the bare ``AssertionError`` and ``detail`` says which one.
+Texts are the engines' own (docs/placement.md#startup-checks): vLLM's
+``vllm/model_executor/layers/quantization/utils/fp8_utils.py`` and ``vllm/config/model.py``;
+SGLang's ``sglang/srt/layers/quantization/fp8.py`` raises the same FP8 words. Where the engine
+dies on a bare ``assert``, the message is the bare ``AssertionError`` and ``detail`` says which.
 """
 
 from __future__ import annotations

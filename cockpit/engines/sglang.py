@@ -1,9 +1,10 @@
 """SGLang: ``python -m sglang.launch_server --model-path M --tp-size .. --ep-size ..``.
 
-Facts (reference/engines.md section 2): GPUs used = TP x PP; ``--ep-size`` carves EP *inside*
-the TP group (MoE-TP = TP / EP), so ``--tp-size 4 --ep-size 2`` runs on 4 GPUs.
-``--enable-dp-attention --dp-size D`` splits attention into D replicas of TP / D, still on TP
-GPUs. Plain ``--dp-size`` without DP attention starts D full replicas (TP x PP x D GPUs).
+GPUs used = TP x PP; ``--ep-size`` carves EP *inside* the TP group (MoE-TP = TP / EP), so
+``--tp-size 4 --ep-size 2`` runs on 4 GPUs. ``--enable-dp-attention --dp-size D`` splits
+attention into D replicas of TP / D, still on TP GPUs. Plain ``--dp-size`` without DP attention
+starts D full replicas (TP x PP x D GPUs). See docs/placement.md#sglang, and in SGLang
+sglang/srt/model_executor/model_runner.py and sglang/srt/runtime_context.py.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_pe
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
 
-# SGLang sizes its static pool from the GPU and the parallel config; 0.88 is what it picks for
-# 80-141 GB cards at TP 4-8 (the docs' tips say "0.9"). A profile sets --mem-fraction-static.
+# SGLang derives its static pool from the GPU and the parallel config when the flag is absent
+# (sglang/srt/arg_groups/memory_hook.py); cockpit takes one fixed share instead, and a profile that
+# must match a real server sets --mem-fraction-static (docs/memory.md#the-memory-fraction).
 DEFAULT_MEM_FRACTION = 0.88
 
 

@@ -1,9 +1,10 @@
 """vLLM: ``vllm serve MODEL --tensor-parallel-size ... --enable-expert-parallel``.
 
-Facts (reference/engines.md section 1): GPUs used = TP x PP x DP. There is no EP size:
-``--enable-expert-parallel`` makes EP = TP x DP with whole experts per GPU; without it every
-expert is sliced TP x DP ways (DP is flattened into the MoE's TP). DP ranks each keep their own
-attention (TP-sharded inside the rank) and their own KV cache.
+GPUs used = TP x PP x DP. There is no EP size: ``--enable-expert-parallel`` makes EP = TP x DP
+with whole experts per GPU; without it every expert is sliced TP x DP ways (DP is flattened into
+the MoE's TP). DP ranks each keep their own attention (TP-sharded inside the rank) and their own
+KV cache. See docs/placement.md#vllm, and in vLLM vllm/config/parallel.py and
+vllm/model_executor/layers/fused_moe/config.py.
 """
 
 from __future__ import annotations

@@ -62,8 +62,10 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
     child = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env
     )
+    stdout, stderr = child.stdout, child.stderr
+    assert stdout is not None and stderr is not None  # both piped above
     try:
-        for line in child.stdout:
+        for line in stdout:
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
@@ -85,7 +87,7 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
         code = child.wait()
         error = ""
         if code not in (0, 130):
-            lines = (child.stderr.read() or "").strip().splitlines()
+            lines = (stderr.read() or "").strip().splitlines()
             error = lines[-1] if lines else f"cockpit bench exited with code {code}"
         yield BenchDone(experiment, levels, interrupted=code == 130, error=error)
     except BaseException:
@@ -99,5 +101,5 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
         if child.poll() is None:
             child.kill()
             child.wait()
-        child.stdout.close()
-        child.stderr.close()
+        stdout.close()
+        stderr.close()

@@ -2,8 +2,9 @@
 
 An engine that fails prints the real error once per rank and then a pile of wrappers ("EngineCore
 failed to start.", "See root cause above."). People need the first real error, in one line, with
-what to try next. The texts matched are the engines' own (reference/engines.md sections 1.3,
-1.5, 1.7, 2.3 and 3); the simulated engine prints the same words.
+what to try next. The texts matched are the engines' own (docs/placement.md#startup-checks,
+docs/memory.md#verdicts, docs/memory.md#when-memory-runs-out, docs/simulator.md#log-texts);
+the simulated engine prints the same words.
 """
 
 from __future__ import annotations

@@ -9,22 +9,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cockpit.outcome import Diagnosis  # defined below the runner, so the journal can store one
 from cockpit.secrets import redact_argv, redact_env
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """Why a launch failed: one line of cause, one line of what to try next."""
-
-    kind: str  # oom, fp8-block, attention-heads, kv-heads, kv-cache, world-size, nccl, port-in-use, ...
-    cause: str
-    next_step: str = ""
-    phase: str | None = None  # what the engine was doing: loading, kv_cache, cuda_graphs, serving
-    gpu: int | None = None
-    evidence: str = ""  # the log line it was read from
-
-    def __str__(self) -> str:
-        return self.cause + (f" -> {self.next_step}" if self.next_step else "")
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from cockpit.children import python_module
 from cockpit.commands import Bench
 from cockpit.engines import api_keys
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.layout import Layout
+from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
 from cockpit.runner.events import Diagnosis, Event, Failed, Launching, LogLine, Planned, Ready, Stopped
@@ -34,11 +34,6 @@ DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 
 # Diagnosis kinds that a different layout can cure; the others want a flag or the box fixed.
 _LAYOUT_KINDS = {"oom", "fp8-block", "attention-heads", "kv-heads", "world-size", "unrecognized-args", "eplb"}
-
-
-def sim_command(engine: str, default_command: Sequence[str]) -> tuple[str, ...]:
-    """The launcher that runs the simulated engine in place of the real one."""
-    return (*python_module("cockpit.sim"), engine, "--", *default_command)
 
 
 def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:
@@ -76,6 +71,11 @@ def describe_holders(
 
 @dataclass
 class Launcher:
+    """Launches, follows and stops the experiments of one profile. What runs is the planner's
+    argv for ``setup``, launcher words included (the simulator is one launcher among others);
+    ``sim`` only adds the simulated box to the environment and marks the server's entry.
+    ``cockpit.lab`` wires one with the rest of a lab."""
+
     profile: Profile
     setup: Setup
     journal: Journal
@@ -102,15 +102,6 @@ class Launcher:
         fitting = {str(v.layout) for v in self.verdicts() if v.verdict != FAILS}
         names = [f"`{x}`" for x in layouts if str(x) in fitting] or [f"`{x}`" for x in layouts]
         return "try " + " or ".join(names[:3]) if names else ""
-
-    def argv(self, verdict: Verdict) -> list[str]:
-        engine = self.setup.engine
-        command = (
-            sim_command(engine.name, engine.default_command) if self.sim else (self.profile.command or ())
-        )
-        return engine.argv(
-            verdict.placement, self.setup.model_path, self.profile.port, self.profile.args, command
-        )
 
     def api_key(self) -> str | None:
         """The key the server wants from clients (readiness probe, benchmark), if it was given one."""
@@ -166,7 +157,7 @@ class Launcher:
             try:
                 refusal = self._refusal(verdict, force, used, free, samples, held, others)
                 if refusal is None:
-                    argv = self.argv(verdict)
+                    argv = verdict.argv  # as planned, shown and journaled: the launcher is in it
                     env = self.environment(gpus)
                     log_path = new_log_path(exp, str(layout))
                     failure = self._spawn(exp, argv, env, log_path, str(layout), gpus)
@@ -174,7 +165,7 @@ class Launcher:
                 if self.handle is None:
                     with contextlib.suppress(CockpitError):
                         self.journal.set_outcome(
-                            exp, "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+                            exp, STOPPED if isinstance(exc, KeyboardInterrupt) else FAILED
                         )
                 raise
         placement = str(verdict.placement) if verdict.placement else "not expressible"
@@ -187,7 +178,7 @@ class Launcher:
         )
         failure = refusal or failure
         if failure is not None:
-            self.journal.set_outcome(exp, "failed", diagnosis=failure)
+            self.journal.set_outcome(exp, FAILED, diagnosis=failure)
             yield Failed(exp, failure)
             return
         handle = self.handle
@@ -225,6 +216,7 @@ class Launcher:
                 profile=self.profile.path or self.profile.name,  # its file: a re-attach opens the same one
                 layout=layout,
                 gpus=gpus,
+                simulated=self.sim,
                 on_started=own,
             )
         except OSError as exc:  # no such launcher, not executable
@@ -263,18 +255,18 @@ class Launcher:
                 return  # it died of our own SIGTERM: `stop` journals and reports that
             if isinstance(event, Failed):
                 event = Failed(exp, self._with_next_step(event.diagnosis, handle.entry.layout))
-                self.journal.set_outcome(exp, "failed", diagnosis=event.diagnosis)
+                self.journal.set_outcome(exp, FAILED, diagnosis=event.diagnosis)
                 self._record_peaks(exp)
                 self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
                 self._forget(handle)
             elif isinstance(event, Ready):
                 record = self.journal.experiment(exp)
-                if record is not None and record.outcome == "ready" and record.load_seconds is not None:
+                if record is not None and record.outcome == READY and record.load_seconds is not None:
                     # Re-attached to a server that was ready before: its load time is the journaled
                     # one, not the time from its start until we looked again.
                     event = replace(event, load_seconds=record.load_seconds)
                 else:
-                    self.journal.set_outcome(exp, "ready", load_seconds=event.load_seconds)
+                    self.journal.set_outcome(exp, READY, load_seconds=event.load_seconds)
                 self._record_peaks(exp)
             yield event
 
@@ -403,7 +395,7 @@ def journal_stopped(journal: Journal, exp: int) -> None:
     record = journal.experiment(exp)
     if record is None:
         return
-    if record.outcome == "launching":
-        journal.set_outcome(exp, "stopped")
+    if record.outcome == LAUNCHING:
+        journal.set_outcome(exp, STOPPED)
     elif record.ended is None:
         journal.update_experiment(exp, ended=time.time())

@@ -1,7 +1,7 @@
 """Where an engine is in its startup, read from its log one line at a time.
 
-vLLM and SGLang print the same milestones in different words (reference/engines.md 1.7 and
-2.4); the tracker turns both into the phases of `cockpit.runner.events.Phase`, so the screen
+vLLM and SGLang print the same milestones in different words (docs/simulator.md#log-texts);
+the tracker turns both into the phases of `cockpit.runner.events.Phase`, so the screen
 can show "loading 45%" and the diagnosis can say what the engine was doing when it died.
 """
 

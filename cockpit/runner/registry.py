@@ -59,6 +59,7 @@ class ServerEntry:
     gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
     token: str = ""  # in the engine's environment as COCKPIT_SERVER_TOKEN
     owner: int = 0  # the cockpit that started it (a pending entry's writer)
+    simulated: bool = False  # cockpit's simulated engine on the simulated box (older entries: real)
 
     @property
     def pending(self) -> bool:

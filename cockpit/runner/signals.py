@@ -50,5 +50,5 @@ def held_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in dict.fromkeys(caught):
-            signal.raise_signal(sig)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)

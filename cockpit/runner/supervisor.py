@@ -122,6 +122,7 @@ class Supervisor:
         profile: str = "",
         layout: str = "",
         gpus: Sequence[int] = (),
+        simulated: bool = False,
         on_started: Callable[[ServerHandle], None] | None = None,
     ) -> ServerHandle:
         """Start the engine from an argv list in its own session; output goes to ``log_path``.
@@ -145,6 +146,7 @@ class Supervisor:
             started=time.time(),
             gpus=tuple(gpus),
             token=token,
+            simulated=simulated,
         )
         try:
             log = open(log_path, "ab", opener=_private_opener)

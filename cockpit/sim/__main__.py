@@ -1,6 +1,7 @@
 """``python -m cockpit.sim vllm -- serve MODEL --tensor-parallel-size 8 ...``: a simulated engine.
 
-The words after ``--`` are the real engine's argv (its launcher words may be left in).
+The words after ``--`` are the real engine's argv; its launcher words may be left in, as
+``cockpit.children.simulated_engine`` leaves them: ``... -m cockpit.sim vllm -- vllm serve MODEL``.
 """
 
 from __future__ import annotations

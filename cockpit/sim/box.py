@@ -37,8 +37,9 @@ from cockpit.hardware import CATALOG, GIB, Hardware, parse_box
 
 DEFAULT_BOX = "8xrtx-pro-6000"
 
-# Power and temperature model, as fractions of the board's power limit.
-IDLE_POWER_FRACTION = 0.055  # nothing loaded: 33 W of 600 W on an RTX PRO 6000 (seed 004)
+# Power and temperature model, as fractions of the board's power limit
+# (docs/simulator.md#the-simulated-box).
+IDLE_POWER_FRACTION = 0.055  # nothing loaded: 33 W of 600 W on an RTX PRO 6000
 LOADED_POWER_FRACTION = 0.12  # memory held but no kernels running: clocks stay up
 IDLE_TEMPERATURE_C = 30.0
 TEMPERATURE_RISE_C = 45.0  # above idle, at the power limit: 75 C flat out
@@ -200,6 +201,8 @@ class SimBox:
 
     def _parse(self, data: object, pid: int) -> SimProcess | None:
         """A process from its file's JSON, or None when the file is not what a publisher writes."""
+        if not isinstance(data, dict):
+            return None
         try:
             gpus = {}
             for key, load in data["gpus"].items():

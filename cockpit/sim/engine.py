@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from cockpit.engines import api_keys, get_engine
 from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
-from cockpit.model import load_model
-from cockpit.perfmodel import for_verdict
+from cockpit.modelfiles import load_model
+from cockpit.perfmodel import PerfModel, for_verdict
 from cockpit.planner import GiB, Setup, Verdict, oom_text, plan_layout
 from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
@@ -145,18 +145,17 @@ class SimEngine:
     async def _live(self) -> int:
         setup, verdict = self.plan()
         self.log.starting(self.args, setup, verdict)
-        placement = verdict.placement
+        placement, memory = verdict.placement, verdict.memory
         startup_failures = [
             r
             for r in verdict.reasons
             if r.rule not in ("oom-at-load", "no-kv-memory", "kv-max-len", "kv-thin")
         ]
-        if placement is None or startup_failures:
+        if placement is None or memory is None or startup_failures:  # no placement, no memory
             reasons = startup_failures or list(verdict.reasons)
             self.log.startup_failure(reasons)
             return 1
         used = self.gpu_ids[: placement.gpus_used]
-        memory = verdict.memory
         await asyncio.sleep(STARTUP_DELAY_S / self.scale)
         self.held = {gpu: int(0.5 * GiB) for gpu in used}  # CUDA context
         self.publish()
@@ -169,7 +168,7 @@ class SimEngine:
             self.log.oom(oom_text(memory, gpu=used[min(len(used) - 1, 2)] if used else 0))
             return 1
         failure = next((r for r in verdict.reasons if r.rule in ("no-kv-memory", "kv-max-len")), None)
-        self.log.loaded(setup, verdict)
+        self.log.loaded(setup, memory)
         if failure is not None:
             self.log.kv_failure(failure)
             return 1
@@ -179,7 +178,7 @@ class SimEngine:
             self.held[gpu] = int(memory.weights_gib * GiB + 0.5 * GiB + kv_bytes + reserve)
         self.held = {g: min(b, int(memory.capacity_gib * GiB)) for g, b in self.held.items()}
         self.publish()
-        self.log.kv_ready(setup, verdict)
+        self.log.kv_ready(setup, placement, memory)
         await asyncio.sleep(1.0 / self.scale)  # CUDA graphs
         return await self.serve(setup, verdict)
 
@@ -290,7 +289,7 @@ def torch_size(n_bytes: int) -> str:
 class _PerfPacer:
     """The performance model seen as the batcher's clock."""
 
-    def __init__(self, perf) -> None:
+    def __init__(self, perf: PerfModel) -> None:
         self.perf = perf
         self.max_running = perf.max_running
         self.kv_tokens = max(1, perf.kv_limit)

@@ -1,4 +1,4 @@
-"""Startup logs in each engine's own style (reference/engines.md 1.7 and 2.4).
+"""Startup logs in each engine's own style (docs/simulator.md#log-texts).
 
 The lines cockpit's diagnosis reads (progress, "Model loading took", the KV lines, the ready
 line, errors) are printed exactly as the engines print them; the rest is a short sketch.
@@ -10,7 +10,8 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from cockpit.planner import Reason, Setup, Verdict
+from cockpit.engines import Placement
+from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
 
 Out = Callable[[str], None]
@@ -48,9 +49,9 @@ class EngineLog:
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None: ...
     def oom(self, text: str) -> None: ...
-    def loaded(self, setup: Setup, verdict: Verdict) -> None: ...
+    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None: ...
     def kv_failure(self, reason: Reason) -> None: ...
-    def kv_ready(self, setup: Setup, verdict: Verdict) -> None: ...
+    def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None: ...
     def ready(self, args: EngineArgs) -> None: ...
 
     def bind_failure(self, host: str, port: int, exc: OSError) -> None:
@@ -126,10 +127,10 @@ class VLLMLog(EngineLog):
         )
         self._engine_died()
 
-    def loaded(self, setup: Setup, verdict: Verdict) -> None:
+    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None:
         seconds = time.monotonic() - self.started
         self.line(
-            f"Model loading took {verdict.memory.weights_gib:.4f} GiB memory and {seconds:.6f} seconds",
+            f"Model loading took {memory.weights_gib:.4f} GiB memory and {seconds:.6f} seconds",
             "gpu_model_runner.py:2650",
         )
 
@@ -139,9 +140,8 @@ class VLLMLog(EngineLog):
         )
         self._engine_died()
 
-    def kv_ready(self, setup: Setup, verdict: Verdict) -> None:
-        memory = verdict.memory
-        per_replica = memory.kv_tokens // max(1, verdict.placement.attn_replicas)
+    def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None:
+        per_replica = memory.kv_tokens // max(1, placement.attn_replicas)
         length = setup.server.max_model_len or setup.model.max_context
         self.line(f"Available KV cache memory: {memory.kv_budget_gib:.2f} GiB", "gpu_worker.py:300")
         self.line(f"GPU KV cache size: {per_replica:,} tokens", "kv_cache_utils.py:1100")
@@ -194,8 +194,7 @@ class SGLangLog(EngineLog):
     def oom(self, text: str) -> None:
         self.startup_failure([Reason("oom-at-load", text)])
 
-    def loaded(self, setup: Setup, verdict: Verdict) -> None:
-        memory = verdict.memory
+    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None:
         used = memory.weights_gib + 0.5
         self.line(
             f"Load weight end. type={setup.model.architecture}, dtype=torch.bfloat16, "
@@ -205,9 +204,8 @@ class SGLangLog(EngineLog):
     def kv_failure(self, reason: Reason) -> None:
         self.startup_failure([reason])
 
-    def kv_ready(self, setup: Setup, verdict: Verdict) -> None:
-        memory = verdict.memory
-        per_replica = memory.kv_tokens // max(1, verdict.placement.attn_replicas)
+    def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None:
+        per_replica = memory.kv_tokens // max(1, placement.attn_replicas)
         size = memory.kv_budget_gib
         if setup.model.mla is not None:
             self.line(f"KV Cache is allocated. #tokens: {per_replica}, KV size: {size:.2f} GB")

@@ -246,6 +246,7 @@ async def _metrics(request: web.Request) -> web.Response:
     """A few Prometheus lines under the engine's own metric names."""
     served = request.app[STATE]
     batcher = served.batcher
+    names: tuple[str, ...]
     if served.engine == "vllm":
         names = (
             "vllm:num_requests_running",
@@ -260,8 +261,13 @@ async def _metrics(request: web.Request) -> web.Response:
             "sglang:prompt_tokens_total",
             "sglang:generation_tokens_total",
         )
-    values = (batcher.running, batcher.waiting, served.prompt_tokens_total, batcher.tokens_out)
-    kinds = ("gauge", "gauge", "counter", "counter")
+    values: tuple[int, ...] = (
+        batcher.running,
+        batcher.waiting,
+        served.prompt_tokens_total,
+        batcher.tokens_out,
+    )
+    kinds: tuple[str, ...] = ("gauge", "gauge", "counter", "counter")
     label = json.dumps(served.model_id)
     # The simulator's own health: steps that started late mean the machine, not the model, paced them.
     names += ("cockpit_sim_steps_total", "cockpit_sim_step_slips_total")

@@ -51,7 +51,9 @@ class NvmlSource(GpuSource):
 
     def __init__(self, indices: Sequence[int] | None = None, nvml: Any = None) -> None:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self._nvml = nvml
         try:
             nvml.nvmlInit()

@@ -86,11 +86,10 @@ def _parse_series(line: str) -> tuple[str, dict[str, str], float | None] | None:
     if labels is None:
         return None
     try:
-        value: float | None = float(match["value"])
+        number = float(match["value"])
     except ValueError:
         return None
-    if not math.isfinite(value) or value >= _DCGM_BLANK:
-        value = None
+    value = number if math.isfinite(number) and number < _DCGM_BLANK else None
     return match["name"], labels, value
 
 

@@ -3,7 +3,8 @@
 Data flow:
     Monitor thread --post_message(GpuSamples)--> GPU panes (1 Hz, newest replaces unhandled)
     Control threads --LogBuffer--> flush timer (10 Hz) --> Log.write_lines (batches)
-                    --post_message(RunnerEvent)--> ServerView / BenchView --> header, banner, bench pane
+                    --post_message(RunnerEventPosted)--> ServerView / BenchView --> header, banner, bench pane
+                    --post_message(JobEventPosted)--> status line (sweep steps, notices, job failures)
     prompt text --commands.parse_command--> cmd_* --> Control (launch, bench, stop, sweep)
 Nothing here blocks the loop: the Launcher's generators run on Control's threads; short
 one-off jobs (opening a profile, looking for servers left running) are Textual thread workers.
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
@@ -44,6 +46,7 @@ from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
     BenchTick,
+    Event,
     Failed,
     Launching,
     Phase,
@@ -52,16 +55,32 @@ from cockpit.runner.events import (
     Stopped,
 )
 from cockpit.runner.registry import ServerEntry
-from cockpit.tui.control import Control, JobFailed, LogBuffer, Notice, StopFinished, SweepDone, SweepStep
+from cockpit.telemetry.base import GpuSample
+from cockpit.tui.control import (
+    Control,
+    JobEvent,
+    JobFailed,
+    LogBuffer,
+    Notice,
+    StopFinished,
+    SweepDone,
+    SweepStep,
+)
 from cockpit.tui.history import PromptHistory
-from cockpit.tui.messages import GpuSamples, LaunchRequested, RunnerEvent, SessionOpened
+from cockpit.tui.messages import (
+    GpuSamples,
+    JobEventPosted,
+    LaunchRequested,
+    RunnerEventPosted,
+    SessionOpened,
+)
 from cockpit.tui.screens.choice import quit_screen, servers_screen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.dialog import TypedPast
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.main import MainScreen
 from cockpit.tui.session import Session, hostname
-from cockpit.tui.state import BenchView, ServerView
+from cockpit.tui.state import READY, BenchView, ServerView
 from cockpit.tui.widgets.layout_picker import describe
 from cockpit.tui.widgets.prompt_bar import complete
 
@@ -69,23 +88,24 @@ SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "le
 LOG_FLUSH_S = 0.1
 HEADER_TICK_S = 1.0
 HANGUP_GRACE_S = 5.0  # after SIGHUP, how long a clean exit may take before the process just ends
+KEYS = (  # the screen's keys; the help lists the shown ones
+    Binding("f1,question_mark", "help", "Help", key_display="F1/?", id="help"),
+    Binding("colon,slash", "focus_prompt", "Command", key_display=":", id="prompt"),
+    Binding("l", "view('layouts')", "Layouts", id="layouts"),
+    Binding("o", "view('log')", "Log", id="log"),
+    Binding("b", "view('bench')", "Bench", id="bench"),
+    Binding("r", "results", "Results", id="results"),
+    Binding("s", "stop", "Stop", id="stop"),
+    Binding("q", "quit", "Quit", id="quit"),
+    Binding("escape", "leave_prompt", "Back", show=False),
+)
 
 
-class CockpitApp(App):
+class CockpitApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "cockpit"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
-        Binding("f1,question_mark", "help", "Help", key_display="F1/?", id="help"),
-        Binding("colon,slash", "focus_prompt", "Command", key_display=":", id="prompt"),
-        Binding("l", "view('layouts')", "Layouts", id="layouts"),
-        Binding("o", "view('log')", "Log", id="log"),
-        Binding("b", "view('bench')", "Bench", id="bench"),
-        Binding("r", "results", "Results", id="results"),
-        Binding("s", "stop", "Stop", id="stop"),
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("escape", "leave_prompt", "Back", show=False),
-    ]
+    BINDINGS = [*KEYS]
 
     def __init__(
         self,
@@ -112,12 +132,14 @@ class CockpitApp(App):
         self.server = ServerView()
         self.bench_view = BenchView()
         self.log_buffer = LogBuffer()
-        self.control = Control(self.session, self._emit, self.log_buffer)
+        self.control = Control(
+            self.session, self.log_buffer, on_event=self._post_runner_event, on_job=self._post_job_event
+        )
         self.main = MainScreen(self.history, self._candidates, cursor_blink=cursor_blink)
         self._unsubscribe: Callable[[], None] | None = None
         self._quitting = False
         self._exit_code = 0  # 128 + the signal that made the app quit
-        self._last_samples: list = []
+        self._last_samples: list[GpuSample] = []
         self._bench_levels: tuple[int, ...] = ()  # the levels of the bench or sweep running
 
     # -- life -------------------------------------------------------------------------------
@@ -191,7 +213,7 @@ class CockpitApp(App):
         main.bench.show_live(self.bench_view)
         main.log_pane.hide_banner()
         main.prompt.placeholder = session.prompt_hint()
-        self._unsubscribe = session.monitor.subscribe(lambda samples: self.post_message(GpuSamples(samples)))
+        self._unsubscribe = session.monitor.subscribe(self._post_samples)
         if self.poll:
             session.monitor.start()
 
@@ -201,11 +223,18 @@ class CockpitApp(App):
             self._unsubscribe = None
         self.session.close()
 
-    def _emit(self, event: object) -> None:
-        """Called on Control's threads: hand the event to the loop without waiting."""
-        self.post_message(RunnerEvent(event))
+    # Called on the monitor's and Control's threads: each hands its news to the loop without waiting.
 
-    def _describe(self, verdict: Verdict):
+    def _post_samples(self, samples: list[GpuSample]) -> None:
+        self.post_message(GpuSamples(samples))
+
+    def _post_runner_event(self, event: Event) -> None:
+        self.post_message(RunnerEventPosted(event))
+
+    def _post_job_event(self, event: JobEvent) -> None:
+        self.post_message(JobEventPosted(event))
+
+    def _describe(self, verdict: Verdict) -> Text:
         suggestion = self.session.suggest(verdict) if verdict.verdict == FAILS else ""
         return describe(verdict, self.session.argv_text(verdict), suggestion)
 
@@ -220,11 +249,15 @@ class CockpitApp(App):
             self.main.log_pane.write_lines(lines)
 
     def _tick_header(self) -> None:
-        if self.server.state == "ready":  # only "ready 2m13s" moves with the clock
+        if self.server.state == READY:  # only "ready 2m13s" moves with the clock
             self.refresh_header()
 
     def refresh_header(self) -> None:
-        self.main.header.show(self.host, self.session.describe(), self.server, self.clock())
+        try:
+            header = self.main.header
+        except NoMatches:  # the clock's tick can land while the screen is built or torn down
+            return
+        header.show(self.host, self.session.describe(), self.server, self.clock())
 
     def refresh_results(self) -> None:
         self.main.bench.show_comparison(self.session.comparison())
@@ -250,64 +283,66 @@ class CockpitApp(App):
         self._last_samples = message.samples
         self.refresh_gpus()
 
-    def on_runner_event(self, message: RunnerEvent) -> None:
-        event = message.event
+    def on_job_event_posted(self, message: JobEventPosted) -> None:
+        """What a job says about itself goes to the status line; a finished stop may end a quit."""
         main = self.main
+        match message.event:
+            case SweepStep() as step:
+                main.say(str(step))
+            case SweepDone(done, total, stopped):
+                how = "stopped" if stopped else "done"
+                main.say(f"✓ sweep {how}: {done} of {total} layout(s) journaled; `results` compares them")
+                self.refresh_results()
+            case JobFailed() as failed:
+                main.say(str(failed), error=True)
+            case Notice(text, error):
+                main.say(text, error)
+            case StopFinished():
+                if self._quitting:
+                    self.exit(return_code=self._exit_code)
+
+    def on_runner_event_posted(self, message: RunnerEventPosted) -> None:
+        """The experiment's events: a benchmark's go to the bench pane, the rest to the server's view."""
+        event = message.event
         if isinstance(event, (BenchTick, BenchLevel, BenchDone)):
             self._bench_event(event)
-            return
-        if isinstance(event, SweepStep):
-            main.say(f"sweep {event.index}/{event.total}: {event.layout}")
-            return
-        if isinstance(event, SweepDone):
-            how = "stopped" if event.stopped else "done"
-            main.say(
-                f"✓ sweep {how}: {event.done} of {event.total} layout(s) journaled; `results` compares them"
-            )
-            self.refresh_results()
-            return
-        if isinstance(event, JobFailed):
-            main.say(str(event), error=True)
-            return
-        if isinstance(event, Notice):
-            main.say(event.text, event.error)
-            return
-        if isinstance(event, StopFinished):
-            if self._quitting:
-                self.exit(return_code=self._exit_code)
-            return
-        if not self.server.apply(event, self.clock()):
-            return  # an earlier experiment's late event
-        if isinstance(event, Planned):
-            self.flush_log()  # the last launch's lines stay above this one's separator
-            main.log_pane.begin(event.layout, f"{event.verdict}; {event.placement}")
-            self.refresh_gpus()
-        elif isinstance(event, Launching):
-            main.log_pane.note(str(event))
-        elif isinstance(event, Ready):
-            self.flush_log()
-            main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
-            if not self.control.sweeping:
-                main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
-        elif isinstance(event, Failed):
-            self.flush_log()
-            main.log_pane.show_failure(self.server.layout, event.diagnosis)
-            if not self.control.sweeping:
-                main.say(f"{self.server.layout} failed: see the banner above the log", error=True)
-            main.show_view("log")
-            self.refresh_results()
-            self.refresh_gpus()
-        elif isinstance(event, Stopped):
-            self.flush_log()
-            main.log_pane.show_stopped(self.server.layout, event.reason)
-            if not self.control.sweeping:
-                main.say(f"■ {self.server.layout} stopped: {event.reason}")
-            self.refresh_gpus()
-        elif isinstance(event, Phase) and event.name == "loading" and event.progress is None:
-            main.show_view("log")
-        self.refresh_header()
+        elif self.server.apply(event, self.clock()):  # False: an earlier experiment's late event
+            self._server_event(event)
+            self.refresh_header()
 
-    def _bench_event(self, event) -> None:
+    def _server_event(self, event: Event) -> None:
+        """The log pane, the status line and the view shown follow the server's life."""
+        main = self.main
+        match event:
+            case Planned():
+                self.flush_log()  # the last launch's lines stay above this one's separator
+                main.log_pane.begin(event.layout, f"{event.verdict}; {event.placement}")
+                self.refresh_gpus()
+            case Launching():
+                main.log_pane.note(str(event))
+            case Ready():
+                self.flush_log()
+                main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
+                if not self.control.sweeping:
+                    main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
+            case Failed():
+                self.flush_log()
+                main.log_pane.show_failure(self.server.layout, event.diagnosis)
+                if not self.control.sweeping:
+                    main.say(f"{self.server.layout} failed: see the banner above the log", error=True)
+                main.show_view("log")
+                self.refresh_results()
+                self.refresh_gpus()
+            case Stopped():
+                self.flush_log()
+                main.log_pane.show_stopped(self.server.layout, event.reason)
+                if not self.control.sweeping:
+                    main.say(f"■ {self.server.layout} stopped: {event.reason}")
+                self.refresh_gpus()
+            case Phase(name="loading", progress=None):
+                main.show_view("log")
+
+    def _bench_event(self, event: BenchTick | BenchLevel | BenchDone) -> None:
         view = self.bench_view
         if view.experiment != event.experiment or (isinstance(event, BenchTick) and not view.running):
             view.start(event.experiment, self.server.layout, self._bench_levels)
@@ -321,12 +356,13 @@ class CockpitApp(App):
         self._close_session()
         self.server = ServerView()
         self.bench_view = BenchView()
-        await self._open(message.session)
+        session = message.session
+        await self._open(session)
         self.main.say(
-            f"✓ profile {message.session.profile.name}: {message.session.setup.model.name} on {message.session.setup.hardware}"
+            f"✓ profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
         )
         if message.attach is not None:
-            self._attach(message.attach)
+            self._attach_server(message.attach)
 
     @on(TypedPast)
     def _typed_past(self, message: TypedPast) -> None:
@@ -362,20 +398,27 @@ class CockpitApp(App):
 
     def run_command(self, text: str) -> None:
         """Parse and run one prompt line; a CockpitError (changing nothing) is the one-line error to show."""
-        command = parse_command(text)
-        handler = {
-            Try: self.cmd_try,
-            Bench: self.cmd_bench,
-            Stop: self.cmd_stop,
-            Plan: self.cmd_plan,
-            Sweep: self.cmd_sweep,
-            Results: self.cmd_results,
-            Export: self.cmd_export,
-            Use: self.cmd_use,
-            Help: self.cmd_help,
-            Quit: self.cmd_quit,
-        }[type(command)]
-        handler(command)
+        match parse_command(text):
+            case Try() as command:
+                self.cmd_try(command)
+            case Bench() as command:
+                self.cmd_bench(command)
+            case Stop() as command:
+                self.cmd_stop(command)
+            case Plan() as command:
+                self.cmd_plan(command)
+            case Sweep() as command:
+                self.cmd_sweep(command)
+            case Results() as command:
+                self.cmd_results(command)
+            case Export() as command:
+                self.cmd_export(command)
+            case Use() as command:
+                self.cmd_use(command)
+            case Help() as command:
+                self.cmd_help(command)
+            case Quit() as command:
+                self.cmd_quit(command)
 
     def cmd_try(self, command: Try) -> None:
         self.request_launch(command.layout)
@@ -431,7 +474,7 @@ class CockpitApp(App):
             raise CockpitError("a benchmark is running: wait for it, or `stop`")
         if self.control.sweeping:
             raise CockpitError("a sweep is running: it benches each layout itself")
-        if self.server.state != "ready" or self.session.launcher.handle is None:
+        if self.server.state != READY or self.session.launcher.handle is None:
             raise CockpitError("no server is ready: `try <layout>` first, then `bench`")
         levels = self._bench_levels = command.concurrency or self.session.levels
         self.bench_view.start(self.server.experiment, self.server.layout, levels)
@@ -497,7 +540,7 @@ class CockpitApp(App):
         self.action_help()
 
     def cmd_quit(self, command: Quit | None = None) -> None:
-        self.action_quit()
+        self._ask_quit()
 
     # -- workers for short jobs -------------------------------------------------------------
 
@@ -513,7 +556,7 @@ class CockpitApp(App):
                     f"{exc}; following pid {attach.pid} under profile {self.session.profile.name}",
                     True,
                 )
-                self.call_from_thread(self._attach, attach)
+                self.call_from_thread(self._attach_server, attach)
                 return
             self.call_from_thread(self.main.say, str(exc), True)
             return
@@ -540,12 +583,13 @@ class CockpitApp(App):
     def _reattach(self, entry: ServerEntry) -> None:
         """Follow a server left running, under its own profile (header, model, guard, results)."""
         if self.session.is_profile(entry.profile) or not entry.profile:
-            self._attach(entry)
+            self._attach_server(entry)
             return
         self.main.say(f"opening profile {entry.profile} of pid {entry.pid} …")
         self.open_profile(entry.profile, attach=entry)
 
-    def _attach(self, entry: ServerEntry) -> None:
+    def _attach_server(self, entry: ServerEntry) -> None:
+        """Follow a server left running under the open profile: its view, its log, its events."""
         record = self.session.journal.experiment(entry.experiment)
         gpus = record.gpus if record else ()
         self.server = ServerView(
@@ -577,7 +621,7 @@ class CockpitApp(App):
         self.main.bench.results_table.focus()
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if b.show]
+        keys = [(b.key_display or b.key, b.description) for b in KEYS if b.show]
         keys += [
             ("Enter", "launch the highlighted layout"),
             ("Esc", "leave the prompt or a dialog"),
@@ -604,7 +648,11 @@ class CockpitApp(App):
             answered,
         )
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
+        """`q` and ctrl+q: with a server up, ask whether to stop it or leave it running."""
+        self._ask_quit()
+
+    def _ask_quit(self) -> None:
         if not (self.control.has_server or self.control.sweeping):
             self.exit()
             return

@@ -7,8 +7,9 @@ for minutes, and a thread following it must not hold the process open (Textual's
 workers run in the loop's executor, which is joined at exit).
 
 Log lines go to a `LogBuffer` that the screen drains on a timer (never one message per line);
-every other event goes to `emit`, which the app turns into a message (thread-safe, non-blocking).
-No Textual here.
+every other event of the experiment goes to `on_event`, and what a job says about itself (a
+sweep's step, a stop that finished, a crash) to `on_job`; the app turns each into a message of
+its own (thread-safe, non-blocking). No Textual here.
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
 from cockpit.commands import Bench
 from cockpit.layout import Layout
-from cockpit.runner.events import BenchDone, Failed, LogLine, Phase, Ready, Stopped
-from cockpit.runner.experiment import journal_stopped
+from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Phase, Ready, Stopped
+from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
+
+if TYPE_CHECKING:
+    from cockpit.tui.session import Session
 
 PHASE_MARK = "» "  # a log line that moved the engine to a new phase (a mark, not only a colour)
 JOIN_TIMEOUT_S = 20.0
@@ -76,6 +81,9 @@ class Notice:
     error: bool = False
 
 
+JobEvent = JobFailed | SweepStep | SweepDone | StopFinished | Notice
+
+
 class LogBuffer:
     """Lines from the job threads, waiting for the screen's next flush. Thread-safe."""
 
@@ -104,10 +112,19 @@ class LogBuffer:
 class Control:
     """One server at a time: launch, bench, stop, sweep, re-attach, each on its own thread."""
 
-    def __init__(self, session, emit: Callable[[object], None], log: LogBuffer) -> None:
+    def __init__(
+        self,
+        session: Session,
+        log: LogBuffer,
+        *,
+        on_event: Callable[[Event], None],
+        on_job: Callable[[JobEvent], None],
+    ) -> None:
+        """`on_event` and `on_job` are called on the job threads: they must not block."""
         self.session = session
-        self.emit = emit
         self.log = log
+        self.on_event = on_event
+        self.on_job = on_job
         self._lock = threading.Lock()
         self._server_thread: threading.Thread | None = None  # follows the current launch
         self._bench_thread: threading.Thread | None = None
@@ -118,7 +135,7 @@ class Control:
     # -- state ------------------------------------------------------------------------------
 
     @property
-    def launcher(self):
+    def launcher(self) -> Launcher:
         return self.session.launcher
 
     @staticmethod
@@ -151,7 +168,7 @@ class Control:
             try:
                 target()
             except Exception as exc:  # a job's bug must reach the screen, not vanish with the thread
-                self.emit(JobFailed(name, f"{type(exc).__name__}: {exc}"))
+                self.on_job(JobFailed(name, f"{type(exc).__name__}: {exc}"))
 
         thread = threading.Thread(target=guarded, name=f"cockpit-{name}", daemon=True)
         thread.start()
@@ -186,8 +203,11 @@ class Control:
             self._server_thread = self._spawn("attach", job)
 
     def bench(self, bench: Bench) -> None:
+        def job() -> None:
+            self._consume(self.launcher.bench(bench))
+
         with self._lock:
-            self._bench_thread = self._spawn("bench", lambda: self._consume(self.launcher.bench(bench)))
+            self._bench_thread = self._spawn("bench", job)
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """Stop the bench (if any) and the server; ends a sweep after its current step."""
@@ -197,7 +217,7 @@ class Control:
             try:
                 self._stop_current(reason)
             finally:
-                self.emit(StopFinished())
+                self.on_job(StopFinished())
 
         with self._lock:
             self._stop_thread = self._spawn("stop", job)
@@ -210,7 +230,7 @@ class Control:
             for entry in entries:
                 how = supervisor.stop(supervisor.attach(entry))
                 journal_stopped(self.session.journal, entry.experiment)
-                self.emit(Notice(f"✓ stopped {entry}: {how}"))
+                self.on_job(Notice(f"✓ stopped {entry}: {how}"))
 
         self._spawn("stop-left-running", job)
 
@@ -228,14 +248,14 @@ class Control:
             for index, layout in enumerate(layouts, 1):
                 if stopped() or self._closed.is_set():
                     break
-                self.emit(SweepStep(index, len(layouts), str(layout)))
+                self.on_job(SweepStep(index, len(layouts), str(layout)))
                 outcome = self._run(layout, False, since)
                 if isinstance(outcome, Ready) and not stopped():
                     self._consume(self.launcher.bench(bench))
                 # Stopped by the person or not, a server this step launched goes down here.
                 self._stop_current("sweep: next layout" if index < len(layouts) else "sweep done")
                 done += 1
-            self.emit(SweepDone(done, len(layouts), stopped=stopped()))
+            self.on_job(SweepDone(done, len(layouts), stopped=stopped()))
 
         with self._lock:
             self._sweep_thread = self._spawn("sweep", job)
@@ -254,12 +274,12 @@ class Control:
 
     # -- inside the threads -----------------------------------------------------------------
 
-    def _run(self, layout: Layout, force: bool, since: int | None = None):
+    def _run(self, layout: Layout, force: bool, since: int | None = None) -> Event | None:
         return self._consume(self.launcher.run(layout, force=force, since=since))
 
-    def _consume(self, events):
+    def _consume(self, events: Iterable[Event]) -> Event | None:
         """Hand every event on; log lines to the buffer. Returns the last event."""
-        last = None
+        last: Event | None = None
         for event in events:
             last = event
             if isinstance(event, LogLine):
@@ -267,7 +287,7 @@ class Control:
                 continue
             if isinstance(event, Phase):
                 self.log.mark_last()
-            self.emit(event)
+            self.on_event(event)
             if self._closed.is_set() and isinstance(event, (Ready, Failed, BenchDone)):
                 break
         return last
@@ -290,7 +310,7 @@ class Control:
         stopped = launcher.stop(reason)
         for thread in followers:
             self._join(thread)
-        self.emit(stopped or Stopped(exp, reason))
+        self.on_event(stopped or Stopped(exp, reason))
 
     @staticmethod
     def _join(thread: threading.Thread | None) -> None:

@@ -155,10 +155,10 @@ def line(fields: Sequence[Field], width: int) -> Text:
     """The fields that fit, as one line of `width` cells: fills take the room left, right fields end it."""
     kept = fit(fields, width)
     spare = width - _length(kept)
-    fills = [i for i, f in enumerate(kept) if f.fill]
-    for n, i in enumerate(fills):
+    fills = [(i, f.fill) for i, f in enumerate(kept) if f.fill]
+    for n, (i, fill) in enumerate(fills):
         extra = spare // len(fills) + (1 if n < spare % len(fills) else 0)
-        kept[i] = replace(kept[i], text=kept[i].fill(cell_len(kept[i].text) + extra))
+        kept[i] = replace(kept[i], text=fill(cell_len(kept[i].text) + extra))
     spare = width - _length(kept)
     text = Text()
     for n, field in enumerate(kept):

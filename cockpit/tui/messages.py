@@ -1,46 +1,63 @@
-"""Typed messages from the threads (GPU monitor, job threads) to the screen.
+"""Typed messages from the threads (GPU monitor, job threads) and the widgets to the app.
 
 `post_message` is thread-safe and never blocks the sender; a GPU poll whose message has not
-been handled yet is replaced by the next one (only the newest samples matter).
+been handled yet is replaced by the next one (only the newest samples matter). The experiment's
+own events (`RunnerEventPosted`) and the jobs' reports about themselves (`JobEventPosted`) are
+two messages, so each has a handler of its own.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
-from cockpit.telemetry.base import GpuSample
+if TYPE_CHECKING:
+    from cockpit.layout import Layout
+    from cockpit.runner.events import Event
+    from cockpit.runner.registry import ServerEntry
+    from cockpit.telemetry.base import GpuSample
+    from cockpit.tui.control import JobEvent
+    from cockpit.tui.session import Session
 
 
+@dataclass
 class GpuSamples(Message):
-    def __init__(self, samples: list[GpuSample]) -> None:
-        super().__init__()
-        self.samples = samples
+    """One poll of every GPU, from the monitor thread."""
+
+    samples: list[GpuSample]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, GpuSamples)
 
 
-class RunnerEvent(Message):
-    """An event of the experiment (Planned, Phase, Ready, Failed, Bench*...) or of a job (SweepStep, JobFailed)."""
+@dataclass
+class RunnerEventPosted(Message):
+    """An event of the experiment, from a job thread: Planned, Launching, Phase, Ready, Failed,
+    Stopped, or a benchmark's BenchTick, BenchLevel, BenchDone (log lines go to the LogBuffer)."""
 
-    def __init__(self, event: object) -> None:
-        super().__init__()
-        self.event = event
+    event: Event
 
 
+@dataclass
+class JobEventPosted(Message):
+    """A job's report about itself: a sweep's step or end, a stop that finished, a notice, a crash."""
+
+    event: JobEvent
+
+
+@dataclass
 class SessionOpened(Message):
     """`use <profile>` (or a re-attach) opened a new session on a thread; the screen swaps to it,
     then follows `attach`, the server that was left running, if there is one."""
 
-    def __init__(self, session: object, attach: object | None = None) -> None:
-        super().__init__()
-        self.session = session
-        self.attach = attach
+    session: Session
+    attach: ServerEntry | None = None
 
 
+@dataclass
 class LaunchRequested(Message):
     """The picker's Enter on a layout: the app decides (confirmation for a `fails` layout)."""
 
-    def __init__(self, layout: object) -> None:
-        super().__init__()
-        self.layout = layout
+    layout: Layout

@@ -1,7 +1,7 @@
-"""What one open profile needs, outside any widget: setup, verdicts, journal, GPU monitor, launcher.
+"""What the screen reads of one open profile, outside any widget: its lab, verdicts and results.
 
-No Textual here: the screen reads a Session, `cockpit run` builds the same parts in
-`cockpit.headless`. Opening one costs a few tens of milliseconds (YAML, the model's
+No Textual here: the screen reads a Session, `cockpit run` opens the same lab
+(`cockpit.lab`). Opening one costs a few tens of milliseconds (YAML, the model's
 config, the plan); closing it stops the monitor thread and closes the journal.
 """
 
@@ -10,19 +10,20 @@ from __future__ import annotations
 import socket
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cockpit.headless import gpu_source, why_simulated
-from cockpit.journal import LAUNCHING, READY, Comparison, Journal, comparison, format_comparison
+from cockpit.journal import Journal
+from cockpit.lab import Lab
 from cockpit.layout import Layout
+from cockpit.outcome import LAUNCHING, READY
 from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, FITS, TIGHT, Verdict, plan_layout
+from cockpit.planner import FAILS, FITS, TIGHT, Setup, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.reports.comparison import Comparison, comparison
+from cockpit.reports.results import format_comparison
 from cockpit.runner.experiment import Launcher
 from cockpit.runner.registry import Registry, ServerEntry
-from cockpit.runner.supervisor import Supervisor
 from cockpit.secrets import shell_line
 from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
@@ -33,36 +34,61 @@ EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
 
 @dataclass
 class Session:
-    profile: Profile
-    setup: object  # cockpit.planner.Setup
-    sim: bool
-    journal: Journal
-    source: GpuSource
-    monitor: Monitor
-    launcher: Launcher
-    registry: Registry
-    verdicts: list[Verdict]  # in picker order: the profile's layouts first, then the plan's
-    sim_reason: str = ""  # why the box is simulated: "--sim given" or "no NVIDIA driver found"
+    lab: Lab
+    verdicts: list[Verdict] = field(default_factory=list)  # the profile's layouts first, then the plan's
 
     @classmethod
     def open(cls, profile: str | None = None, *, sim: bool = False, interval: float = 1.0) -> Session:
-        """Resolve the profile, plan every layout, open the journal; the monitor is not started yet."""
-        setup, prof = build_setup(SetupOverrides(profile=profile))
-        reason = why_simulated(sim)
-        sim = bool(reason)
-        source = gpu_source(setup.hardware, sim)
-        journal = Journal()
-        monitor = Monitor(source, interval=interval)
-        registry = Registry()
-        launcher = Launcher(prof, setup, journal, Supervisor(registry, source), monitor, sim=sim)
-        session = cls(prof, setup, sim, journal, source, monitor, launcher, registry, [], reason)
-        session.verdicts = session._ordered(launcher.verdicts())
+        """Open the profile's lab and plan every layout; the monitor is not started yet."""
+        session = cls(Lab.open(profile, sim=sim, interval=interval))
+        try:
+            session.verdicts = session._ordered(session.launcher.verdicts())
+        except BaseException:
+            session.close()
+            raise
         return session
 
     def close(self) -> None:
-        self.monitor.stop()
-        self.source.close()
-        self.journal.close()
+        self.lab.close()
+
+    # -- the lab's parts, as the screen names them ------------------------------------------
+
+    @property
+    def profile(self) -> Profile:
+        return self.lab.profile
+
+    @property
+    def setup(self) -> Setup:
+        return self.lab.setup
+
+    @property
+    def sim(self) -> bool:
+        return self.lab.sim
+
+    @property
+    def sim_reason(self) -> str:
+        """Why the box is simulated: "--sim given" or "no NVIDIA driver found"; "" on real GPUs."""
+        return self.lab.sim_reason
+
+    @property
+    def journal(self) -> Journal:
+        return self.lab.journal
+
+    @property
+    def source(self) -> GpuSource:
+        return self.lab.source
+
+    @property
+    def monitor(self) -> Monitor:
+        return self.lab.monitor
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.lab.launcher
+
+    @property
+    def registry(self) -> Registry:
+        return self.lab.registry
 
     # -- the plan ---------------------------------------------------------------------------
 
@@ -81,7 +107,7 @@ class Session:
 
     def _ordered(self, verdicts: list[Verdict]) -> list[Verdict]:
         by_name = {str(v.layout): v for v in verdicts}
-        first = []
+        first: list[Verdict] = []
         for text in self.profile.layouts:
             try:
                 verdict = plan_layout(self.setup, text)
@@ -146,10 +172,9 @@ class Session:
         return record.outcome
 
     def argv_text(self, verdict: Verdict) -> str:
-        """The exact command line cockpit would run for this layout (simulated engine prefix included)."""
-        if verdict.placement is None:
-            return ""
-        return shell_line(self.launcher.argv(verdict))
+        """The exact command line cockpit would run for this layout: the verdict's argv, the
+        simulated engine's launcher included on a simulated box."""
+        return shell_line(verdict.argv)
 
     def suggest(self, verdict: Verdict) -> str:
         return self.launcher.suggest(verdict)
@@ -181,8 +206,8 @@ class Session:
 
     def export(self, fmt: str, folder: Path | None = None, now: float | None = None) -> Path:
         """Write the results in `folder` (the cwd, else the data folder): md as a titled report with
-        the context a reader needs (cockpit.report.markdown_report), csv as one record per level."""
-        from cockpit.report import context_from_setup, markdown_report
+        the context a reader needs (cockpit.reports.export.markdown_report), csv as one record per level."""
+        from cockpit.reports.export import context_from_setup, markdown_report
 
         comp = self.comparison()
         if fmt == "md":

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from cockpit.report import format_ms
+from cockpit.outcome import FAILED, READY, STOPPED
+from cockpit.reports.numbers import format_ms
 from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
     BenchTick,
     Diagnosis,
+    Event,
     Failed,
     Launching,
     Phase,
@@ -23,7 +25,8 @@ from cockpit.runner.events import (
 )
 from cockpit.tui.format import duration
 
-NONE, STARTING, LOADING, READY, FAILED, STOPPED = "none", "starting", "loading", "ready", "failed", "stopped"
+# The server's states on screen: the journal's outcomes, plus the steps before one is reached.
+NONE, STARTING, LOADING = "none", "starting", "loading"
 PHASE_WORDS = {
     "starting": "starting",
     "loading": "loading",
@@ -55,14 +58,15 @@ class ServerView:
         """Loading or serving: a process of ours holds GPUs."""
         return self.state in (STARTING, LOADING, READY)
 
-    def apply(self, event: object, now: float) -> bool:
+    def apply(self, event: Event, now: float) -> bool:
         """Fold one event in; False when it belongs to another experiment (a stale one)."""
-        if isinstance(event, Planned):
-            self.__init__(
+        if isinstance(event, Planned):  # a new experiment: nothing of the last one stays
+            fresh = ServerView(
                 layout=event.layout, experiment=event.experiment, state=STARTING, gpus=tuple(event.gpus)
             )
+            vars(self).update(vars(fresh))
             return True
-        if getattr(event, "experiment", None) != self.experiment:
+        if event.experiment != self.experiment:
             return False
         if isinstance(event, Launching):
             self.pid, self.log_path = event.pid, event.log_path
@@ -113,21 +117,24 @@ class BenchView:
     level: int | None = None  # the concurrency being measured (or next, between levels)
     levels_done: int = 0
     tok_s: float | None = None  # the latest tick
-    ticks: deque = field(default_factory=lambda: deque(maxlen=600))  # tok/s, one a tick
+    ticks: deque[float] = field(default_factory=lambda: deque(maxlen=600))  # tok/s, one a tick
     last: dict | None = None  # the last finished level's JSON
     error: str = ""
     interrupted: bool = False
 
     def start(self, experiment: int | None, layout: str, levels: tuple[int, ...]) -> None:
-        self.__init__(
+        """A new benchmark: nothing of the last one stays."""
+        fresh = BenchView(
             experiment=experiment,
             layout=layout,
             running=True,
             levels=tuple(levels),
             level=levels[0] if levels else None,
         )
+        vars(self).update(vars(fresh))
 
-    def apply(self, event: object) -> bool:
+    def apply(self, event: Event) -> bool:
+        """Fold a benchmark's event in; False for any other event."""
         if isinstance(event, BenchTick):
             self.running, self.level, self.tok_s = True, event.concurrency, event.tok_s
             self.experiment = event.experiment

@@ -7,10 +7,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from cockpit.commands import COMMANDS
+from cockpit.tui.screens.dialog import DialogScreen
 
 
 def help_table(bindings: list[tuple[str, str]]) -> Table:
@@ -35,7 +35,16 @@ def help_table(bindings: list[tuple[str, str]]) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(DialogScreen[None]):
+    """A dialog, not a question: the keys that close it close it, the others scroll or do nothing."""
+
+    DEFAULT_CSS = """
+    HelpScreen .dialog {
+        width: 100;
+        height: 90%;
+    }
+    """
+
     BINDINGS = [Binding("escape,q,f1,question_mark", "close", "Close")]
 
     def __init__(self, bindings: list[tuple[str, str]]) -> None:
@@ -43,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
         self.bindings_help = bindings
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog help"):
+        with VerticalScroll(classes="dialog"):
             yield Static("cockpit help  (Esc closes)", classes="dialog-title")
             yield Static(help_table(self.bindings_help))
 

@@ -20,7 +20,7 @@ from cockpit.tui.widgets.gpu_pane import GpuGrid
 from cockpit.tui.widgets.header import StatusHeader
 from cockpit.tui.widgets.launch_log import LaunchLog
 from cockpit.tui.widgets.layout_picker import LayoutPicker
-from cockpit.tui.widgets.prompt_bar import PromptBar, StatusLine
+from cockpit.tui.widgets.prompt_bar import Candidates, PromptBar, StatusLine
 
 VIEWS = {"layouts": "layouts (l)", "log": "launch log (o)", "bench": "benchmark (b) · results (r)"}
 WIDE_MIN_WIDTH, WIDE_MIN_HEIGHT = 100, 32
@@ -31,7 +31,7 @@ GPU_COLUMNS_COMPACT = 2
 class MainScreen(Screen):
     view = reactive("layouts")  # the view shown in a compact screen (and focused in a wide one)
 
-    def __init__(self, history: PromptHistory, candidates, cursor_blink: bool = True) -> None:
+    def __init__(self, history: PromptHistory, candidates: Candidates, cursor_blink: bool = True) -> None:
         super().__init__()
         self._history = history
         self._candidates = candidates

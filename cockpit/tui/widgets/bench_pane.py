@@ -1,6 +1,6 @@
 """The benchmark pane: the running level, live tok/s, TTFT and ITL, the comparison table and chart.
 
-The live part folds `BenchView`; the table and the chart come from `journal.comparison` and
+The live part folds `BenchView`; the table and the chart come from `reports.comparison` and
 are redrawn only when the journal changed (a level finished, `results`), never per tick.
 """
 
@@ -12,8 +12,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from cockpit.journal import Comparison, ComparisonRow, format_tok_s
-from cockpit.report import format_ms
+from cockpit.reports.comparison import Comparison, ComparisonRow
+from cockpit.reports.numbers import format_ms, format_tok_s
 from cockpit.tui.chart import render_chart
 from cockpit.tui.state import BenchView
 

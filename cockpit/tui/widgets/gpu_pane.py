@@ -9,7 +9,7 @@ colour only repeats it: `▶ tp4` for a GPU of the current layout, `· idle` for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.containers import Grid
@@ -141,7 +141,9 @@ class GpuPane(Widget):
         return line(fields, width)
 
     @staticmethod
-    def meter(label: str, fraction: float | None, value: str, spark, width: int) -> Text:
+    def meter(
+        label: str, fraction: float | None, value: str, spark: Callable[[int], str], width: int
+    ) -> Text:
         """mem ████░░ 47.2/141G ▁▂▅▇: the sparkline gives way first, then the label, then the bar; the value stays."""
         style = _level_style(fraction)
         return line(
@@ -179,6 +181,16 @@ class GpuPane(Widget):
 class GpuGrid(Grid):
     """The panes, four to a row where there is room, two in a compact screen."""
 
+    # MainScreen._fit sets the columns and the height: rows x 4 lines (3 on a short screen).
+    DEFAULT_CSS = """
+    GpuGrid {
+        grid-size: 4;
+        grid-gutter: 0 2;
+        padding: 0 1;
+        height: 8;
+    }
+    """
+
     @staticmethod
     def pane_lines(compact: bool, rows: int, screen_height: int) -> int:
         """Lines per pane: four (a line for the processes) while the main area keeps MAIN_MIN_ROWS."""
@@ -197,7 +209,12 @@ class GpuGrid(Grid):
         return list(self.query(GpuPane))
 
     def show(
-        self, samples: Sequence[GpuSample], history, layout: str, gpus: Sequence[int], active: bool
+        self,
+        samples: Sequence[GpuSample],
+        history: Callable[[int], Sequence[GpuSample]],
+        layout: str,
+        gpus: Sequence[int],
+        active: bool,
     ) -> None:
         """history: index -> samples. GPUs outside an active layout's `gpus` show as idle."""
         panes = {p.index: p for p in self.panes()}

@@ -6,19 +6,27 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from cockpit.tui.state import ServerView
+from cockpit.tui.state import FAILED, LOADING, READY, STARTING, STOPPED, ServerView
 
 STATE_STYLES = {
-    "starting": "bold yellow",
-    "loading": "bold yellow",
-    "ready": "bold green",
-    "failed": "bold red",
-    "stopped": "bold",
+    STARTING: "bold yellow",
+    LOADING: "bold yellow",
+    READY: "bold green",
+    FAILED: "bold red",
+    STOPPED: "bold",
 }
 
 
 class StatusHeader(Static):
     """One line; the server's state stays whole on the right, the rest is cut with … when narrow."""
+
+    DEFAULT_CSS = """
+    StatusHeader {
+        height: 1;
+        padding: 0 1;
+        background: $panel;
+    }
+    """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -44,6 +44,28 @@ class ServerLog(Log):
 class LaunchLog(Vertical):
     """A banner (ready, failed with the next step) over the log."""
 
+    DEFAULT_CSS = """
+    LaunchLog {
+        #log-banner {
+            display: none;
+            padding: 0 1;
+        }
+        #log-banner.-failed {
+            background: $error 30%;
+            text-style: bold;
+        }
+        #log-banner.-ready {
+            background: $success 25%;
+        }
+        #log-banner.-stopped {
+            background: $panel;
+        }
+        #log {
+            height: 1fr;
+        }
+    }
+    """
+
     def compose(self) -> ComposeResult:
         yield Static(id="log-banner", markup=False)
         yield ServerLog(id="log")

@@ -7,6 +7,8 @@ words and the exact argv. Enter asks the app to launch it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -14,10 +16,12 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from cockpit.planner import FAILS, FITS, Verdict
-from cockpit.report import verdict_mark
+from cockpit.reports.plan import verdict_mark
 from cockpit.tui.messages import LaunchRequested
 
 MARK_STYLES = {FITS: "green", FAILS: "red"}
+Describer = Callable[[Verdict], Text]  # a verdict's detail under the table
+Cell = str | Text
 
 
 def verdict_text(v: Verdict) -> Text:
@@ -62,23 +66,36 @@ def describe(v: Verdict, argv: str, suggestion: str = "") -> Text:
 class LayoutPicker(Vertical):
     """A DataTable of verdicts over a scrolling detail of the highlighted one."""
 
+    DEFAULT_CSS = """
+    LayoutPicker {
+        #layout-table {
+            height: 1fr;
+        }
+        #layout-detail-box {
+            height: 12;
+            padding: 0 1;
+            border-top: solid $panel-lighten-2;
+        }
+    }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.verdicts: dict[str, Verdict] = {}
-        self._describe = lambda v: describe(v, "")
+        self._describe: Describer = lambda v: describe(v, "")
 
     def compose(self) -> ComposeResult:
-        table = DataTable(id="layout-table", cursor_type="row", zebra_stripes=False)
+        table: DataTable[Cell] = DataTable(id="layout-table", cursor_type="row", zebra_stripes=False)
         table.add_columns("layout", "verdict", "GPUs", "GiB/GPU", "tok/s")
         yield table
         with VerticalScroll(id="layout-detail-box"):
             yield Static(id="layout-detail")
 
     @property
-    def table(self) -> DataTable:
+    def table(self) -> DataTable[Cell]:
         return self.query_one("#layout-table", DataTable)
 
-    def load(self, verdicts: list[Verdict], describer) -> None:
+    def load(self, verdicts: list[Verdict], describer: Describer) -> None:
         """Fill the table; `describer(verdict) -> Text` writes the detail (it knows the argv)."""
         self._describe = describer
         self.verdicts = {str(v.layout): v for v in verdicts}

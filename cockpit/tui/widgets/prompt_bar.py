@@ -102,6 +102,19 @@ class PromptBar(Input):
 class StatusLine(Static):
     """The line under the bar: `✗ ...` for an error, `✓ ...` for what was done, or a hint."""
 
+    DEFAULT_CSS = """
+    StatusLine {
+        height: auto;
+        max-height: 3;
+        padding: 0 1;
+        color: $text-muted;
+    }
+    StatusLine.-error {
+        color: $error;
+        text-style: bold;
+    }
+    """
+
     def say(self, text: str, error: bool = False) -> None:
         self.set_class(error, "-error")
         self.update(("✗ " if error else "") + text if text else "")

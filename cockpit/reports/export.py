@@ -1,147 +1,22 @@
-"""Plain-text tables for the terminal (the CLI's face; the TUI draws its own)."""
+"""The results as a document to paste: a title, what was measured, tok/s and latency per layout.
+
+Made for an issue or a chat, where the reader has no journal and no profile: the model, the
+engine, the GPUs, the request lengths and the date come with the numbers.
+"""
 
 from __future__ import annotations
 
-import re
-import sys
-import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
-from cockpit.journal import BenchPoint, Comparison, Experiment, format_comparison, format_tok_s
-from cockpit.planner import FAILS, FITS, TIGHT, Reason, Setup, Verdict
+from cockpit.journal import BenchPoint, Experiment
+from cockpit.planner import Setup
+from cockpit.reports.comparison import Comparison
+from cockpit.reports.numbers import format_ms, format_tok_s
+from cockpit.reports.results import format_comparison
 from cockpit.secrets import redact_text
-
-MARKS = {FITS: "✓ fits", TIGHT: "~ tight", FAILS: "✗ fails"}
-# The engines' own short aliases, so the table leaves room for the reason.
-SHORT_FLAGS = {
-    "--tensor-parallel-size": "-tp",
-    "--pipeline-parallel-size": "-pp",
-    "--data-parallel-size": "-dp",
-    "--enable-expert-parallel": "-ep",
-    "--tp-size": "--tp",
-    "--ep-size": "--ep",
-    "--dp-size": "--dp",
-}
-
-
-def short_flags(flags: Sequence[str]) -> str:
-    return " ".join(SHORT_FLAGS.get(f, f) for f in flags)
-
-
-def verdict_mark(verdict: str) -> str:
-    """Marks as well as words, so no meaning rests on colour."""
-    return MARKS[verdict]
-
-
-def terminal_width() -> int | None:
-    """The terminal's width when stdout is one; None for a pipe or file, where nothing is cut."""
-    import shutil
-
-    return shutil.get_terminal_size((160, 24)).columns if sys.stdout.isatty() else None
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
-    """Left-aligned columns. The last column (it may hold several lines) is never cut: with a
-    width it wraps onto lines indented under itself, without one it runs as long as it is."""
-    last_lines = [str(r[-1]).splitlines() or [""] for r in [headers, *rows]]
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)]
-    widths.append(max(len(text) for lines in last_lines for text in lines))
-    fixed = sum(widths[:-1]) + 2 * (len(headers) - 1)
-    last = max(20, width - fixed) if width else None
-
-    def line(cells: Sequence[str], tail: list[str]) -> list[str]:
-        head = "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(cells[:-1]))
-        wrapped = _wrap(tail, last)
-        return [(head + "  " + wrapped[0]).rstrip(), *(" " * fixed + more for more in wrapped[1:])]
-
-    rule = "  ".join("-" * w for w in widths[:-1]) + "  " + "-" * min(widths[-1], last or 40)
-    out = [*line(headers, last_lines[0]), rule]
-    for cells, tail in zip(rows, last_lines[1:]):
-        out += line(cells, tail)
-    return "\n".join(out)
-
-
-def _wrap(paragraphs: list[str], width: int | None) -> list[str]:
-    """Each paragraph wrapped to `width`; with several (several reasons), continuation lines are
-    indented two spaces so where the next one starts still shows."""
-    if width is None:
-        return paragraphs
-    indent = "  " if len(paragraphs) > 1 else ""
-    out: list[str] = []
-    for text in paragraphs:
-        out += textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
-    return out
-
-
-def reason_text(reason: Reason, full: bool = False) -> str:
-    """A reason in the engine's own words, with cockpit's explanation after them.
-
-    An OOM at load leads with torch's message (cut after "Tried to allocate ..." unless
-    `full`), since that is the line a person will meet in the engine's log."""
-    if reason.rule == "oom-at-load":
-        words = reason.message.strip() if full else _oom_head(reason.message)
-        return f"{words} ({reason.detail})" if reason.detail else words
-    text = str(reason)
-    if full and reason.detail and reason.detail not in text:
-        text += f" ({reason.detail})"
-    return text
-
-
-def _oom_head(message: str) -> str:
-    """torch's OOM message up to the size it tried to allocate."""
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    match = re.match(r"(.*?Tried to allocate \S+ \S+?)\.(\s|$)", first)
-    return match[1] if match else first
-
-
-def plan_table(verdicts: Sequence[Verdict], levels: Sequence[int] = (), width: int | None = None) -> str:
-    """One row per layout; a single layout shows every reason in full, many show the first."""
-    headers = ["layout", "GPUs", "engine flags", "verdict", "weights/GPU", "KV tokens"]
-    headers += [f"C={c}" for c in levels] + ["reason"]
-    rows = []
-    for v in verdicts:
-        flags = short_flags(v.placement.flags) if v.placement else "(not expressible)"
-        weights = f"{v.memory.weights_gib:.1f} GiB" if v.memory else "-"
-        kv = f"{v.memory.kv_tokens:,}" if v.memory and v.verdict != FAILS else "-"
-        gpus = f"{v.gpus_used}" if v.placement else "-"
-        speeds = [f"{v.predicted_tok_s[c]:,.0f}" if c in v.predicted_tok_s else "-" for c in levels]
-        reason = _reason_cell(v, every=len(verdicts) == 1)
-        rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, *speeds, reason])
-    return format_table(headers, rows, width)
-
-
-def _reason_cell(v: Verdict, every: bool) -> str:
-    """The table's reason: the first one (or all of them, one a line), else the KV headroom."""
-    if not v.reasons:
-        return v.headline
-    if every:
-        return "\n".join(reason_text(r, full=True) for r in v.reasons)
-    return reason_text(v.reasons[0])
-
-
-def _na(value, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
-
-
-def gpu_lines(samples) -> list[str]:
-    """One line per GPU; a field the source could not read shows as n/a."""
-    gib = 2**30
-    lines = []
-    for s in samples:
-        used = _na(s.memory_used / gib if s.memory_used is not None else None, ".1f")
-        total = _na(s.memory_total / gib if s.memory_total is not None else None, ".1f")
-        power = f"{_na(s.power_w, '.0f')}/{_na(s.power_limit_w, '.0f')} W"
-        procs = ", ".join(f"{p.pid} {p.name} {p.used_bytes / gib:.1f} GiB" for p in s.processes) or "idle"
-        lines.append(
-            f"GPU {s.index}  {s.name}  {used}/{total} GiB  {power}  util {_na(s.utilization, '.0f')}%  "
-            f"{_na(s.temperature_c, '.0f')} C  {procs}"
-        )
-    return lines
-
-
-# -- the results report: tables ready to paste ---------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -203,7 +78,13 @@ def context_from_journal(
     )
 
 
-def _measured(comp: Comparison, now: float | None) -> dict:
+class _Measured(TypedDict):
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    date: str
+
+
+def _measured(comp: Comparison, now: float | None) -> _Measured:
     """Request lengths and date from the bench points themselves; the date of the newest point,
     else `now` (the export's time)."""
     points = _points(comp)
@@ -239,7 +120,7 @@ def markdown_report(comp: Comparison, context: ReportContext) -> str:
         "### Output tok/s",
         "",
         format_comparison(comp, "markdown"),
-    ]  # the seeds' table, as `results` prints it
+    ]  # the table `cockpit results --format markdown` prints
     if any(row.cells for row in comp.rows):
         lines += ["", "### Latency (ms)", "", latency_table(comp)]
     return redact_text("\n".join(lines))
@@ -303,8 +184,3 @@ def latency_table(comp: Comparison) -> str:
             cells += [format_ms(v) for v in (p.ttft_ms_p50, p.ttft_ms_p99, p.itl_ms_p50, p.itl_ms_p99)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def format_ms(value: float | None) -> str:
-    """Milliseconds as tok/s are written (12.3, 1,234); `-` where the client measured nothing."""
-    return "-" if value is None else format_tok_s(value)

@@ -1,0 +1,121 @@
+"""One open lab: a profile on a box, with its journal, GPU monitor, server registry and launcher.
+
+The command line (`cockpit run`, `attach`) and the screen open a lab here, and only here is it
+decided whether the box is simulated: with ``--sim``, or where no NVIDIA driver is found. A
+simulated lab reads the simulated box and launches the simulated engine, whose launcher words
+go into the setup, so the planner's argv is the one shown, journaled and launched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+
+from cockpit.children import simulated_engine
+from cockpit.hardware import Hardware
+from cockpit.journal import Journal
+from cockpit.planner import Setup
+from cockpit.profile import Profile
+from cockpit.resolve import SetupOverrides, resolve_profile, setup_for
+from cockpit.runner.experiment import DEFAULT_STARTUP_TIMEOUT_S, Launcher
+from cockpit.runner.registry import Registry
+from cockpit.runner.supervisor import Supervisor
+from cockpit.telemetry.base import GpuSource
+from cockpit.telemetry.monitor import Monitor
+
+
+def simulated_reason(sim: bool) -> str:
+    """Why the box is simulated ("--sim given", "no NVIDIA driver found"); "" when cockpit uses
+    the real GPUs. One wording for the CLI, the screen and `cockpit gpus`."""
+    from cockpit.telemetry.nvml import driver_present
+
+    if sim:
+        return "--sim given"
+    return "" if driver_present() else "no NVIDIA driver found"
+
+
+def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
+    """The simulated box made from the profile's hardware, or the real GPUs through NVML."""
+    if sim:
+        from cockpit.sim.box import SimBox
+        from cockpit.telemetry.simbox import SimBoxSource
+
+        return SimBoxSource(SimBox(hardware).create())
+    from cockpit.telemetry.nvml import NvmlSource
+
+    return NvmlSource()
+
+
+def lab_setup(profile: Profile, *, sim: bool) -> Setup:
+    """The profile's setup; a simulated one launches the simulated engine in front of the
+    engine's default launcher (the profile's own launcher names a real install)."""
+    setup = setup_for(profile)
+    if not sim:
+        return setup
+    return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
+
+
+@dataclass
+class Lab:
+    """What one open profile needs besides a face, wired once; ``close`` (or ``with``) ends it."""
+
+    profile: Profile
+    setup: Setup
+    sim_reason: str  # "" on the real GPUs
+    source: GpuSource
+    journal: Journal
+    monitor: Monitor  # not started: the face starts it when it wants samples
+    registry: Registry
+    launcher: Launcher
+
+    @property
+    def sim(self) -> bool:
+        return bool(self.sim_reason)
+
+    @classmethod
+    def open(
+        cls,
+        profile: Profile | SetupOverrides | str | None = None,
+        *,
+        sim: bool,
+        interval: float = 1.0,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+    ) -> Lab:
+        """Resolve the profile (a name or file, or command-line overrides) and open its lab.
+        ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated)."""
+        if not isinstance(profile, Profile):
+            overrides = profile if isinstance(profile, SetupOverrides) else SetupOverrides(profile=profile)
+            profile = resolve_profile(overrides)
+        reason = simulated_reason(sim)
+        setup = lab_setup(profile, sim=bool(reason))
+        with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
+            source = gpu_source(setup.hardware, bool(reason))
+            undo.callback(source.close)
+            journal = Journal()
+            undo.callback(journal.close)
+            monitor = Monitor(source, interval=interval)
+            registry = Registry()
+            supervisor = Supervisor(registry, source)
+            launcher = Launcher(
+                profile,
+                setup,
+                journal,
+                supervisor,
+                monitor,
+                sim=bool(reason),
+                startup_timeout=startup_timeout,
+            )
+            undo.pop_all()
+        return cls(profile, setup, reason, source, journal, monitor, registry, launcher)
+
+    def close(self) -> None:
+        """Stop the monitor's thread, release the GPU source, close the journal."""
+        self.monitor.stop()
+        self.source.close()
+        self.journal.close()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

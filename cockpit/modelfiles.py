@@ -1,0 +1,147 @@
+"""Finding and reading a model's config.json: a file, a folder, the Hugging Face cache, a bundled one.
+
+The edge of `cockpit.model`, which turns the parsed settings into an architecture and reads no files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cockpit.errors import CockpitError
+from cockpit.model import ModelArch, parse_config
+from cockpit.textfile import read_text
+
+_BUNDLED_DIR = Path(__file__).resolve().parent / "layouts" / "models"
+# Repo ids whose names differ from the bundled file's stem.
+_BUNDLED_ALIASES = {
+    "moonshotai/kimi-k2.5": "kimi-k2.6",
+    "moonshotai/kimi-k2-thinking": "kimi-k2.6",
+    "minimaxai/minimax-m2": "minimax-m2.5",
+    "minimaxai/minimax-m2.1": "minimax-m2.5",
+    "meta-llama/meta-llama-3.1-70b": "llama-3.1-70b",
+    "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b",
+    "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b-v0.1",
+}
+
+
+def bundled_dir() -> Path:
+    """Where bundled architectures live (``layouts/models`` of the installed package)."""
+    try:
+        # Installed from the project's layouts/ folder (package-dir in pyproject.toml), which a
+        # static import cannot see; import it by name.
+        layouts_pkg = importlib.import_module("cockpit.layouts")
+        return Path(str(layouts_pkg.__file__)).resolve().parent / "models"
+    except ImportError:  # pragma: no cover - running from an odd layout
+        return _BUNDLED_DIR
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in bundled_dir().glob("*.json"))
+
+
+def hf_cache_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The hub cache folders Hugging Face itself would use, most specific first."""
+    env = os.environ if env is None else env
+    dirs = []
+    if env.get("HF_HUB_CACHE"):
+        dirs.append(Path(env["HF_HUB_CACHE"]))
+    if env.get("HF_HOME"):
+        dirs.append(Path(env["HF_HOME"]) / "hub")
+    dirs.append(Path(env.get("HOME", str(Path.home()))) / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def _from_hf_cache(repo_id: str, env: Mapping[str, str] | None) -> Path | None:
+    folder = "models--" + repo_id.replace("/", "--")
+    for cache in hf_cache_dirs(env):
+        repo = cache / folder
+        if not repo.is_dir():
+            continue
+        main_ref = repo / "refs" / "main"
+        if main_ref.is_file():
+            config = repo / "snapshots" / main_ref.read_text().strip() / "config.json"
+            if config.is_file():
+                return config
+        configs = sorted(repo.glob("snapshots/*/config.json"), key=lambda p: p.stat().st_mtime)
+        if configs:
+            return configs[-1]
+    return None
+
+
+def _from_bundle(spec: str) -> Path | None:
+    key = spec.strip().lower()
+    stem = _BUNDLED_ALIASES.get(key, key.rsplit("/", 1)[-1])
+    path = bundled_dir() / f"{stem}.json"
+    return path if path.is_file() else None
+
+
+def find_config(spec: str, env: Mapping[str, str] | None = None) -> Path:
+    """Resolve what the user gave (file, folder, repo id, bundled name) to a config.json."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise CockpitError(
+                f"model folder {path} has no config.json: point --model at the folder that holds it"
+            )
+        return config
+    if path.is_file():
+        return path
+    if re.fullmatch(r"[\w.\-]+/[\w.\-]+", spec.strip()):
+        cached = _from_hf_cache(spec.strip(), env)
+        if cached is not None:
+            return cached
+    bundled = _from_bundle(spec)
+    if bundled is not None:
+        return bundled
+    raise CockpitError(
+        f"model '{spec}' not found: give a config.json, a model folder, a repo id in the Hugging Face "
+        f"cache, or a bundled architecture ({', '.join(bundled_names())})"
+    )
+
+
+def load_model(spec: str, env: Mapping[str, str] | None = None) -> ModelArch:
+    """Find and read a model's architecture; every failure is one CockpitError line."""
+    config_path = find_config(spec, env)
+    # A repo id names the model best; a path or bundled name names it by its file or folder.
+    name = spec if "/" in spec and not Path(spec).expanduser().exists() else None
+    return read_config(config_path, name=name)
+
+
+MAX_CONFIG_BYTES = 16 * 2**20  # real config.json files are a few KB; anything this big is not one
+
+
+def read_config(path: Path | str, name: str | None = None) -> ModelArch:
+    path = Path(path)
+    text = read_text(
+        path, limit=MAX_CONFIG_BYTES, what=str(path), fix="point --model at the model's config.json"
+    )
+    config = parse_json(text, path)
+    if not isinstance(config, dict):
+        raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    return parse_config(config, source=str(path), name=name or default_name)
+
+
+def parse_json(text: str, path: Path | str) -> Any:
+    """JSON from a config's text; too deep or too long numbers are one line each."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CockpitError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): fix it or point --model at another config.json"
+        ) from exc
+    except RecursionError:
+        raise CockpitError(
+            f"{path} nests JSON too deeply to be a config.json: point --model at the model's config.json"
+        ) from None
+    except ValueError:  # int() refuses a number of thousands of digits
+        raise CockpitError(
+            f"{path} holds a number of thousands of digits, no model's setting: point --model at the model's config.json"
+        ) from None
