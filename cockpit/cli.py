@@ -198,9 +198,8 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     from cockpit.tui.app import CockpitApp
     from cockpit.tui.session import Session
 
-    app = CockpitApp(
-        Session.open(args.profile, sim=args.sim)
-    )  # it finds the driver missing itself, and says so
+    # The lab decides again, with the same rule, and the screen says why it simulates.
+    app = CockpitApp(Session.open(args.profile, sim=args.sim))
     app.run()
     return app.return_code or 0
 

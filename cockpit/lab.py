@@ -75,17 +75,16 @@ class Lab:
     @classmethod
     def open(
         cls,
-        profile: Profile | SetupOverrides | str | None = None,
+        profile: Profile | str | None = None,
         *,
         sim: bool,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     ) -> Lab:
-        """Resolve the profile (a name or file, or command-line overrides) and open its lab.
+        """Resolve the profile (a name or file; None for the demo one) and open its lab.
         ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated)."""
         if not isinstance(profile, Profile):
-            overrides = profile if isinstance(profile, SetupOverrides) else SetupOverrides(profile=profile)
-            profile = resolve_profile(overrides)
+            profile = resolve_profile(SetupOverrides(profile=profile))
         reason = simulated_reason(sim)
         setup = lab_setup(profile, sim=bool(reason))
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
@@ -109,10 +108,12 @@ class Lab:
         return cls(profile, setup, reason, source, journal, monitor, registry, launcher)
 
     def close(self) -> None:
-        """Stop the monitor's thread, release the GPU source, close the journal."""
-        self.monitor.stop()
-        self.source.close()
-        self.journal.close()
+        """Stop the monitor's thread, release the GPU source, close the journal: each of them
+        even when one before it fails."""
+        with contextlib.ExitStack() as stack:
+            stack.callback(self.journal.close)
+            stack.callback(self.source.close)
+            stack.callback(self.monitor.stop)
 
     def __enter__(self) -> Lab:
         return self

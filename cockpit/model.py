@@ -1,10 +1,10 @@
 """Model architecture: what the planner needs from a model's config.json.
 
 `cockpit.modelfiles` finds and reads the file (a path, a model folder, the Hugging Face cache, a
-bundled architecture); this module reads no files. Each family spells its MoE facts differently;
-``parse_config`` normalises them into one
-``ModelArch`` with parameter counts and bytes per *tensor class*, the unit in which the engines
-shard weights (docs/memory.md#tensor-classes).
+bundled architecture); this module reads no files. Each family spells its MoE facts
+differently; ``parse_config`` normalises them into one ``ModelArch`` with parameter counts and
+bytes per *tensor class*, the unit in which the engines shard weights
+(docs/memory.md#tensor-classes).
 """
 
 from __future__ import annotations

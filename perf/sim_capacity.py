@@ -19,7 +19,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -27,6 +26,7 @@ from dataclasses import replace
 import aiohttp
 import psutil
 
+from cockpit.children import simulated_engine
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
@@ -109,7 +109,7 @@ def main() -> None:
     port = free_port()
     state = tempfile.mkdtemp(prefix="cockpit-simcap-")
     env = {**os.environ, "COCKPIT_SIM_STATE": state, "COCKPIT_SIM_TIME_SCALE": "100"}
-    argv = [sys.executable, "-m", "cockpit.sim", "vllm", "--", "serve", MODEL, *FLAGS, "--port", str(port)]
+    argv = [*simulated_engine("vllm", ()), "serve", MODEL, *FLAGS, "--port", str(port)]
     engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -1,7 +1,9 @@
-"""Shared fixtures: the reference box (8 x RTX PRO 6000, docs/performance.md#reference-measurements), the bundled models, and a clean user environment."""
+"""Shared fixtures: the reference box (8 x RTX PRO 6000, docs/performance.md#reference-measurements),
+the bundled models, and a clean user environment."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,16 @@ from cockpit.planner import Setup
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
+
+# The tests send Ctrl-C and SIGHUP to the cockpits they start. A suite started in the background
+# (`pytest &` in a script, `nohup pytest`) has those signals ignored, its children inherit that, and
+# cockpit rightly keeps an ignored signal ignored (as under nohup). Handled here, they reach the
+# children as the default (exec resets a handled signal, never an ignored one); the suite itself
+# still shrugs off a hangup.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
 
 
 @pytest.fixture(autouse=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from cockpit.children import simulated_engine
 
 
 def free_port() -> int:
@@ -33,7 +34,7 @@ class SimProcess:
         }
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cockpit.sim", engine, "--", *argv],
+            [*simulated_engine(engine, ()), *argv],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=full_env,

@@ -395,9 +395,9 @@ def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown():
 
     cfg = BenchConfig(url="http://x", api_key="sk-secret")
     assert "sk-secret" not in repr(cfg)
-    client = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
+    client = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")
     assert client.headers["Authorization"] == "Bearer sk-secret"
-    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
+    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")
     assert b"Authorization: Bearer sk-secret\r\n" in raw.head
 
 
@@ -543,7 +543,7 @@ def test_both_transports_send_the_contracts_headers():
     from cockpit.bench.transport import request_headers
 
     headers = request_headers("sk-secret")
-    aio = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")  # type: ignore[arg-type]
-    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")  # type: ignore[arg-type]
+    aio = aiohttp_client.AiohttpTransport(None, "http://x", api_key="sk-secret")
+    raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")
     assert aio.headers == headers
     assert all(f"\r\n{name}: {value}\r\n".encode() in raw.head for name, value in headers.items())

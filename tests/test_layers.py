@@ -28,14 +28,14 @@ LAYERS: list[tuple[str, set[str]]] = [
             "commands",
             "secrets",
             "outcome",
-            "layouts",
         },
     ),
     (
         "the user's files and the environment",
-        {"paths", "textfile", "modelfiles", "profile", "resolve", "children"},
+        {"paths", "textfile", "layouts", "modelfiles", "profile", "resolve", "children"},
     ),
-    ("storage, the simulated box and engine, the load generator", {"journal", "sim", "bench"}),
+    ("storage", {"journal"}),
+    ("the simulated box and engine, the load generator", {"sim", "bench"}),
     ("GPU telemetry", {"telemetry"}),
     ("running experiments", {"runner"}),
     ("opening a lab, reports", {"lab", "reports"}),
@@ -50,6 +50,7 @@ IO_LIBRARIES = {
     "asyncio",
     "fcntl",
     "http",
+    "importlib",
     "io",
     "multiprocessing",
     "os",
@@ -66,6 +67,7 @@ IO_LIBRARIES = {
     "urllib",
     "aiohttp",
     "httpx",
+    "platformdirs",
     "plotext",
     "psutil",
     "pynvml",
@@ -99,11 +101,26 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[: len(package) - node.level + 1]
-                found.append((node.lineno, ".".join([*base, *([node.module] if node.module else [])])))
-            elif node.module:
-                found.append((node.lineno, node.module))
+                module = ".".join([*package[: len(package) - node.level + 1], *filter(None, [node.module])])
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+            # `from cockpit import journal` imports the module cockpit.journal
+            found += [
+                (node.lineno, f"{module}.{alias.name}")
+                for alias in node.names
+                if _is_module(module, alias.name)
+            ]
     return found
+
+
+def _is_module(package: str, name: str) -> bool:
+    """Whether `from package import name` names a module of cockpit (rather than a function)."""
+    parts = package.split(".")
+    if parts[0] != "cockpit":
+        return False
+    folder = PACKAGE.joinpath(*parts[1:])
+    return (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file()
 
 
 def _sources() -> list[Path]:

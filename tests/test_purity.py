@@ -1,26 +1,22 @@
-"""The pure core imports neither the screen (textual) nor the network (httpx)."""
+"""The pure core, imported alone, loads no I/O library: the whole chain of its imports, at run time
+(tests/test_layers.py reads each module's own imports from the source)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-CORE = [
-    "cockpit.model",
-    "cockpit.hardware",
-    "cockpit.layout",
-    "cockpit.engines",
-    "cockpit.planner",
-    "cockpit.perfmodel",
-]
+from test_layers import CORE, IO_LIBRARIES
 
 
-def test_core_imports_no_textual_and_no_httpx():
+def test_the_core_loads_no_io_library_even_indirectly():
+    modules = sorted(f"cockpit.{name}" for name in CORE)
     code = (
         "import sys\n"
-        + "".join(f"import {m}\n" for m in CORE)
-        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'httpx', 'aiohttp'))\n"
-        + "print(bad)\n"
+        "before = set(sys.modules)\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "loaded = set(sys.modules) - before\n"
+        + f"print(sorted(m for m in loaded if m.split('.')[0] in {sorted(IO_LIBRARIES)!r}))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

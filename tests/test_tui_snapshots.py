@@ -22,7 +22,7 @@ from cockpit.tui.app import CockpitApp
 from cockpit.tui.messages import GpuSamples, RunnerEventPosted
 
 FIXED_CLOCK = 1_800_000_000.0
-RESULTS = {  # layout -> {concurrency: tok/s}, numbers of the seed's shape
+RESULTS = {  # layout -> {concurrency: tok/s}, shaped like docs/performance.md#reference-measurements
     "tp4": {1: 94.2, 32: 655.0, 64: 905.3},
     "tp8 ep": {1: 77.1, 32: 830.4, 64: 1512.9},
 }

@@ -1,6 +1,6 @@
 """The bench transport contract: what a transport does, what a request leaves behind, how it fails.
 
-A ``Transport`` sends one streaming request at a time per call and reads its SSE stream into a
+A ``Transport`` sends one streaming request per call and reads its SSE stream into a
 ``RequestRecord``; it never raises for anything the server or the network does. Two implement
 it: ``client.AiohttpTransport`` (any URL) and ``rawclient.RawTransport`` (a bare
 ``asyncio.Protocol``, http:// only, for the lowest stamping error); ``sse.SseReader`` decodes
@@ -119,6 +119,9 @@ class Timeouts:
     request_s: float = 3600.0
     read_s: float = 600.0
     connect_s: float = 600.0
+
+    def __post_init__(self) -> None:  # connecting can never outlast the whole request
+        object.__setattr__(self, "connect_s", min(self.connect_s, self.request_s))
 
     @classmethod
     def of(cls, request_s: float, read_s: float, connect_s: float | None = None) -> Timeouts:

@@ -26,9 +26,8 @@ class ComparisonRow:
     cells: dict[int, BenchPoint]  # concurrency -> the good point measured there
     peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
     diagnosis: str = ""  # the one-line cause, for a row without numbers
-    failed: dict[int, BenchPoint] = field(
-        default_factory=dict
-    )  # levels with only failed points: .error says why
+    # levels with only failed points: .error says why
+    failed: dict[int, BenchPoint] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

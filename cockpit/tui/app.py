@@ -289,13 +289,13 @@ class CockpitApp(App[None]):
         match message.event:
             case SweepStep() as step:
                 main.say(str(step))
-            case SweepDone(done, total, stopped):
+            case SweepDone(done=done, total=total, stopped=stopped):
                 how = "stopped" if stopped else "done"
                 main.say(f"✓ sweep {how}: {done} of {total} layout(s) journaled; `results` compares them")
                 self.refresh_results()
             case JobFailed() as failed:
                 main.say(str(failed), error=True)
-            case Notice(text, error):
+            case Notice(text=text, error=error):
                 main.say(text, error)
             case StopFinished():
                 if self._quitting:
