@@ -198,12 +198,12 @@ def check_bench_number(field_name: str, value: object, where: str, fix: str) -> 
 def check_seconds(value: object, where: str, fix: str = "give seconds like 600") -> float:
     """Seconds to run or to wait (a level's duration, a timeout): above 0 and at most a week,
     because nan, inf or 0 would never end or never start."""
-    number = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not number or not 0 < value <= MAX_SECONDS:  # type: ignore[operator]  # also refuses nan and inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
+        # (the comparison also refuses nan and inf)
         raise CockpitError(
             f"{where} must be a positive number of seconds, at most {MAX_SECONDS:,.0f} (got {shown(value)}): {fix}"
         )
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _is_bench_token(token: str) -> bool:
