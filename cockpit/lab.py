@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from cockpit.children import simulated_engine
 from cockpit.hardware import Hardware
@@ -55,6 +56,9 @@ def lab_setup(profile: Profile, *, sim: bool) -> Setup:
     return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
 
 
+_L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)
+
+
 @dataclass
 class Lab:
     """What one open profile needs besides a face, wired once; ``close`` (or ``with``) ends it."""
@@ -74,13 +78,13 @@ class Lab:
 
     @classmethod
     def open(
-        cls,
+        cls: type[_L],
         profile: Profile | str | None = None,
         *,
         sim: bool,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
-    ) -> Lab:
+    ) -> _L:
         """Resolve the profile (a name or file; None for the demo one) and open its lab.
         ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated)."""
         if not isinstance(profile, Profile):

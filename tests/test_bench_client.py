@@ -547,3 +547,10 @@ def test_both_transports_send_the_contracts_headers():
     raw = rawclient.RawTransport(None, "http://x/v1/completions", api_key="sk-secret")
     assert aio.headers == headers
     assert all(f"\r\n{name}: {value}\r\n".encode() in raw.head for name, value in headers.items())
+
+
+def test_connecting_never_outlasts_the_whole_request():
+    """However the bounds are given, a connect wait is cut at the request's own limit."""
+    assert Timeouts(request_s=5.0).connect_s == 5.0
+    assert Timeouts.of(5.0, 30.0).connect_s == 5.0  # bounded like a read, then by the request
+    assert Timeouts.of(60.0, 30.0).connect_s == 30.0 and Timeouts.of(60.0, 30.0, 2.0).connect_s == 2.0

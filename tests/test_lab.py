@@ -100,7 +100,7 @@ def test_the_screen_shows_the_verdicts_argv():
         shown = session.argv_text(verdict)
         assert shown == shell_line(verdict.argv) and shlex.split(shown) == list(verdict.argv)
         assert verdict.argv[: len(SIM)] == SIM
-        assert session.setup is session.lab.setup and session.launcher is session.lab.launcher
+        assert isinstance(session, Lab) and session.launcher.setup is session.setup  # one lab, one setup
     finally:
         session.close()
 

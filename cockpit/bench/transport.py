@@ -126,7 +126,7 @@ class Timeouts:
     @classmethod
     def of(cls, request_s: float, read_s: float, connect_s: float | None = None) -> Timeouts:
         """Connecting is bounded like a read unless told otherwise, and never beyond the request."""
-        return cls(request_s, read_s, min(read_s if connect_s is None else connect_s, request_s))
+        return cls(request_s, read_s, read_s if connect_s is None else connect_s)
 
     def connecting(self) -> str:
         return f"{TIMED_OUT}{self.connect_s:g} s (connecting)"

@@ -13,82 +13,45 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cockpit.journal import Journal
 from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.outcome import LAUNCHING, READY
 from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, FITS, TIGHT, Setup, Verdict, plan_layout
+from cockpit.planner import FAILS, FITS, TIGHT, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
 from cockpit.reports.comparison import Comparison, comparison
 from cockpit.reports.results import format_comparison
-from cockpit.runner.experiment import Launcher
-from cockpit.runner.registry import Registry, ServerEntry
+from cockpit.runner.experiment import DEFAULT_STARTUP_TIMEOUT_S
+from cockpit.runner.registry import ServerEntry
 from cockpit.secrets import shell_line
-from cockpit.telemetry.base import GpuSource
-from cockpit.telemetry.monitor import Monitor
 from cockpit.tui.format import duration
 
 EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
 
 
 @dataclass
-class Session:
-    lab: Lab
+class Session(Lab):
+    """A lab as the screen reads it: with its layouts planned and ordered for the picker."""
+
     verdicts: list[Verdict] = field(default_factory=list)  # the profile's layouts first, then the plan's
 
     @classmethod
-    def open(cls, profile: str | None = None, *, sim: bool = False, interval: float = 1.0) -> Session:
+    def open(
+        cls,
+        profile: Profile | str | None = None,
+        *,
+        sim: bool = False,
+        interval: float = 1.0,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+    ) -> Session:
         """Open the profile's lab and plan every layout; the monitor is not started yet."""
-        session = cls(Lab.open(profile, sim=sim, interval=interval))
+        session = super().open(profile, sim=sim, interval=interval, startup_timeout=startup_timeout)
         try:
             session.verdicts = session._ordered(session.launcher.verdicts())
         except BaseException:
             session.close()
             raise
         return session
-
-    def close(self) -> None:
-        self.lab.close()
-
-    # -- the lab's parts, as the screen names them ------------------------------------------
-
-    @property
-    def profile(self) -> Profile:
-        return self.lab.profile
-
-    @property
-    def setup(self) -> Setup:
-        return self.lab.setup
-
-    @property
-    def sim(self) -> bool:
-        return self.lab.sim
-
-    @property
-    def sim_reason(self) -> str:
-        """Why the box is simulated: "--sim given" or "no NVIDIA driver found"; "" on real GPUs."""
-        return self.lab.sim_reason
-
-    @property
-    def journal(self) -> Journal:
-        return self.lab.journal
-
-    @property
-    def source(self) -> GpuSource:
-        return self.lab.source
-
-    @property
-    def monitor(self) -> Monitor:
-        return self.lab.monitor
-
-    @property
-    def launcher(self) -> Launcher:
-        return self.lab.launcher
-
-    @property
-    def registry(self) -> Registry:
-        return self.lab.registry
 
     # -- the plan ---------------------------------------------------------------------------
 
