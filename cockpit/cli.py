@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.resolve import SetupOverrides, build_setup, resolve, setup_for
 
 if TYPE_CHECKING:
     from cockpit.telemetry.base import GpuSource
@@ -44,9 +44,16 @@ def _add_setup_options(parser: argparse.ArgumentParser) -> None:
         "--profile", metavar="NAME|FILE", help="a profile from layouts/ or a YAML file (default: demo)"
     )
     parser.add_argument(
-        "--model", metavar="DIR|FILE|REPO_ID", help="the model's config.json, folder, or repo id"
+        "--model",
+        metavar="DIR|FILE|REPO_ID",
+        help="the model's config.json, folder, repo id or bundled name; without --profile, on the "
+        "engine's own defaults",
     )
-    parser.add_argument("--engine", choices=("vllm", "sglang"))
+    parser.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="run the profile on this engine: its launcher, and the profile's args translated (notes on stderr)",
+    )
     parser.add_argument("--gpus", type=int, metavar="N", help="number of GPUs on the box")
     parser.add_argument("--gpu", metavar="TYPE", help="GPU type, e.g. rtx-pro-6000, h100, h200")
     parser.add_argument(
@@ -62,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--profile", metavar="NAME|FILE", help="the profile to open (default: demo)")
+    parser.add_argument(
+        "--engine", choices=("vllm", "sglang"), help="open the profile on this engine (its args translated)"
+    )
     parser.add_argument(
         "--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found"
     )
@@ -83,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         "text", metavar='"try LAYOUT"', help='what you would type in the prompt bar, e.g. "try tp4 ep2"'
     )
     run.add_argument("--profile", metavar="NAME|FILE", help="the profile (default: demo)")
+    run.add_argument(
+        "--engine", choices=("vllm", "sglang"), help="run the profile on this engine (its args translated)"
+    )
     run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
     run.add_argument(
         "--force", action="store_true", help="launch even when the planner says the layout fails"
@@ -178,7 +191,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     why = simulated_reason(args.sim)
     if why:
-        setup, profile = build_setup(SetupOverrides(profile=args.profile))
+        setup, profile = build_setup(SetupOverrides(profile=args.profile, engine=args.engine))
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
         print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
@@ -186,7 +199,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
         plan_args = argparse.Namespace(
             profile=args.profile,
             model=None,
-            engine=None,
+            engine=args.engine,
             gpus=None,
             gpu=None,
             gpu_mem=None,
@@ -199,7 +212,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     from cockpit.tui.session import Session
 
     # The lab decides again, with the same rule, and the screen says why it simulates.
-    app = CockpitApp(Session.open(args.profile, sim=args.sim))
+    app = CockpitApp(Session.open(args.profile, sim=args.sim, engine=args.engine))
     app.run()
     return app.return_code or 0
 
@@ -222,7 +235,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from cockpit.planner import plan_all
     from cockpit.reports.plan import plan_table, terminal_width
 
-    setup, profile = build_setup(_overrides(args))
+    profile, notes = resolve(_overrides(args))
+    setup = setup_for(profile)
+    for note in notes:  # on stderr: stdout stays the table or valid JSON
+        print(f"note: {note}", file=sys.stderr)
     from cockpit.commands import parse_levels
 
     levels = (
@@ -239,6 +255,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
         for v in plan_all(setup, args.layout or None)
     ]
+    for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
@@ -264,6 +282,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         bench=args.bench,
         timeout=args.timeout,
+        engine=args.engine,
     )
 
 

@@ -57,6 +57,7 @@ class Export:
 @dataclass(frozen=True)
 class Use:
     profile: str
+    engine: str | None = None  # `use kimi-k2.6 on vllm`: the profile on another engine
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,11 @@ class CommandSpec:
 
 
 COMMANDS = (
-    CommandSpec("try", "try <layout>", "launch a layout (a bare layout works too: `tp4 ep2`)"),
+    CommandSpec(
+        "try",
+        "try <layout> [--server-flag value ...]",
+        "launch a layout, with server flags for this run (`tp8 ep --max-num-seqs 512`)",
+    ),
     CommandSpec(
         "bench",
         "bench [c=1,32,64] [in=N] [out=N] [n=N|t=S] [timeout=S]",
@@ -90,12 +95,14 @@ COMMANDS = (
     CommandSpec("plan", "plan [<layout>]", "show the verdict for one layout, or for all"),
     CommandSpec(
         "sweep",
-        "sweep <layout>, <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]",
+        "sweep <layout> [--flag v], <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]",
         "launch, bench, stop each layout in turn",
     ),
     CommandSpec("results", "results", "show the comparison table of this profile"),
     CommandSpec("export", "export md|csv", "write the comparison table to a file"),
-    CommandSpec("use", "use <profile>", "switch to another profile"),
+    CommandSpec(
+        "use", "use <profile> [on vllm|sglang]", "switch to another profile, on its engine or another"
+    ),
     CommandSpec("help", "help", "list the commands and keys"),
     CommandSpec("quit", "quit", "leave cockpit"),
 )
@@ -150,8 +157,8 @@ def parse_command(text: str) -> Command:
         return Export(fmt)
     if word == "use":
         if not rest:
-            raise CockpitError("use needs a profile name: `use kimi-k2.6`")
-        return Use(rest)
+            raise CockpitError("use needs a profile name: `use kimi-k2.6`, or `use kimi-k2.6 on vllm`")
+        return _use(rest)
     # A bare layout means try.
     try:
         return Try(parse_layout(text))
@@ -166,6 +173,23 @@ def parse_command(text: str) -> Command:
         raise CockpitError(
             f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`"
         ) from None
+
+
+ENGINE_NAMES = ("vllm", "sglang")
+
+
+def _use(rest: str) -> Use:
+    """`use kimi-k2.6`, `use kimi-k2.6 on vllm`, `use kimi-k2.6 vllm`, `use kimi-k2.6 --engine vllm`."""
+    words = rest.split()
+    name, more = words[0], [w for w in words[1:] if w.lower() not in ("on", "--engine", "with")]
+    if not more:
+        return Use(name)
+    engine = more[0].lower()
+    if len(more) > 1 or engine not in ENGINE_NAMES:
+        raise CockpitError(
+            f"use takes a profile and an engine: `use {name} on vllm` or `use {name} on sglang`"
+        )
+    return Use(name, engine)
 
 
 def parse_levels(text: str, flag: str) -> tuple[int, ...]:
@@ -212,23 +236,53 @@ def _is_bench_token(token: str) -> bool:
 
 
 def _sweep(rest: str) -> Sweep:
-    """`sweep tp4, tp8 ep c=1,8 out=64`: layouts separated by commas, then `bench`'s words.
+    """`sweep tp4, tp8 ep --max-num-seqs 512 c=1,8 out=64`: layouts (each with its knobs)
+    separated by commas, then `bench`'s words.
 
     A word is the bench's when its key is one of bench's (c=, in=, out=, n=, t=, timeout=); `tp=4`
-    stays a layout's."""
+    stays a layout's, and so does every word from a knob's dash to the next comma."""
     words = _joined_equals(rest).split()
     for word in words:
         key, eq, _ = word.partition("=")
-        if eq and key.lower() not in _BENCH_KEYS and key.lower() not in _LAYOUT_KEYS:
+        if (
+            eq
+            and not key.startswith("-")
+            and key.lower() not in _BENCH_KEYS
+            and key.lower() not in _LAYOUT_KEYS
+        ):
             raise CockpitError(
                 f"sweep: {shown(word)} is neither a layout nor a bench setting (c=, in=, out=, n=, t=, timeout=)"
             )
     bench_words = [w for w in words if _is_bench_token(w)]
     layout_text = " ".join(w for w in words if not _is_bench_token(w))
-    layouts = tuple(parse_layout(part) for part in layout_text.split(",") if part.strip())
+    layouts = tuple(parse_layout(part) for part in _entries(layout_text) if part.strip())
     if not layouts:
         raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8 c=1,32`")
     return Sweep(layouts, _bench(" ".join(bench_words), command="sweep"))
+
+
+def _entries(text: str) -> list[str]:
+    """Split at the commas between layouts, not at those inside quotes, braces or brackets
+    (a knob's JSON value: --compilation-config '{"mode": 3, ...}')."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth = max(0, depth - 1)
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
 
 
 def _joined_equals(text: str) -> str:
@@ -270,9 +324,16 @@ def _typed_number(text: str, field_name: str) -> int | float | None:
         return None
 
 
-def completions(text: str, layouts: tuple[str, ...] = (), profiles: tuple[str, ...] = ()) -> list[str]:
-    """Candidates for Tab: command names, then layouts after `try`/`plan`, profiles after `use`."""
+def completions(
+    text: str, layouts: tuple[str, ...] = (), profiles: tuple[str, ...] = (), flags: tuple[str, ...] = ()
+) -> list[str]:
+    """Candidates for Tab: command names, then layouts after `try`/`plan`, profiles after `use`,
+    and the engine's server flags (``flags``) for a word that starts with a dash."""
     word, space, rest = text.partition(" ")
+    if space and rest and (rest.endswith(" -") or " --" in rest or rest.startswith("-")):
+        head, _, last = text.rpartition(" ")
+        if last.startswith("-"):
+            return [f"{head} {flag}" for flag in flags if flag.startswith(last)]
     if not space:
         return [n for n in NAMES if n.startswith(word.lower())] + [x for x in layouts if x.startswith(text)]
     pool = profiles if word == "use" else layouts if word in ("try", "plan", "sweep") else ()

@@ -38,6 +38,7 @@ def run_headless(
     quiet: bool = False,
     bench: str | None = None,
     timeout: float | None = None,
+    engine: str | None = None,
     out: Print = print,
 ) -> int:
     command = parse_command(text)
@@ -51,9 +52,13 @@ def run_headless(
             f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"'
         )
     check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
-    with Lab.open(profile, sim=sim, interval=0.5, startup_timeout=startup_timeout) as lab:
+    with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
         if lab.sim:
             out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
+        elif lab.setup.engine.version_note:
+            out(lab.setup.engine.version_note)
+        for note in lab.notes:
+            out(f"note: {note}")
         announce_live_servers(lab.registry, out)
         lab.monitor.start()
         return _drive(

@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from cockpit.children import simulated_engine
+from cockpit.engines import Engine, get_engine
 from cockpit.hardware import Hardware
+from cockpit.installed import engine_version
 from cockpit.journal import Journal
 from cockpit.planner import Setup
 from cockpit.profile import Profile
-from cockpit.resolve import SetupOverrides, resolve_profile, setup_for
+from cockpit.resolve import SetupOverrides, profile_for_engine, resolve, setup_for
 from cockpit.runner.experiment import DEFAULT_STARTUP_TIMEOUT_S, Launcher
 from cockpit.runner.registry import Registry
 from cockpit.runner.supervisor import Supervisor
@@ -49,11 +51,24 @@ def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
 
 def lab_setup(profile: Profile, *, sim: bool) -> Setup:
     """The profile's setup; a simulated one launches the simulated engine in front of the
-    engine's default launcher (the profile's own launcher names a real install)."""
+    engine's default launcher (the profile's own launcher names a real install). On a real box
+    the engine speaks the version its launcher runs (``engine_note`` says how it was found)."""
     setup = setup_for(profile)
     if not sim:
-        return setup
+        return replace(setup, engine=installed_engine(setup))
     return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
+
+
+def installed_engine(setup: Setup) -> Engine:
+    """The engine adapter for the version the setup's launcher runs; the newest cockpit knows,
+    with a note, when that cannot be told."""
+    name = setup.engine.name
+    version, how = engine_version(name, setup.command or setup.engine.default_command)
+    if version is not None:
+        return get_engine(name, version)
+    engine = type(setup.engine)()  # a fresh adapter: the note is this lab's
+    engine.version_note = f"{how}: checking flags with {engine.options.label}'s table"
+    return engine
 
 
 _L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)
@@ -71,6 +86,7 @@ class Lab:
     monitor: Monitor  # not started: the face starts it when it wants samples
     registry: Registry
     launcher: Launcher
+    notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
 
     @property
     def sim(self) -> bool:
@@ -82,13 +98,19 @@ class Lab:
         profile: Profile | str | None = None,
         *,
         sim: bool,
+        engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     ) -> _L:
         """Resolve the profile (a name or file; None for the demo one) and open its lab.
-        ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated)."""
+        ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated).
+        ``engine``: run the profile on this engine (its launcher, its arguments; ``notes`` say
+        what was translated)."""
+        notes: tuple[str, ...] = ()
         if not isinstance(profile, Profile):
-            profile = resolve_profile(SetupOverrides(profile=profile))
+            profile, notes = resolve(SetupOverrides(profile=profile, engine=engine))
+        elif engine:
+            profile, notes = profile_for_engine(profile, engine)
         reason = simulated_reason(sim)
         setup = lab_setup(profile, sim=bool(reason))
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
@@ -109,7 +131,7 @@ class Lab:
                 startup_timeout=startup_timeout,
             )
             undo.pop_all()
-        return cls(profile, setup, reason, source, journal, monitor, registry, launcher)
+        return cls(profile, setup, reason, source, journal, monitor, registry, launcher, notes)
 
     def close(self) -> None:
         """Stop the monitor's thread, release the GPU source, close the journal: each of them

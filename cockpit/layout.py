@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from dataclasses import dataclass, replace
 
 from cockpit.errors import CockpitError, cut
@@ -40,6 +41,10 @@ class Layout:
     ep: int | None = None
     expert_parallel: bool = False
     dpa: bool = False
+    # Server arguments typed after the layout words (`tp8 ep --max-num-seqs 512`): added to the
+    # profile's for this experiment only, and part of its name, so rows that differ by a knob
+    # stay apart in the journal and the results.
+    knobs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "ep"):
@@ -76,11 +81,34 @@ class Layout:
             parts.append("dpa")
         if self.expert_parallel:
             parts.append("ep" if self.ep is None else f"ep{self.ep}")
-        return " ".join(parts) or "tp1"
+        return " ".join([" ".join(parts) or "tp1", *map(shlex.quote, self.knobs)])
+
+    @property
+    def parallel(self) -> Layout:
+        """The layout without its knobs."""
+        return replace(self, knobs=()) if self.knobs else self
+
+
+def split_knobs(text: str) -> tuple[str, tuple[str, ...]]:
+    """`tp8 ep --max-num-seqs 512` -> ("tp8 ep", ("--max-num-seqs", "512")): the knobs start at
+    the first word that starts with a dash, and are split as a shell would (quotes kept together)."""
+    match = re.search(r"(?:^|\s)(-\S)", text)
+    if match is None:
+        return text, ()
+    start = match.start(1)
+    try:
+        knobs = tuple(shlex.split(text[start:]))
+    except ValueError as exc:
+        raise CockpitError(f"server arguments in '{cut(text.strip())}': {exc}; close the quote") from None
+    return text[:start].strip(), knobs
 
 
 def parse_layout(text: str) -> Layout:
-    """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout."""
+    """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout; server
+    arguments after the layout words are its knobs (`tp8 ep --max-num-seqs 512`)."""
+    text, knobs = split_knobs(text)
+    if knobs:
+        return replace(parse_layout(text), knobs=knobs)
     shown = cut(text.strip())
     lowered = _DPA_ALIAS.sub("dpa", text.strip().lower())
     tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]

@@ -30,6 +30,18 @@ _BUNDLED_ALIASES = {
 }
 
 
+# The repository each bundled architecture was read from: what an engine loads when a profile or
+# --model names the bundled file (`--model gpt-oss-120b` launches `vllm serve openai/gpt-oss-120b`).
+BUNDLED_REPO_IDS = {
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "kimi-k2.6": "moonshotai/Kimi-K2.6",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B",  # the base model's config (eos_token_id 128001)
+    "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
+    "mixtral-8x7b-v0.1": "mistralai/Mixtral-8x7B-v0.1",
+    "qwen3-30b-a3b-fp8": "Qwen/Qwen3-30B-A3B-FP8",
+}
+
+
 def bundled_dir() -> Path:
     """Where bundled architectures live (``layouts/models`` of the installed package)."""
     try:
@@ -104,6 +116,15 @@ def find_config(spec: str, env: Mapping[str, str] | None = None) -> Path:
         f"model '{spec}' not found: give a config.json, a model folder, a repo id in the Hugging Face "
         f"cache, or a bundled architecture ({', '.join(bundled_names())})"
     )
+
+
+def model_argv_path(spec: str) -> str:
+    """What the engine is told to load: a bundled architecture's name becomes its repository id
+    (the engine has no file named ``gpt-oss-120b``); a path or a repo id stays as given."""
+    key = spec.strip().lower()
+    if key in BUNDLED_REPO_IDS and not Path(spec).expanduser().exists():
+        return BUNDLED_REPO_IDS[key]
+    return spec
 
 
 def load_model(spec: str, env: Mapping[str, str] | None = None) -> ModelArch:

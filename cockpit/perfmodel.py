@@ -20,7 +20,15 @@ from cockpit.engines import Placement
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
-from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, stage_weights
+from cockpit.planner import (
+    DEFAULT_GRAPH_MAX_BS,
+    FAILS,
+    MemoryEstimate,
+    Setup,
+    Verdict,
+    knob_server_args,
+    stage_weights,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,9 @@ class Calibration:
     skew: float = 1.3  # routing skew: how far the busiest EP rank sits above the mean
     eta_pp: float = 0.5  # pipeline efficiency with several microbatches in flight
     t_layer_us: float = 60.0  # per-layer floor per step: kernel launches, small ops, syncs
+    # The same floor without a CUDA graph (eager mode, or a batch above the largest captured
+    # size): every kernel launched from the CPU (docs/performance.md#calibration).
+    eager_layer_factor: float = 3.0
     t_sched_ms: float = 2.0  # per-step scheduler, sampling, detokenisation
     alpha_p2p_us: float = 10.0  # one pipeline hop
     bw_p2p_gbs: float = 25.0
@@ -165,6 +176,7 @@ class PerfModel:
     memory: MemoryEstimate
     calibration: Calibration
     max_running: int
+    graph_max_bs: int = 512  # batches above this run without a CUDA graph; 0: eager mode
 
     # -- shape of the work ---------------------------------------------------------------------
 
@@ -207,7 +219,8 @@ class PerfModel:
         )
         t_cmp = self._compute_time(batch, layers)
         t_coll = layers * self._layer_collectives(batch, local)
-        floors = layers * cal.t_layer_us * 1e-6 + cal.t_sched_ms * 1e-3 / max(1, p.pp)
+        launch = cal.t_layer_us * (cal.eager_layer_factor if local > self.graph_max_bs else 1.0)
+        floors = layers * launch * 1e-6 + cal.t_sched_ms * 1e-3 / max(1, p.pp)
         return StepBreakdown(t_mem, t_cmp, t_coll, floors)
 
     def step_time_s(self, batch: int, context: float) -> float:
@@ -271,7 +284,7 @@ class PerfModel:
     @cached_property
     def _lm_head_s(self) -> float:
         """Reading lm_head once a step (on the last stage)."""
-        return self.model.class_bytes("lm_head") / self.placement.vocab_tp / self._bandwidth
+        return self.model.class_bytes("lm_head") / self.placement.lm_head_tp / self._bandwidth
 
     def _moe_efficiency(self, batch: int) -> float:
         """Expert slices (MoE-TP >= 4) run less efficient GEMMs once each expert sees tokens.
@@ -347,10 +360,11 @@ def perf_model(
     memory: MemoryEstimate,
     calibration: Calibration | None = None,
     max_running: int | None = None,
+    graph_max_bs: int = 512,
 ) -> PerfModel:
     cal = calibration or calibration_for(hardware, engine)
     cap = max_running or cal.max_running or default_max_running(engine, hardware)
-    return PerfModel(model, hardware, placement, memory, cal, cap)
+    return PerfModel(model, hardware, placement, memory, cal, cap, graph_max_bs)
 
 
 def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
@@ -359,8 +373,17 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
         return None
     engine = setup.engine.name
     cal = calibration_for(setup.hardware, engine, setup.calibration)
+    server = knob_server_args(setup, verdict.layout)
+    graphs = (server.cuda_graph_max_bs or DEFAULT_GRAPH_MAX_BS) if server.cuda_graphs else 0
     return perf_model(
-        setup.model, setup.hardware, engine, verdict.placement, verdict.memory, cal, setup.server.max_num_seqs
+        setup.model,
+        setup.hardware,
+        engine,
+        verdict.placement,
+        verdict.memory,
+        cal,
+        server.max_num_seqs,
+        graphs,
     )
 
 

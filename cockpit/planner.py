@@ -7,11 +7,14 @@ a runtime reserve, and the KV budget that is left, in tokens and in concurrent r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, parse_server_args
+from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, check_args
+from cockpit.engines.options import SET_BY_COCKPIT
+from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
 from cockpit.layout import Layout, enumerate_layouts, parse_layout
 from cockpit.model import (
@@ -34,7 +37,8 @@ VERDICT_ORDER = {FITS: 0, TIGHT: 1, FAILS: 2}
 
 CUDA_CONTEXT_GIB = 0.5  # driver context on every GPU before any tensor
 NON_TORCH_GIB = 1.0  # NCCL buffers, cuBLAS workspaces (vLLM counts them as non-KV)
-CUDA_GRAPH_GIB = 1.0  # captured graphs (vLLM estimates them since v0.21)
+CUDA_GRAPH_GIB = 1.0  # captured graphs at the default largest capture size (vLLM estimates them)
+DEFAULT_GRAPH_MAX_BS = 512  # vLLM's max_cudagraph_capture_size default: min(2 x max_num_seqs, 512)
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 32  # peak activation ~ batched tokens x hidden x 32 B
 TIGHT_KV_FRACTION = 0.05  # KV budget under 5% of the card ...
 TIGHT_MIN_REQUESTS = 4  # ... or room for fewer than 4 requests: "tight"
@@ -56,7 +60,7 @@ class Setup:
 
     @property
     def server(self) -> ServerArgs:
-        return parse_server_args(self.server_args)
+        return self.engine.check(self.server_args)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Verdict:
     argv: tuple[str, ...] = ()
     alternatives: tuple[Layout, ...] = ()
     predicted_tok_s: dict[int, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # what the engine would warn about (a deprecated spelling), not a failure
 
     @property
     def gpus_used(self) -> int:
@@ -151,6 +156,7 @@ class Verdict:
             "placement_text": str(self.placement) if self.placement else "",
             "alternatives": [str(a) for a in self.alternatives],
             "predicted_tok_s": {str(c): round(v, 1) for c, v in self.predicted_tok_s.items()},
+            "warnings": list(self.warnings),
         }
 
     def __str__(self) -> str:
@@ -163,21 +169,25 @@ class Verdict:
 
 
 def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
-    """The verdict for one layout: engine rules first, then memory."""
+    """The verdict for one layout: its server arguments first, then engine rules, then memory."""
     if isinstance(layout, str):
         layout = parse_layout(layout)
     engine, model, hw = setup.engine, setup.model, setup.hardware
     try:
-        placement = engine.placement(layout, hw.count, model)
+        server = knob_server_args(setup, layout)
+    except CockpitError as exc:
+        return Verdict(layout, engine.name, FAILS, (Reason("server-args", str(exc)),))
+    try:
+        placement = engine.placement(layout.parallel, hw.count, model, server)
     except Inexpressible as exc:
         return Verdict(
             layout, engine.name, FAILS, (Reason("inexpressible", str(exc)),), alternatives=exc.alternatives
         )
-    server = setup.server
-    argv = tuple(
-        engine.argv(placement, setup.model_path or model.name, setup.port, setup.server_args, setup.command)
-    )
+    placement = replace(placement, layout=layout)
+    args = (*setup.server_args, *layout.knobs)
+    argv = tuple(engine.argv(placement, setup.model_path or model.name, setup.port, args, setup.command))
     reasons = [Reason.from_rule(r) for r in engine.startup_rules(model, placement, server)]
+    reasons += length_reasons(model, engine, server)
     memory = estimate_memory(model, hw, engine, placement, server, setup.request_len)
     reasons += memory_reasons(model, engine, placement, memory, server, setup.request_len)
     verdict = FITS
@@ -185,7 +195,23 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
         verdict = FAILS
     elif reasons:
         verdict = TIGHT
-    return Verdict(layout, engine.name, verdict, tuple(reasons), placement, memory, argv)
+    return Verdict(
+        layout, engine.name, verdict, tuple(reasons), placement, memory, argv, warnings=server.notes
+    )
+
+
+def knob_server_args(setup: Setup, layout: Layout) -> ServerArgs:
+    """The profile's arguments and the layout's knobs, checked against the engine's table."""
+    engine = setup.engine
+    if layout.knobs:
+        checked = check_args(engine.options, layout.knobs, "knob")
+        for dest in checked.given:
+            owner = SET_BY_COCKPIT.get(dest.partition(".")[0])
+            if owner:
+                option = engine.options.by_dest(dest)
+                said = option.name if option else dest
+                raise CockpitError(f"knob {said} is set by {owner}: say it there, not as a knob")
+    return engine.check((*setup.server_args, *layout.knobs))
 
 
 def plan_all(setup: Setup, layouts: Iterable[Layout | str] | None = None) -> list[Verdict]:
@@ -221,8 +247,11 @@ def _per_layer(model: ModelArch, cls: str, count: int) -> float:
     return model.class_bytes(cls) / count if count else 0.0
 
 
-def stage_weights(model: ModelArch, placement: Placement) -> list[dict[str, float]]:
-    """Bytes on one GPU of each pipeline stage, by display group."""
+def stage_weights(
+    model: ModelArch, placement: Placement, redundant_experts: int = 0
+) -> list[dict[str, float]]:
+    """Bytes on one GPU of each pipeline stage, by display group. EPLB's redundant experts add
+    copies spread over the EP group: (experts + redundant) / EP per GPU."""
     moe_layers = model.moe.moe_layers if model.moe else 0
     attn = _per_layer(model, ATTN_SHARDED, model.layers) / placement.attn_tp + _per_layer(
         model, ATTN_REPLICATED, model.layers
@@ -234,7 +263,10 @@ def stage_weights(model: ModelArch, placement: Placement) -> list[dict[str, floa
     experts = 0.0
     if model.moe:
         per_expert = _per_layer(model, ROUTED_EXPERTS, moe_layers) / model.moe.experts
-        experts = placement.experts_per_gpu * per_expert / placement.moe_tp
+        held = placement.experts_per_gpu
+        if redundant_experts and placement.moe_ep > 1:
+            held = math.ceil((model.moe.experts + redundant_experts) / placement.moe_ep)
+        experts = held * per_expert / placement.moe_tp
     stages = []
     start = 0
     for index, count in enumerate(placement.stage_layers):
@@ -244,7 +276,7 @@ def stage_weights(model: ModelArch, placement: Placement) -> list[dict[str, floa
         if index == 0:
             embeddings += model.class_bytes(EMBEDDING) / placement.vocab_tp
         if index == len(placement.stage_layers) - 1:
-            embeddings += model.class_bytes(LM_HEAD) / placement.vocab_tp
+            embeddings += model.class_bytes(LM_HEAD) / placement.lm_head_tp
         stages.append(
             {
                 "attention": attn * count,
@@ -259,11 +291,36 @@ def stage_weights(model: ModelArch, placement: Placement) -> list[dict[str, floa
     return stages
 
 
+def graph_memory_gib(server: ServerArgs) -> float:
+    """Captured CUDA graphs: none in eager mode; otherwise about CUDA_GRAPH_GIB at the engines'
+    default largest capture (512), scaling with the largest captured batch
+    (docs/memory.md#server-arguments-the-planner-models)."""
+    if not server.cuda_graphs:
+        return 0.0
+    largest = server.cuda_graph_max_bs or DEFAULT_GRAPH_MAX_BS
+    return CUDA_GRAPH_GIB * min(2.0, max(0.1, largest / DEFAULT_GRAPH_MAX_BS))
+
+
+def batched_tokens(engine: Engine, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+    """The most tokens one forward pass runs, which sets the activation peak: the chunk size
+    (vLLM's defaults by card in vllm/engine/arg_utils.py, get_batch_defaults); without chunked
+    prefill a whole prompt of the longest length."""
+    if not server.chunked_prefill:
+        return max(server.max_num_batched_tokens or 0, max_model_len(model, server))
+    if server.max_num_batched_tokens:
+        return server.max_num_batched_tokens
+    if engine.name == "vllm":
+        if hw.memory_gib >= 160:
+            return 16384
+        return 8192 if hw.memory_gib >= 70 and hw.gpu.key != "a100" else 2048
+    return 8192
+
+
 def estimate_memory(
     model: ModelArch, hw: Hardware, engine: Engine, placement: Placement, server: ServerArgs, request_len: int
 ) -> MemoryEstimate:
     capacity = hw.memory_gib
-    stages = stage_weights(model, placement)
+    stages = stage_weights(model, placement, server.redundant_experts if server.enable_eplb else 0)
 
     def weights(stage: dict[str, float]) -> float:
         return sum(v for k, v in stage.items() if not k.startswith("_"))
@@ -271,11 +328,12 @@ def estimate_memory(
     busiest = max(range(len(stages)), key=lambda i: weights(stages[i]))
     stage = stages[busiest]
     weights_gib = weights(stage) / GiB
-    fraction = engine.memory_fraction(server, capacity)
+    fraction = engine.memory_fraction(server, capacity, placement, model)
     budget = capacity * fraction
     if engine.name == "vllm":
-        activations = server.max_num_batched_tokens * model.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN / GiB
-        reserve = NON_TORCH_GIB + CUDA_GRAPH_GIB + activations
+        tokens = batched_tokens(engine, server, hw, model)
+        activations = tokens * model.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN / GiB
+        reserve = NON_TORCH_GIB + graph_memory_gib(server) + activations
     else:  # SGLang keeps activations and graphs in the (1 - mem_fraction_static) it leaves free
         reserve = capacity - budget
         budget = capacity
@@ -283,7 +341,10 @@ def estimate_memory(
     kv_dtype = server.kv_bytes(2.0)
     kv_token = model.kv_bytes_per_token(kv_dtype, placement.attn_tp, layers=int(stage["_stage_layers"]))
     per_replica = max(0, int(kv_budget * GiB // kv_token)) if kv_token else 0
+    if server.max_total_tokens:  # SGLang: the pool is capped by --max-total-tokens
+        per_replica = min(per_replica, server.max_total_tokens)
     kv_tokens = per_replica * placement.attn_replicas
+    concurrency = kv_tokens / request_len if request_len else 0.0  # --max-num-seqs caps it in perfmodel
     return MemoryEstimate(
         capacity_gib=capacity,
         weights_by_group={k: v / GiB for k, v in stage.items() if not k.startswith("_")},
@@ -293,7 +354,7 @@ def estimate_memory(
         kv_budget_gib=kv_budget,
         kv_bytes_per_token=kv_token,
         kv_tokens=kv_tokens,
-        max_concurrency=kv_tokens / request_len if request_len else 0.0,
+        max_concurrency=concurrency,
         busiest_gpu=busiest * placement.attn_tp,
         expert_layer_bytes=stage["_expert_layer"],
     )
@@ -301,6 +362,35 @@ def estimate_memory(
 
 def max_model_len(model: ModelArch, server: ServerArgs) -> int:
     return server.max_model_len or model.max_context
+
+
+def length_reasons(model: ModelArch, engine: Engine, server: ServerArgs) -> list[Reason]:
+    """A context length above the model's own is refused at startup by both engines unless an
+    environment variable allows it (vllm/config/model.py _get_and_verify_max_len; SGLang
+    sglang/srt/configs/model_config.py _derive_context_length)."""
+    asked = server.max_model_len
+    if not asked or asked <= model.max_context:
+        return []
+    if engine.name == "vllm":
+        message = (
+            f"ValueError: User-specified max_model_len ({asked}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={model.max_context} or model_max_length=None in model's config.json). "
+            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
+        flag = "--max-model-len"
+    else:
+        message = (
+            f"ValueError: Warning: User-specified context_length ({asked}) is greater than the derived "
+            f"context_length ({model.max_context}). This may lead to incorrect model outputs or CUDA errors."
+        )
+        flag = "--context-length"
+    return [
+        Reason(
+            "max-model-len",
+            message,
+            f"{model.name} was trained for {model.max_context:,} tokens: set {flag} {model.max_context} or less",
+        )
+    ]
 
 
 def memory_reasons(
@@ -323,12 +413,16 @@ def memory_reasons(
         ]
     if memory.kv_budget_gib <= 0:
         if engine.name == "vllm":
-            message = (
+            message = (  # vllm/v1/core/kv_cache_planning.py
                 "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                "when initializing the engine."
+                "when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
+                "despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+                "details."
             )
-        else:
+        else:  # sglang/srt/model_executor/pool_configurator.py
             message = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+            if server.mem_fraction_static is not None:
+                message += f" Current value: mem_fraction_static={server.mem_fraction_static}"
         return [
             Reason(
                 "no-kv-memory",
@@ -345,10 +439,11 @@ def memory_reasons(
             Reason(
                 "kv-max-len",
                 f"ValueError: To serve at least one request with the model's max seq len ({length}), "
-                f"({needed:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
-                f"({memory.kv_budget_gib:.2f} GiB). Based on the available memory, the estimated maximum model "
-                f"length is {per_replica_tokens}. Try increasing `gpu_memory_utilization` or decreasing "
-                "`max_model_len` when initializing the engine.",
+                f"({round(needed, 2)} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({round(memory.kv_budget_gib, 2)} GiB). Based on the available memory, the estimated maximum "
+                f"model length is {per_replica_tokens}. Try increasing `gpu_memory_utilization` (which also "
+                "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
+                "engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
                 f"set --max-model-len {_round_down(per_replica_tokens)} or less in the profile's server args",
             )
         ]

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from cockpit.commands import MAX_CONCURRENCY, check_bench_number
-from cockpit.engines.base import parse_server_args
+from cockpit.engines import get_engine
+from cockpit.engines.options import SET_BY_COCKPIT, check_args
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory
 from cockpit.layout import parse_layout
@@ -38,6 +39,16 @@ class BenchDefaults:
 
 
 @dataclass(frozen=True)
+class EngineServer:
+    """The launcher and arguments a profile gives for an engine other than its own (``server.sglang:``
+    in a vLLM profile). Without them cockpit translates the profile's own arguments
+    (docs/placement.md#per-engine-arguments)."""
+
+    command: tuple[str, ...] = ()  # empty: that engine's default launcher
+    args: tuple[str, ...] | None = None  # None: translate the profile's own args
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     model: str
@@ -48,6 +59,7 @@ class Profile:
     port: int = 8000
     command: tuple[str, ...] = ()  # launcher prefix; empty means the engine's default
     args: tuple[str, ...] = ()  # extra server arguments, appended to the parallel flags
+    other_engines: Mapping[str, EngineServer] = field(default_factory=dict)  # server.<engine>: sections
     env: Mapping[str, str] = field(default_factory=dict)
     gpu_ids: tuple[int, ...] | None = None  # which GPUs cockpit may use on a real box
     layouts: tuple[str, ...] = ()  # offered first in the picker
@@ -130,7 +142,8 @@ _TOP_KEYS = {
     "name",
 }
 _HARDWARE_KEYS = {"gpu", "count", "memory_gib"}
-_SERVER_KEYS = {"port", "command", "args", "env", "gpus"}
+_SERVER_KEYS = {"port", "command", "args", "env", "gpus", *ENGINES}
+_ENGINE_SERVER_KEYS = {"command", "args"}
 _BENCH_KEYS = {"concurrency", "input_len", "output_len", "requests", "duration_s"}
 _SCHEMA = "see the profile schema in README.md"
 
@@ -143,10 +156,10 @@ def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, sourc
             )
 
 
-def _section(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+def _section(data: Mapping[str, Any], key: str, source: str, name: str | None = None) -> Mapping[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, dict):
-        raise CockpitError(f"{source}: '{key}' must be a mapping (got {shown(value)}): {_SCHEMA}")
+        raise CockpitError(f"{source}: '{name or key}' must be a mapping (got {shown(value)}): {_SCHEMA}")
     return value
 
 
@@ -172,7 +185,7 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
     args = _words(
         server.get("args"), "server.args", source, numbers=True, example='[--max-model-len, "32768"]'
     )
-    _server_args(args, source)
+    _server_args(engine, args, "server.args", source)
     return Profile(
         name=_text(data.get("name") or name, "name", source, numbers=True),
         model=_text(data["model"], "model", source),
@@ -187,6 +200,7 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
             server.get("command"), "server.command", source, numbers=False, example="[vllm, serve]"
         ),
         args=args,
+        other_engines=_other_engines(server, engine, source),
         env=_env(server.get("env"), source),
         gpu_ids=_gpu_ids(server.get("gpus"), source),
         layouts=_layouts(data.get("layouts"), source),
@@ -247,12 +261,52 @@ def _words(value: Any, key: str, source: str, numbers: bool, example: str) -> tu
     return tuple(str(w) for w in value)
 
 
-def _server_args(args: tuple[str, ...], source: str) -> None:
-    """The engine's memory flags, checked now: a bad --gpu-memory-utilization must not wait for launch."""
+def _server_args(engine: str, args: tuple[str, ...], key: str, source: str) -> None:
+    """Every argument checked against the engine's option table now: a typo or a bad
+    --gpu-memory-utilization must not wait for a ten-minute load."""
+    adapter = get_engine(engine)
     try:
-        parse_server_args(args)
+        adapter.check(args, where=key)
     except CockpitError as exc:
         raise CockpitError(f"{source}: {exc}") from None
+    for dest in check_args(adapter.options, args).given:
+        owner = SET_BY_COCKPIT.get(dest.partition(".")[0])
+        if owner:
+            option = adapter.options.by_dest(dest)
+            raise CockpitError(
+                f"{source}: {key} sets {option.name if option else dest}, which is {owner}'s to say: remove it"
+            )
+
+
+def _other_engines(server: Mapping[str, Any], engine: str, source: str) -> dict[str, EngineServer]:
+    """``server.sglang: {command: [...], args: [...]}`` in a vLLM profile: what to run on SGLang."""
+    out = {}
+    for name in ENGINES:
+        if name not in server:
+            continue
+        key = f"server.{name}"
+        if name == engine:
+            raise CockpitError(
+                f"{source}: {key} repeats the profile's own engine: put its launcher and args in "
+                f"server.command and server.args"
+            )
+        section = _section(server, name, source, key)
+        _check_keys(section, _ENGINE_SERVER_KEYS, key, source)
+        command = _words(
+            section.get("command"),
+            f"{key}.command",
+            source,
+            numbers=False,
+            example="[python, -m, sglang.launch_server]",
+        )
+        args = None
+        if "args" in section:
+            args = _words(
+                section["args"], f"{key}.args", source, numbers=True, example='[--context-length, "32768"]'
+            )
+            _server_args(name, args, f"{key}.args", source)
+        out[name] = EngineServer(command=command, args=args)
+    return out
 
 
 def _env(value: Any, source: str) -> dict[str, str]:

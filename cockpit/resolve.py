@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from cockpit.engines import get_engine
+from cockpit.engines.options import option_table
+from cockpit.engines.translate import translate_args
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS, hardware
-from cockpit.modelfiles import load_model
+from cockpit.modelfiles import load_model, model_argv_path
 from cockpit.planner import Setup
-from cockpit.profile import Profile, load_profile
+from cockpit.profile import EngineServer, Profile, load_profile
 
 DEFAULT_PROFILE = "demo"
+DEFAULT_ENGINE = "vllm"
 
 
 @dataclass(frozen=True)
@@ -25,19 +29,92 @@ class SetupOverrides:
 
 
 def resolve_profile(overrides: SetupOverrides) -> Profile:
-    profile = load_profile(overrides.profile or DEFAULT_PROFILE)
+    return resolve(overrides)[0]
+
+
+def resolve(overrides: SetupOverrides) -> tuple[Profile, tuple[str, ...]]:
+    """The profile the overrides make, and what was translated or dropped on the way (for the user)."""
+    if overrides.model and not overrides.profile:
+        profile = model_profile(overrides.model, overrides.engine or DEFAULT_ENGINE)
+    else:
+        profile = load_profile(overrides.profile or DEFAULT_PROFILE)
+    notes: tuple[str, ...] = ()
+    if overrides.engine:
+        profile, notes = profile_for_engine(profile, overrides.engine)
     changes: dict = {}
     if overrides.model:
         changes["model"] = overrides.model
-    if overrides.engine:
-        changes["engine"] = overrides.engine
     if overrides.gpus is not None:
         changes["gpus"] = _gpus_override(overrides.gpus)
     if overrides.gpu:
         changes["gpu"] = overrides.gpu
     if overrides.gpu_mem is not None:
         changes["gpu_mem_gib"] = _gpu_mem_override(overrides.gpu_mem)
-    return replace(profile, **changes)
+    return replace(profile, **changes), notes
+
+
+def model_profile(model: str, engine: str) -> Profile:
+    """``plan --model X`` without a profile: the model on ``engine`` with the engine's own defaults
+    (no server args, the engine's own port). The box is the demo profile's (8 x RTX PRO 6000)
+    unless --gpus/--gpu/--gpu-mem say otherwise, which ``resolve`` applies on top."""
+    engine = get_engine(engine).name
+    box = load_profile(DEFAULT_PROFILE)
+    port = option_table(engine).default("port")
+    return Profile(
+        name=_model_name(model),
+        model=model,
+        engine=engine,
+        gpu=box.gpu,
+        gpus=box.gpus,
+        gpu_mem_gib=box.gpu_mem_gib,
+        port=port if isinstance(port, int) else Profile.port,
+        description=f"{model} on {engine} with the engine's defaults",
+    )
+
+
+def _model_name(spec: str) -> str:
+    """A name for the profile of a bare model: the folder of a config.json, else the last part."""
+    path = Path(spec)
+    if path.name == "config.json":
+        return path.parent.name or spec
+    return (path.stem if path.suffix == ".json" else path.name) or spec
+
+
+def profile_for_engine(profile: Profile, engine_name: str) -> tuple[Profile, tuple[str, ...]]:
+    """The profile run on another engine: that engine's launcher and arguments, and notes saying what
+    was translated or dropped (docs/placement.md#per-engine-arguments).
+
+    The arguments are the profile's own for that engine (``server.sglang.args``) when it has them,
+    else its args translated. The launcher is the profile's for that engine, else the engine's
+    default: a ``server.command`` written for the profile's engine never launches another. The
+    profile's own launcher and args are kept as its section for its engine, so switching back
+    gives them again."""
+    engine = get_engine(engine_name)
+    if engine.name == profile.engine:
+        return profile, ()
+    own = get_engine(profile.engine)
+    given = profile.other_engines.get(engine.name, EngineServer())
+    notes: list[str] = []
+    if given.args is not None:
+        args = given.args
+    else:
+        args, translated = translate_args(profile.args, own.name, engine.name)
+        if profile.args:
+            notes.append(
+                f"profile {profile.name} is for {own.label}: its server args said for {engine.label}"
+            )
+        notes += translated
+    if profile.command and not given.command:
+        notes.append(
+            f"the profile's launcher `{' '.join(profile.command)}` is {own.label}'s: "
+            f"{engine.label} runs with `{' '.join(engine.default_command)}`"
+        )
+    others = {name: server for name, server in profile.other_engines.items() if name != engine.name}
+    others[own.name] = EngineServer(command=profile.command, args=profile.args)
+    switched = replace(
+        profile, engine=engine.name, command=given.command, args=tuple(args), other_engines=others
+    )
+    return switched, tuple(notes)
 
 
 def _gpus_override(gpus: object) -> int:
@@ -66,7 +143,7 @@ def setup_for(profile: Profile) -> Setup:
         engine=get_engine(profile.engine),
         server_args=profile.args,
         request_len=profile.request_len,
-        model_path=profile.model,
+        model_path=model_argv_path(profile.model),
         port=profile.port,
         command=profile.command,
         calibration=profile.calibration,

@@ -136,3 +136,53 @@ def test_gpus_from_an_unreachable_dcgm_endpoint(capsys):
 
     assert main(["gpus", "--dcgm", f"http://127.0.0.1:{free_port()}/metrics"]) == 2
     assert "no GPUs answered" in capsys.readouterr().err
+
+
+def _plan_json(capsys, *args: str) -> tuple[list[dict], str]:
+    assert main(["plan", *args, "--json"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+@pytest.mark.parametrize(
+    "profile, engine, launcher",
+    [
+        ("minimax-m2.5", "sglang", ["python", "-m", "sglang.launch_server"]),
+        ("kimi-k2.6", "vllm", ["vllm", "serve"]),
+        ("demo", "sglang", ["python", "-m", "sglang.launch_server"]),
+    ],
+)
+def test_plan_on_another_engine_speaks_that_engines_flags_only(capsys, profile, engine, launcher):
+    """Every argv: the engine's launcher, then words the engine's own option table takes."""
+    from cockpit.engines.options import check_args, option_table
+
+    rows, err = _plan_json(capsys, "--profile", profile, "--engine", engine)
+    table = option_table(engine)
+    argvs = [row["argv"] for row in rows if row["argv"]]
+    assert argvs
+    for argv in argvs:
+        assert argv[: len(launcher)] == launcher
+        rest = argv[len(launcher) :]
+        check_args(table, rest[1:] if engine == "vllm" else rest)  # vLLM's model is positional
+    assert err.startswith("note: ") and all(line.startswith("note: ") for line in err.splitlines())
+
+
+def test_plan_notes_say_what_the_engine_override_dropped(capsys):
+    _, err = _plan_json(capsys, "--profile", "minimax-m2.5", "--engine", "sglang", "--layout", "tp4")
+    assert "note: --gpu-memory-utilization 0.90 dropped" in err
+    assert "note: the profile's launcher `vllm serve` is vLLM's" in err
+
+
+def test_plan_with_a_model_carries_no_demo_arguments(capsys):
+    rows, err = _plan_json(capsys, "--model", "gpt-oss-120b", "--layout", "tp8")
+    (row,) = rows
+    assert row["argv"][:3] == ["vllm", "serve", "openai/gpt-oss-120b"]
+    assert "--max-model-len" not in row["argv"] and err == ""
+    rows, _ = _plan_json(capsys, "--model", "qwen3-30b-a3b-fp8", "--engine", "sglang", "--layout", "tp2")
+    assert rows[0]["argv"][:5] == [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen3-30B-A3B-FP8",
+    ]

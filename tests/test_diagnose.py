@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.planner import Reason
 from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
 from cockpit.runner.phases import log_message
+from cockpit.sim.logs import SGLangLog, VLLMLog
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -83,6 +85,20 @@ CASES = {
         ["vllm serve does not know --ep-size 2"],
     ),
     "vllm_engine_core_wrapper_only.log": ("engine-died", "loading", None, ["no root cause in the log tail"]),
+    # vLLM 0.33: pydantic's ValidationError wraps the heads rule (vllm/config/model.py).
+    "vllm_validation_heads_tp6.log": (
+        "attention-heads",
+        None,
+        None,
+        ["64 attention heads", "tensor parallel size 6"],
+    ),
+    # SGLang 0.5.23 after loading a block-FP8 MoE model (moe_ep_setup.py).
+    "sglang_moe_block_tp8.log": (
+        "fp8-block",
+        "loaded",
+        None,
+        ["expert width 768 / MoE-TP 8 = 96", "weight block 128"],
+    ),
 }
 
 
@@ -99,7 +115,12 @@ def test_each_fixture_gives_its_root_cause(name):
 
 
 def test_every_fixture_is_covered():
-    startups = {"sim_vllm_startup.log", "sim_sglang_startup.log"}
+    startups = {
+        "sim_vllm_startup.log",
+        "sim_sglang_startup.log",
+        "vllm_0_33_startup.log",
+        "sglang_0_5_23_startup.log",
+    }
     assert {p.name for p in LOGS.glob("*.log")} == set(CASES) | startups
 
 
@@ -246,6 +267,62 @@ def test_weak_signals_lose_to_a_real_error_below_them():
             "kv-cache",
             ["32,768-token", "4.00 GiB", "2.50 GiB"],
         ),
+        # vllm/config/parallel.py (0.33), as pydantic shows it inside "1 validation error for ParallelConfig".
+        (
+            "  Value error, EPLB requires tensor, prefill-context, or data parallelism, but got TP=1, PCP=1, DP=1. "
+            "[type=value_error, input_value=ArgsKwargs((), {'pipeline_paral...ne, 'nnodes': 1, 'node_rank': 0}), "
+            "input_type=ArgsKwargs]",
+            "eplb",
+            ["EPLB needs an expert group of more than one GPU", "TP=1, PCP=1, DP=1"],
+        ),
+        # vllm/config/model.py: _verify_with_expert_parallelism, inside "1 validation error for VllmConfig".
+        (
+            "  Value error, Number of experts in the model must be greater than 0 when expert parallelism is "
+            "enabled. [type=value_error, input_value=ArgsKwargs((), {'model_config': ...figs': None, "
+            "'instance_id': ''}), input_type=ArgsKwargs]",
+            "ep-needs-experts",
+            ["no experts"],
+        ),
+        # sglang/srt/model_executor/model_runner_components/moe_ep_setup.py: check_quantized_moe_compatibility
+        ("ValueError: tp_size 4 must be divisible by ep_size 3", "moe-split", ["EP 3 does not divide TP 4"]),
+        (
+            "ValueError: moe_intermediate_size 768 must be divisible by moe_tp_size (5) which is tp_size (5) "
+            "divided by moe_ep_size (1).",
+            "moe-split",
+            ["expert width 768 does not split over MoE-TP 5 (TP 5 / EP 1)"],
+        ),
+        (
+            "ValueError: For quantized MoE models, please make sure (moe_intermediate_size=768 / moe_tp_size=8) "
+            "% weight_block_size_n=128 == 0 where moe_tp_size is equal to tp_size (8) divided by ep_size (1). "
+            "You can fix this by setting arguments `--tp` and `--ep` correctly.",
+            "fp8-block",
+            ["expert width 768 / MoE-TP 8 = 96", "weight block 128"],
+        ),
+        # sglang/srt/model_executor/model_runner.py: ModelRunner.__init__
+        (
+            "AssertionError: Pipeline Parallel is not compatible with this model.",
+            "pp-unsupported",
+            ["pipeline parallelism"],
+        ),
+        # vllm/v1/worker/utils.py: request_memory (0.33), with weights held outside the engine.
+        (
+            "ValueError: Free memory on device cuda:1 (20.5/139.8 GiB) on startup is less than the engine's budget "
+            "after excluding external process's weights (0.9, 65.82 GiB). Decrease GPU memory utilization or "
+            "reduce GPU memory used by other processes.",
+            "kv-cache",
+            [
+                "another process holds GPU memory on GPU 1",
+                "20.5 of 139.8 GiB",
+                "the engine's own budget is 65.82 GiB",
+            ],
+        ),
+        (
+            "ValueError: Externally held weights on device cuda:0 (130.0/139.8 GiB) exceed the desired GPU memory "
+            "utilization (0.9, 125.82 GiB). Increase GPU memory utilization or reduce GPU memory used by other "
+            "processes.",
+            "kv-cache",
+            ["weights held outside the engine take 130.0 of 139.8 GiB on GPU 0", "125.82 GiB"],
+        ),
     ],
 )
 def test_engine_texts_one_line_each(line, kind, words):
@@ -262,6 +339,94 @@ def test_free_memory_names_the_device():
         "utilization (0.9, 21.09 GiB)."
     )
     assert diagnose([line]).gpu == 3
+
+
+def test_pydantic_wrapper_gives_way_to_the_engines_own_words():
+    found = diagnose(log("vllm_validation_heads_tp6.log"))
+    assert (
+        found.evidence
+        == "Total number of attention heads (64) must be divisible by tensor parallel size (6)."
+    )
+    for wrapper in ("pydantic", "validation error", "Value error", "type=value_error"):
+        assert wrapper not in found.cause and wrapper not in found.evidence
+    assert found.next_step.startswith("use a TP size that divides 64: 1, 2, 4, 8, 16")
+
+
+def test_a_wrapped_error_no_pattern_knows_is_shown_in_the_engines_words():
+    """A ModelConfig that fails to load its config.json (public log: vllm-project/vllm#26161)."""
+    lines = [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        "  Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, input_value=ArgsKwargs((), "
+        "{'model': ...rocessor_plugin': None}), input_type=ArgsKwargs]",
+        "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
+    ]
+    found = diagnose(lines)
+    assert found.kind == "error"
+    assert found.cause == "the engine raised ValueError: Expecting value: line 1 column 1 (char 0)"
+    assert found.evidence == "Expecting value: line 1 column 1 (char 0)"
+
+
+def test_a_multi_line_wrapped_error_is_read_from_its_first_line():
+    """vllm/config/parallel.py raises World size on several lines, inside "for ParallelConfig"."""
+    lines = [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig",
+        "  Value error, World size (16) is larger than the number of available GPUs (8) in this node. If this "
+        "is intentional and you are using:",
+        "- ray, set '--distributed-executor-backend ray'.",
+        "- multiprocessing, set '--nnodes' appropriately. [type=value_error, input_value=ArgsKwargs((), "
+        "{'pipeline_paral...ne, 'nnodes': 1, 'node_rank': 0}), input_type=ArgsKwargs]",
+    ]
+    found = diagnose(lines)
+    assert (found.kind, found.cause) == ("world-size", "the layout needs 16 GPUs but only 8 are available")
+    assert found.evidence.startswith("World size (16) is larger")
+
+
+def test_the_simulators_0_33_and_0_5_23_failures_are_diagnosed_in_the_engines_words():
+    lines: list[str] = []
+    heads = "ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (6)."
+    VLLMLog(lines.append).startup_failure([Reason("attention-heads", heads)])
+    assert "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig" in lines
+    found = diagnose(lines)
+    assert (found.kind, found.evidence) == ("attention-heads", heads.removeprefix("ValueError: "))
+    lines.clear()
+    eplb = "EPLB requires tensor, prefill-context, or data parallelism, but got TP=1, PCP=1, DP=1."
+    VLLMLog(lines.append).startup_failure([Reason("eplb", "Value error, " + eplb)])  # as pydantic shows it
+    assert "pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig" in lines
+    assert sum("Value error, " in line for line in lines) == 1
+    assert (diagnose(lines).kind, diagnose(lines).evidence) == ("eplb", eplb)
+    lines.clear()
+    block = (
+        "ValueError: For quantized MoE models, please make sure (moe_intermediate_size=768 / moe_tp_size=8) "
+        "% weight_block_size_n=128 == 0 where moe_tp_size is equal to tp_size (8) divided by ep_size (1). "
+        "You can fix this by setting arguments `--tp` and `--ep` correctly."
+    )
+    SGLangLog(lines.append).startup_failure([Reason("moe-block", block)])
+    assert any("moe_ep_setup.py" in line for line in lines)
+    found = diagnose(lines)
+    assert (found.kind, found.evidence) == ("fp8-block", block)
+
+
+def test_deprecation_warnings_are_the_engines_and_no_failure():
+    lines: list[str] = []
+    SGLangLog(lines.append).argument_warnings(["--enable-dp-attention", "--disable-fast-image-processor"])
+    assert lines == [
+        # sglang/srt/arg_groups/argparse_actions.py: DeprecatedStoreTrueAction, in yellow
+        "\x1b[1;33m'--enable-dp-attention' is deprecated and will be removed in a future release. "
+        "Use '--attn-dp-size <dp-size>' instead.\x1b[0m",
+        # sglang/srt/arg_groups/serving_hook.py: handle_deprecated_args
+        "--disable-fast-image-processor is deprecated; use --image-processor-backend=pil instead.",
+    ]
+    assert diagnose(lines) is None
+    lines.clear()
+    VLLMLog(lines.append).argument_warnings(["--log_config_file=x.json", "--some-old-flag"])
+    assert lines[0].endswith(
+        "vllm/engine/arg_utils.py:484: UserWarning: --log-config-file is deprecated and will be removed in v0.33.0. "
+        "Use --logging-config.pylogging_config_file instead."
+    )
+    # vllm/utils/argparse_utils.py: FlexibleArgumentParser names the dest
+    assert lines[2].endswith("[argparse_utils.py:207] argument 'some_old_flag' is deprecated")
+    assert lines[2].startswith("(MainProcess pid=") and " WARNING " in lines[2]
+    assert diagnose(lines) is None
 
 
 def test_nccl_error_with_a_cuda_oom_below_is_an_oom():
@@ -289,6 +454,8 @@ def test_bare_assert_on_the_query_heads_is_an_attention_heads_failure():
 def test_no_error_is_no_diagnosis():
     assert diagnose(log("sim_vllm_startup.log")) is None
     assert diagnose(log("sim_sglang_startup.log")) is None
+    assert diagnose(log("vllm_0_33_startup.log")) is None
+    assert diagnose(log("sglang_0_5_23_startup.log")) is None
     assert diagnose([]) is None
 
 

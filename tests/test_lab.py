@@ -110,3 +110,28 @@ def test_attach_reads_simulated_from_the_registry_entry():
     assert not ServerEntry.from_json(base).simulated  # an older entry: real, whatever its argv says
     entry = ServerEntry.from_json({**base, "simulated": True})
     assert entry.simulated and ServerEntry.from_json(entry.to_json()) == entry
+
+
+def test_a_profile_opened_on_another_engine_launches_that_engines_argv(profile_file, tmp_path, monkeypatch):
+    """`use kimi-k2.6 on vllm` / `cockpit run --engine vllm`: vLLM's launcher, the args translated, notes said."""
+    from cockpit.commands import Use, parse_command
+    from cockpit.engines import check_args, option_table
+    from cockpit.sim.flags import strip_launcher
+
+    assert parse_command("use kimi-k2.6 on vllm") == Use("kimi-k2.6", "vllm")
+    assert parse_command("use kimi-k2.6") == Use("kimi-k2.6")
+    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
+    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
+    profile, _ = profile_file("kimi-k2.6")
+    with Lab.open(profile, sim=True, engine="vllm") as lab:
+        assert lab.setup.engine.name == "vllm" and lab.profile.engine == "vllm"
+        assert lab.setup.command == simulated_engine("vllm", ("vllm", "serve"))
+        assert any("--context-length" in note or "said for vLLM" in note for note in lab.notes)
+        argv = plan_layout(lab.setup, "tp8 ep").argv
+    flags = strip_launcher("vllm", argv[len(SIM) :])
+    assert (
+        flags[0] == "moonshotai/Kimi-K2.6" and "--max-model-len" in flags and "--context-length" not in flags
+    )
+    check_args(option_table("vllm"), flags[1:])  # every word a vLLM flag or its value
+    result = cockpit("run", "try tp8 ep", "--profile", profile, "--engine", "vllm", "--sim", "--quiet")
+    assert "note: " in result.stdout, result.stdout + result.stderr

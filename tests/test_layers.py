@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "the user's files and the environment",
-        {"paths", "textfile", "layouts", "modelfiles", "profile", "resolve", "children"},
+        {"paths", "textfile", "layouts", "modelfiles", "profile", "resolve", "children", "installed"},
     ),
     ("storage", {"journal"}),
     ("the simulated box and engine, the load generator", {"sim", "bench"}),

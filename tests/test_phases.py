@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cockpit.engines import get_engine
+from cockpit.hardware import parse_box
+from cockpit.modelfiles import load_model
+from cockpit.planner import Setup, plan_layout
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
+from cockpit.sim.flags import parse_engine_args
+from cockpit.sim.logs import for_engine
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -33,6 +39,94 @@ def test_sim_sglang_startup():
     ]  # fmt: skip
     assert tracker.engine == "sglang" and tracker.ready_line_seen
     assert tracker.weights_gib == 70.95 and tracker.kv_tokens == 192_877
+
+
+def test_sglang_0_5_23_startup_passes_every_phase():
+    """SGLang 0.5.23's own words: "Init parallel begin.", "KV Cache is allocated. dtype: ...",
+    "Capture target decode CUDA graph begin.", server_args as a dict."""
+    tracker, phases = feed_all((LOGS / "sglang_0_5_23_startup.log").read_text().splitlines())
+    assert [p.name for p in phases] == [
+        "starting", "loading", "loading", "loading", "loading", "loading", "loaded", "kv_cache", "cuda_graphs", "serving",
+    ]  # fmt: skip
+    assert [p.progress for p in phases if p.name == "loading"] == [None, 0.0, 0.25, 0.5, 1.0]
+    assert tracker.engine == "sglang" and tracker.ready_line_seen
+    assert tracker.weights_gib == 53.75 and tracker.kv_tokens == 431_204
+    assert phases[-3].detail == "431,204 tokens of KV cache"
+
+
+def test_vllm_0_33_startup_passes_every_phase():
+    """vLLM 0.33 puts the KV size and the maximum concurrency on one line."""
+    tracker, phases = feed_all((LOGS / "vllm_0_33_startup.log").read_text().splitlines())
+    assert [p.name for p in phases] == [
+        "starting", "loading", "loading", "loading", "loading", "loaded", "kv_cache", "kv_cache", "cuda_graphs", "serving",
+    ]  # fmt: skip
+    assert tracker.engine is None and tracker.ready_line_seen
+    assert tracker.weights_gib == 53.63 and tracker.kv_tokens == 492_117
+    assert phases[-3].detail == "492,117 tokens of KV cache"
+
+
+def simulated_startup(engine: str, argv: list[str]) -> tuple[list[str], int]:
+    """The simulated engine's lines from start to ready, hook by hook without its waits, and the
+    KV tokens of one attention replica as the planner counts them."""
+    args = parse_engine_args(engine, argv)
+    setup = Setup(
+        load_model(args.model),
+        parse_box("8xrtx-pro-6000"),
+        get_engine(engine),
+        server_args=args.argv,
+        model_path=args.model,
+    )
+    verdict = plan_layout(setup, args.layout)
+    assert verdict.placement is not None and verdict.memory is not None
+    lines: list[str] = []
+    log = for_engine(engine, lines.append)
+    log.starting(args, setup, verdict)
+    for done in (0, 5, 10):
+        log.shard_progress(done, 10, 1.0 + done)
+    log.loaded(setup, verdict.memory)
+    log.kv_ready(setup, verdict.placement, verdict.memory)
+    log.ready(args)
+    return lines, verdict.memory.kv_tokens // verdict.placement.attn_replicas
+
+
+def test_the_simulated_sglang_speaks_0_5_23_and_every_phase_is_seen():
+    lines, tokens = simulated_startup(
+        "sglang",
+        ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8", "--ep-size", "8", "--port", "30000"],
+    )
+    text = "\n".join(lines)
+    assert lines[0].split("] ", 1)[1].startswith("server_args={'model_path': 'moonshotai/Kimi-K2.6'")
+    for words in ("Init parallel begin.", "Capture target decode CUDA graph begin. backend=full", "#tokens:"):
+        assert words in text
+    assert f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {tokens}, KV size: " in text  # MLA
+    for old in ("Init torch distributed", "ServerArgs(", "Capture cuda graph"):
+        assert old not in text
+    tracker, phases = feed_all(lines)
+    assert [p.name for p in phases if p.name != "loading"] == [
+        "starting",
+        "loaded",
+        "kv_cache",
+        "cuda_graphs",
+        "serving",
+    ]
+    assert tracker.engine == "sglang" and tracker.kv_tokens == tokens and tracker.ready_line_seen
+
+
+def test_the_simulated_vllm_speaks_0_33_and_every_phase_is_seen():
+    lines, tokens = simulated_startup(
+        "vllm", ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--max-model-len", "32768"]
+    )
+    text = "\n".join(lines)
+    assert "vLLM server version 0.33.0, serving model MiniMaxAI/MiniMax-M2.5" in text
+    assert "Initializing a V1 LLM engine (v0.33.0)" in text and "0.11" not in text
+    assert (
+        f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for 32,768 tokens per request: " in text
+    )
+    tracker, phases = feed_all(lines)
+    assert [p.name for p in phases if p.name != "loading"] == [
+        "starting", "loaded", "kv_cache", "kv_cache", "cuda_graphs", "serving",
+    ]  # fmt: skip
+    assert tracker.kv_tokens == tokens and tracker.ready_line_seen
 
 
 def test_vllm_excerpt_stops_in_the_kv_phase():
@@ -126,6 +220,41 @@ def test_cuda_graph_and_kv_lines_of_both_engines():
         == "cuda_graphs"
     )
     assert tracker.feed("(APIServer pid=1) INFO:     Application startup complete.").name == "serving"
+
+
+def test_sglang_0_5_23_kv_and_graph_lines():
+    tracker = PhaseTracker(experiment=1)
+    line = "[2026-11-30 10:01:37 TP0 EP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 192877, KV size: 12.62 GB"
+    assert tracker.feed(line).detail == "192,877 tokens of KV cache"
+    assert tracker.engine == "sglang"
+    graphs = "[2026-11-30 10:01:38 TP0] Capture target prefill CUDA graph begin. backend=full, num_tokens=[8192], avail mem=10.90 GB"
+    assert tracker.feed(graphs).name == "cuda_graphs"
+    # A hybrid model: the full-attention pool is the one the scheduler counts, not the SWA pool.
+    tracker = PhaseTracker(experiment=1)
+    tracker.feed(
+        "Full KV Cache is allocated. dtype: torch.bfloat16, #tokens: 400000, K size: 3.05 GB, V size: 3.05 GB"
+    )
+    tracker.feed(
+        "SWA KV Cache is allocated. dtype: torch.bfloat16, #tokens: 120000, K size: 9.16 GB, V size: 9.16 GB"
+    )
+    assert tracker.kv_tokens == 400_000
+    # Sized again after the graphs (sglang/srt/model_executor/model_runner_components/kv_pool_runtime.py).
+    tracker = PhaseTracker(experiment=1)
+    tracker.feed(
+        "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=20.00 GB"
+    )
+    tracker.feed(
+        "Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 250000, KV size: 9.10 GB, avail mem=3.20 GB"
+    )
+    assert tracker.phase == "cuda_graphs" and tracker.kv_tokens == 250_000
+
+
+def test_sglang_is_recognised_by_its_0_5_23_lines_alone():
+    for first in ("server_args={'model_path': 'x', 'tp_size': 8}", "Init parallel begin."):
+        tracker = PhaseTracker(experiment=1)
+        tracker.feed(first)
+        assert tracker.engine == "sglang"
+        assert tracker.feed("INFO:     Application startup complete.") is None
 
 
 def test_ansi_codes_are_stripped():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from cockpit.errors import CockpitError
 from cockpit.profile import load_profile, parse_profile, profile_names
@@ -187,3 +188,162 @@ def test_numbers_yaml_reads_where_text_is_meant_are_taken_as_text():
         }
     )
     assert profile.port == 8000 and profile.env == {"OMP_NUM_THREADS": "8", "NCCL_P2P_LEVEL": "1.5"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Server arguments per engine (docs/placement.md#per-engine-arguments)
+
+_MINIMAX_ON_SGLANG = (
+    "model: minimax-m2.5\nengine: vllm\n"
+    "server:\n  command: [vllm, serve]\n  args: [--max-model-len, '32768', --gpu-memory-utilization, '0.90']\n"
+)
+
+
+@pytest.mark.parametrize(
+    "engine, args, message",
+    [
+        (
+            "vllm",
+            "[--max-num-sqs, '512']",
+            "server.args --max-num-sqs is not a vLLM 0.33.0 server flag: did you mean --max-num-seqs?",
+        ),
+        (
+            "vllm",
+            "[--context-length, '32768']",
+            "server.args --context-length is not a vLLM 0.33.0 server flag",
+        ),
+        (
+            "sglang",
+            "[--max-model-len, '32768']",
+            "server.args --max-model-len is not a SGLang 0.5.23 server flag",
+        ),
+        ("sglang", "[--kv-cache-dtype, fp8]", "(did you mean fp8_e4m3?)"),
+        ("sglang", "[--seed, '1']", "--seed is gone from SGLang 0.5.23: use --random-seed"),
+        ("vllm", "[-tp, '4']", "server.args sets --tensor-parallel-size, which is the layout's tpN's to say"),
+        ("sglang", "[--port, '1234']", "sets --port, which is the profile's server port's to say"),
+    ],
+)
+def test_server_args_are_checked_against_the_profiles_engine(tmp_path, engine, args, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"{_BASE}engine: {engine}\nserver: {{args: {args}}}\n")
+    with pytest.raises(CockpitError) as err:
+        load_profile(str(path))
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_profile_holds_another_engines_launcher_and_args(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        _MINIMAX_ON_SGLANG + "  sglang:\n    command: [/opt/sgl/bin/python, -m, sglang.launch_server]\n"
+        "    args: [--context-length, '32768', --mem-fraction-static, '0.85']\n"
+    )
+    profile = load_profile(str(path))
+    sglang = profile.other_engines["sglang"]
+    assert sglang.command[0] == "/opt/sgl/bin/python" and sglang.args == (
+        "--context-length",
+        "32768",
+        "--mem-fraction-static",
+        "0.85",
+    )
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        (
+            "  sglang:\n    args: [--max-model-len, '1']\n",
+            "server.sglang.args --max-model-len is not a SGLang",
+        ),
+        ("  sglang:\n    argz: []\n", "unknown key 'argz' in server.sglang"),
+        ("  sglang: [a]\n", "'server.sglang' must be a mapping"),
+        ("  sglang:\n    command: python\n", "server.sglang.command must be a list"),
+        ("  vllm:\n    args: []\n", "server.vllm repeats the profile's own engine"),
+    ],
+)
+def test_bad_per_engine_sections_say_what_to_fix(tmp_path, section, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(_MINIMAX_ON_SGLANG + section)
+    with pytest.raises(CockpitError) as err:
+        load_profile(str(path))
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["demo", "minimax-m2.5", "kimi-k2.6"])
+def test_the_bundled_profiles_commented_engine_sections_load_when_uncommented(name):
+    """The example in each bundled profile's comments is a working section, not prose."""
+    import re
+
+    from cockpit.profile import find_profile
+
+    text = find_profile(name).read_text()
+    uncommented = re.sub(
+        r"^  # ((?:vllm|sglang):\n(?:  #   .*\n)+)", lambda m: "  " + m.group(1), text, flags=re.M
+    )
+    uncommented = re.sub(r"^  #   ", "    ", uncommented, flags=re.M)
+    assert uncommented != text
+    profile = parse_profile(yaml.safe_load(uncommented), name=name, source=name)
+    (other,) = profile.other_engines
+    assert other != profile.engine and profile.other_engines[other].args
+
+
+def test_the_engine_override_uses_the_profiles_section_for_that_engine(tmp_path):
+    from cockpit.resolve import profile_for_engine
+
+    path = tmp_path / "p.yaml"
+    path.write_text(_MINIMAX_ON_SGLANG + "  sglang:\n    args: [--context-length, '16384']\n")
+    profile = load_profile(str(path))
+    on_sglang, notes = profile_for_engine(profile, "sglang")
+    assert on_sglang.engine == "sglang" and on_sglang.args == ("--context-length", "16384")
+    assert on_sglang.command == ()  # SGLang's default launcher, not the profile's `vllm serve`
+    assert any("`vllm serve` is vLLM's" in note for note in notes)
+    back, _ = profile_for_engine(on_sglang, "vllm")  # switching back gives the profile's own again
+    assert (back.engine, back.command, back.args) == (profile.engine, profile.command, profile.args)
+
+
+def test_the_engine_override_translates_without_a_section():
+    from cockpit.engines.options import check_args, option_table
+    from cockpit.resolve import profile_for_engine
+
+    on_sglang, notes = profile_for_engine(load_profile("minimax-m2.5"), "sglang")
+    assert on_sglang.args == (
+        "--context-length",
+        "32768",
+        "--max-running-requests",
+        "256",
+        "--trust-remote-code",
+    )
+    check_args(option_table("sglang"), on_sglang.args)
+    assert any(note.startswith("--gpu-memory-utilization 0.90 dropped") for note in notes)
+    assert profile_for_engine(on_sglang, "sglang") == (on_sglang, ())
+
+
+def test_a_model_without_a_profile_starts_from_the_engines_defaults():
+    from cockpit.resolve import resolve
+
+    profile, notes = resolve(SetupOverrides(model="qwen3-30b-a3b-fp8"))
+    assert (profile.engine, profile.args, profile.command, notes) == ("vllm", (), (), ())
+    assert (profile.gpu, profile.gpus) == (load_profile("demo").gpu, 8)  # the demo's box
+    profile, _ = resolve(SetupOverrides(model="qwen3-30b-a3b-fp8", engine="sglang", gpus=2))
+    assert (profile.engine, profile.args, profile.port, profile.gpus) == ("sglang", (), 30000, 2)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gpt-oss-120b", "kimi-k2.6", "llama-3.1-70b", "minimax-m2.5", "mixtral-8x7b-v0.1", "qwen3-30b-a3b-fp8"],
+)
+def test_a_bundled_name_is_launched_by_its_repository_id(name):
+    from cockpit.modelfiles import BUNDLED_REPO_IDS, bundled_names, find_config, model_argv_path
+
+    assert set(BUNDLED_REPO_IDS) == set(bundled_names())
+    repo = model_argv_path(name)
+    assert "/" in repo and find_config(repo, env={"HOME": "/nonexistent"}) == find_config(name)
+    setup, _ = build_setup(SetupOverrides(model=name))
+    assert setup.model_path == repo and model_argv_path(repo) == repo
+
+
+def test_gpt_oss_is_openais_repository():
+    from cockpit.modelfiles import model_argv_path
+
+    assert model_argv_path("gpt-oss-120b") == "openai/gpt-oss-120b"
+    assert model_argv_path("./some/folder") == "./some/folder"

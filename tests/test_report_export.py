@@ -244,7 +244,7 @@ def test_plan_of_one_layout_shows_every_reason(capsys):
     column = lines[1].index("reason")
     reasons = [lines[start][column:], *(line[column:] for line in lines[start + 1 : -1])]
     assert all(not line[:column].strip() for line in lines[start + 1 : -1])  # under the reason column
-    assert len(reasons) == 4 and reasons[0].startswith("ValueError: Total number of attention heads (48)")
+    assert len(reasons) == 4 and reasons[0].startswith("Value error, Total number of attention heads (48)")
     assert any("(attention o_proj: 6144 / 7 = 877" in r for r in reasons)
 
 

@@ -266,3 +266,26 @@ def test_history_keeps_the_draft():
     assert history.previous("try tp4") is None
     assert history.next() == "bench"
     assert history.next() == "pl"
+
+
+def test_knobs_complete_from_the_engine_table_and_launch_in_their_own_picker_row(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("colon", *"try tp4 --max-num-se", "tab")
+            assert app.main.prompt.value == "try tp4 --max-num-seqs"  # the one flag of vLLM's table
+            await pilot.press("ctrl+u")
+            await submit(pilot, "try tp4 --max-num-sqs 64")  # a typo costs a second, not a load
+            assert "did you mean --max-num-seqs?" in status_text(app)
+            assert app.server.state == "none" and not Journal().experiments()
+            await launch_ready(pilot, app, "tp4 --max-num-seqs 64")
+            assert "tp4 --max-num-seqs 64" in app.main.picker.verdicts
+            await submit(pilot, "plan tp4 --max-num-seqs 64")
+            shown = app.main.picker.verdicts["tp4 --max-num-seqs 64"]
+            assert shown.argv[-2:] == ("--max-num-seqs", "64")
+            assert "--trust-remote-code --max-num-seqs 64" in screen_text(app)  # the argv in the detail
+            await stop_server(pilot, app)
+        [exp] = Journal().experiments()
+        assert exp.layout == "tp4 --max-num-seqs 64" and exp.argv[-2:] == ("--max-num-seqs", "64")
+
+    run(scenario())

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cockpit.engines.options import CheckedArgs, OptionTable, check_args, option_table, table_version
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
@@ -39,64 +40,101 @@ class Inexpressible(CockpitError):
 
 @dataclass(frozen=True)
 class ServerArgs:
-    """The server arguments that move memory, read from the profile's argument list."""
+    """The server arguments that move memory or speed, by meaning rather than by spelling.
 
-    gpu_memory_utilization: float = 0.9  # vLLM
-    mem_fraction_static: float | None = None  # SGLang (None: the engine picks)
+    Read from the checked argument list (``server_args``), so both engines' names land here:
+    vLLM's --max-model-len and SGLang's --context-length are both ``max_model_len``. ``None``
+    means the engine picks (docs/memory.md#server-arguments-the-planner-models)."""
+
+    gpu_memory_utilization: float = 0.92  # vLLM (vllm/config/cache.py default)
+    mem_fraction_static: float | None = None  # SGLang (None: the engine derives it)
     max_model_len: int | None = None  # vLLM --max-model-len / SGLang --context-length
     kv_cache_dtype: str = "auto"
     max_num_seqs: int | None = None  # vLLM --max-num-seqs / SGLang --max-running-requests
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None  # vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size
+    chunked_prefill: bool = True  # SGLang --chunked-prefill-size -1 / vLLM --no-enable-chunked-prefill
+    cuda_graphs: bool = True  # False: vLLM --enforce-eager / SGLang --disable-cuda-graph
+    cuda_graph_max_bs: int | None = None  # the largest batch captured in a CUDA graph
     enable_eplb: bool = False
+    redundant_experts: int = 0  # EPLB's extra expert copies over the EP group
+    enable_dp_lm_head: bool = False  # SGLang: lm_head over the attention TP group only
+    max_total_tokens: int | None = None  # SGLang --max-total-tokens: caps the KV pool
+    deprecated: tuple[str, ...] = ()  # spellings used that the engine deprecates
+    notes: tuple[str, ...] = ()  # what the engine would warn about
 
     def kv_bytes(self, model_dtype_bytes: float = 2.0) -> float:
-        return 1.0 if self.kv_cache_dtype.startswith("fp8") else model_dtype_bytes
+        """Bytes per KV element: fp8 kinds 1, fp4 kinds 0.5, else the model's dtype."""
+        dtype = self.kv_cache_dtype.lower()
+        if "fp4" in dtype or "4bit" in dtype or dtype.startswith("int4"):
+            return 0.5
+        if dtype.startswith(("fp8", "mxfp8", "int8")):
+            return 1.0
+        if dtype in ("float16", "bfloat16", "bf16", "fp16"):
+            return 2.0
+        return model_dtype_bytes
 
 
-_FLOAT_FLAGS = {
-    "--gpu-memory-utilization": "gpu_memory_utilization",
-    "--mem-fraction-static": "mem_fraction_static",
-}
-_INT_FLAGS = {
-    "--max-model-len": "max_model_len",
-    "--context-length": "max_model_len",
-    "--max-num-seqs": "max_num_seqs",
-    "--max-running-requests": "max_num_seqs",
-    "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--chunked-prefill-size": "max_num_batched_tokens",
-}
-_OFF = {"--chunked-prefill-size": -1}  # SGLang: -1 turns chunked prefill off; the default then stands
 MAX_TOKENS_ARG = 1_000_000_000  # token counts above this are typos, not settings
 
 
-def parse_server_args(args: Sequence[str]) -> ServerArgs:
-    """Pick the memory-moving flags out of an argument list (``--flag value`` or ``--flag=value``).
+def parse_server_args(args: Sequence[str], table: OptionTable | None = None) -> ServerArgs:
+    """Check an argument list against the engine's table (vLLM's newest when none is given) and
+    read what moves memory or speed. A bad argument is a one-line CockpitError; values the engine
+    would refuse at startup (a memory share above 1, a zero length) are refused here too."""
+    return server_args(check_args(table or option_table("vllm"), args))
 
-    Values the engine would refuse at startup (a memory share above 1, a zero length) are refused
-    here, before anything is launched."""
-    values: dict = {}
-    items = list(args)
-    i = 0
-    while i < len(items):
-        arg = items[i]
-        name, eq, inline = arg.partition("=")
-        nxt = inline if eq else (items[i + 1] if i + 1 < len(items) else None)
-        step = 1 if eq else 2
-        if name in _FLOAT_FLAGS:
-            values[_FLOAT_FLAGS[name]] = _fraction(name, nxt)
-        elif name in _INT_FLAGS:
-            count = _token_count(name, nxt)
-            if count != _OFF.get(name):
-                values[_INT_FLAGS[name]] = count
-        elif name == "--kv-cache-dtype":
-            values["kv_cache_dtype"] = str(nxt)
-        elif name == "--enable-eplb":
-            values["enable_eplb"] = True
-            step = 1
+
+def server_args(checked: CheckedArgs) -> ServerArgs:
+    """The memory- and speed-moving values of a checked argument list."""
+    engine = checked.table.engine
+    values = checked.values
+    get = checked.get
+    out: dict = {"deprecated": checked.deprecated, "notes": checked.notes}
+    if engine == "vllm":
+        out["gpu_memory_utilization"] = _fraction(
+            "--gpu-memory-utilization", get("gpu_memory_utilization", 0.92)
+        )
+        out["max_model_len"] = _tokens("--max-model-len", values.get("max_model_len"))
+        out["max_num_seqs"] = _tokens("--max-num-seqs", values.get("max_num_seqs"))
+        out["max_num_batched_tokens"] = _tokens(
+            "--max-num-batched-tokens", values.get("max_num_batched_tokens")
+        )
+        out["chunked_prefill"] = values.get("enable_chunked_prefill") is not False
+        out["cuda_graphs"] = not values.get("enforce_eager")
+        sizes = values.get("cudagraph_capture_sizes")
+        out["cuda_graph_max_bs"] = _tokens(
+            "--max-cudagraph-capture-size",
+            values.get("max_cudagraph_capture_size")
+            or (max(sizes) if isinstance(sizes, list) and sizes else None),
+        )
+        out["redundant_experts"] = _redundant(
+            values.get("eplb_config"), values.get("eplb_config.num_redundant_experts")
+        )
+    else:
+        share = values.get("mem_fraction_static")
+        out["mem_fraction_static"] = None if share is None else _fraction("--mem-fraction-static", share)
+        out["max_model_len"] = _tokens("--context-length", values.get("context_length"))
+        out["max_num_seqs"] = _tokens("--max-running-requests", values.get("max_running_requests"))
+        chunk = values.get("chunked_prefill_size")
+        if chunk == -1:
+            out["chunked_prefill"] = False
         else:
-            step = 1
-        i += step
-    return ServerArgs(**values)
+            out["max_num_batched_tokens"] = _tokens("--chunked-prefill-size", chunk)
+        backend_off = any(
+            values.get(k) == "disabled" for k in ("cuda_graph_backend_decode", "cuda_graph_backend")
+        )
+        out["cuda_graphs"] = not (values.get("disable_cuda_graph") or backend_off)
+        out["cuda_graph_max_bs"] = _tokens(
+            "--cuda-graph-max-bs-decode", values.get("cuda_graph_max_bs_decode")
+        )
+        out["redundant_experts"] = _count(
+            "--ep-num-redundant-experts", values.get("ep_num_redundant_experts", 0)
+        )
+        out["enable_dp_lm_head"] = bool(values.get("enable_dp_lm_head"))
+        out["max_total_tokens"] = _tokens("--max-total-tokens", values.get("max_total_tokens"))
+    out["kv_cache_dtype"] = str(values.get("kv_cache_dtype", "auto"))
+    out["enable_eplb"] = bool(values.get("enable_eplb"))
+    return ServerArgs(**out)
 
 
 def api_keys(engine: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
@@ -118,39 +156,46 @@ def api_keys(engine: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[
     return tuple(k for k in keys if k)
 
 
-def _number(name: str, text: str | None, kind: type) -> float:
-    try:
-        if text is None or len(text) > 40:
-            raise ValueError
-        return kind(text)
-    except ValueError:
-        shown = repr(text if text is None or len(text) <= 40 else text[:37] + "...")
-        raise CockpitError(
-            f"server argument {name} needs a number, got {shown}: fix the profile's server args"
-        ) from None
-
-
-def _fraction(name: str, text: str | None) -> float:
+def _fraction(name: str, value: object) -> float:
     """--gpu-memory-utilization / --mem-fraction-static: a share of each GPU, above 0 and at most 1."""
-    value = _number(name, text, float)
-    if not 0 < value <= 1:  # also refuses nan and inf
+    if not isinstance(value, (int, float)) or not 0 < value <= 1:  # also refuses nan and inf
         raise CockpitError(
             f"server argument {name} must be above 0 and at most 1, a share of each GPU's memory "
-            f"(got {text}): fix the profile's server args, e.g. {name} 0.9"
+            f"(got {value}): fix the server args, e.g. {name} 0.9"
         )
-    return value
+    return float(value)
 
 
-def _token_count(name: str, text: str | None) -> int:
-    value = int(_number(name, text, int))
-    if value == _OFF.get(name):
-        return value
-    if not 1 <= value <= MAX_TOKENS_ARG:
+def _tokens(name: str, value: object) -> int | None:
+    """A token or request count; None (or vLLM's -1 / auto) leaves it to the engine."""
+    if value is None or value == -1:
+        return None
+    if not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_ARG:
         raise CockpitError(
-            f"server argument {name} must be a whole number from 1 to {MAX_TOKENS_ARG:,} (got {text}): "
-            "fix the profile's server args"
+            f"server argument {name} must be a whole number from 1 to {MAX_TOKENS_ARG:,} (got {value}): "
+            "fix the server args"
         )
     return value
+
+
+def _count(name: str, value: object) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise CockpitError(f"server argument {name} must be 0 or more (got {value})")
+    return value
+
+
+def _redundant(config: object, dotted: object) -> int:
+    """vLLM's EPLB redundant experts: --eplb-config '{"num_redundant_experts": 32}' or the dotted key."""
+    if dotted is not None:
+        try:
+            return _count("--eplb-config.num_redundant_experts", int(str(dotted)))
+        except ValueError:
+            raise CockpitError(
+                f"server argument --eplb-config.num_redundant_experts needs a whole number (got {dotted})"
+            ) from None
+    if isinstance(config, dict):
+        return _count("--eplb-config num_redundant_experts", config.get("num_redundant_experts", 0))
+    return 0
 
 
 @dataclass(frozen=True)
@@ -164,7 +209,8 @@ class Placement:
     attn_tp: int  # attention heads split this many ways
     attn_replicas: int  # independent attention groups (DP ranks), each with its own KV cache
     dense_tp: int  # dense MLP and shared experts split this many ways
-    vocab_tp: int
+    vocab_tp: int  # the input embedding split this many ways
+    lm_head_tp: int  # the lm_head (output vocabulary) split this many ways
     pp: int
     stage_layers: tuple[int, ...]  # layers per pipeline stage
     moe_ep: int = 1  # expert-parallel group size (1: EP off)
@@ -203,6 +249,8 @@ class Placement:
             "moe_ep": self.moe_ep,
             "moe_tp": self.moe_tp,
             "experts_per_gpu": self.experts_per_gpu,
+            "vocab_tp": self.vocab_tp,
+            "lm_head_tp": self.lm_head_tp,
             "pp": self.pp,
             "stage_layers": list(self.stage_layers),
             "notes": list(self.notes),
@@ -230,9 +278,32 @@ class Engine(ABC):
     default_command: tuple[str, ...]
     ready_paths: tuple[str, ...]
 
+    def __init__(self, version: str | None = None) -> None:
+        """``version``: the engine on the box (None: unknown, spoken as the newest table's)."""
+        table, note = table_version(self.name, version)
+        self.version = version or table
+        self.version_note = note  # said when the table is not this version's own
+        self.options: OptionTable = option_table(self.name, table)
+
+    def __eq__(self, other: object) -> bool:
+        """Two adapters are the same engine when they speak the same version."""
+        if not isinstance(other, Engine):
+            return NotImplemented
+        return type(other) is type(self) and (self.version, self.options) == (other.version, other.options)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.version))
+
+    def check(self, args: Sequence[str], where: str = "server argument") -> ServerArgs:
+        """Every argument checked against this version's table; what moves memory, read."""
+        return server_args(check_args(self.options, args, where))
+
     @abstractmethod
-    def placement(self, layout: Layout, gpus_total: int, model: ModelArch) -> Placement:
-        """Raise ``Inexpressible`` when the flags cannot say this layout."""
+    def placement(
+        self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
+    ) -> Placement:
+        """Raise ``Inexpressible`` when the flags cannot say this layout. ``server``: the arguments
+        that move a tensor's split (SGLang's --enable-dp-lm-head); None reads as the defaults."""
 
     @abstractmethod
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
@@ -243,7 +314,9 @@ class Engine(ABC):
         """The arguments that name the model (``serve M`` or ``--model-path M``)."""
 
     @abstractmethod
-    def memory_fraction(self, server: ServerArgs, capacity_gib: float) -> float:
+    def memory_fraction(
+        self, server: ServerArgs, capacity_gib: float, placement: Placement, model: ModelArch
+    ) -> float:
         """The share of each GPU the engine takes for weights, activations and KV cache."""
 
     def argv(

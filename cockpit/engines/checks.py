@@ -4,6 +4,7 @@ Texts are the engines' own (docs/placement.md#startup-checks): vLLM's
 ``vllm/model_executor/layers/quantization/utils/fp8_utils.py`` and ``vllm/config/model.py``;
 SGLang's ``sglang/srt/layers/quantization/fp8.py`` raises the same FP8 words. Where the engine
 dies on a bare ``assert``, the message is the bare ``AssertionError`` and ``detail`` says which.
+Checks only one engine makes live in its adapter (``vllm.py``, ``sglang.py``).
 """
 
 from __future__ import annotations
@@ -14,34 +15,48 @@ from cockpit.model import ATTN_SHARDED, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERT
 
 def attention_rules(model: ModelArch, attn_tp: int, heads_message: str | None) -> list[Rule]:
     """Query heads must split evenly; GQA KV heads must split or be replicated evenly."""
-    rules = []
-    if model.heads % attn_tp:
-        message = heads_message or "AssertionError"
-        rules.append(
-            Rule(
-                "attention-heads",
-                message.format(heads=model.heads, tp=attn_tp),
-                f"{model.heads} attention heads do not split over attention TP {attn_tp}",
-            )
+    return heads_rules(model, attn_tp, heads_message) + kv_heads_rules(model, attn_tp)
+
+
+def heads_rules(model: ModelArch, attn_tp: int, heads_message: str | None) -> list[Rule]:
+    """Query heads split over the attention TP (``heads_message``: the engine's text, else a bare assert)."""
+    if model.heads % attn_tp == 0:
+        return []
+    return [
+        Rule(
+            "attention-heads",
+            (heads_message or "AssertionError").format(heads=model.heads, tp=attn_tp),
+            f"{model.heads} attention heads do not split over attention TP {attn_tp}",
         )
-    if model.mla is None:
-        kv = model.kv_heads
-        bad = kv % attn_tp if kv >= attn_tp else attn_tp % kv
-        if bad:
-            rule = "kv_heads % tp == 0" if kv >= attn_tp else "tp % kv_heads == 0"
-            rules.append(
-                Rule(
-                    "kv-heads",
-                    "AssertionError",
-                    f"{kv} KV heads cannot be split or replicated evenly over TP {attn_tp} "
-                    f"(bare assert {rule} in the attention layer)",
-                )
-            )
-    return rules
+    ]
 
 
-def moe_width_rules(model: ModelArch, moe_tp: int) -> list[Rule]:
-    """Each expert's intermediate width is split by MoE-TP; block-FP8 needs whole blocks."""
+def kv_heads_rules(model: ModelArch, attn_tp: int) -> list[Rule]:
+    """GQA KV heads split over the attention TP, or are replicated evenly when fewer (MLA has one latent)."""
+    if model.mla is not None:
+        return []
+    kv = model.kv_heads
+    if (kv % attn_tp if kv >= attn_tp else attn_tp % kv) == 0:
+        return []
+    rule = "kv_heads % tp == 0" if kv >= attn_tp else "tp % kv_heads == 0"
+    return [
+        Rule(
+            "kv-heads",
+            "AssertionError",
+            f"{kv} KV heads cannot be split or replicated evenly over TP {attn_tp} "
+            f"(bare assert {rule} in the attention layer)",
+        )
+    ]
+
+
+def moe_width_rules(model: ModelArch, moe_tp: int, down_tp: int | None = None) -> list[Rule]:
+    """Each expert's intermediate width is split by MoE-TP; block-FP8 needs whole blocks.
+
+    The down projection's block_k is checked when ``down_tp`` (default: the MoE-TP) is above 1:
+    vLLM asks its TP world (``validate_fp8_block_shape_moe`` reads
+    ``get_tensor_model_parallel_world_size()``, fp8_utils.py), SGLang the MoE-TP
+    (``layer.moe_tp_size`` in ``Fp8MoEMethod.create_fp8_moe_weight_``, sglang/srt/layers/quantization/fp8.py).
+    """
     if model.moe is None or moe_tp <= 1 and not model.quant.block:
         return []
     width = model.moe.expert_intermediate
@@ -64,7 +79,7 @@ def moe_width_rules(model: ModelArch, moe_tp: int) -> list[Rule]:
                 f"{width} / {moe_tp} = {per_rank} is not a multiple of the FP8 block {bn}",
             )
         )
-    if moe_tp > 1 and per_rank % bk:
+    if (moe_tp if down_tp is None else down_tp) > 1 and per_rank % bk:
         rules.append(
             Rule(
                 "fp8-block-down",

@@ -22,9 +22,26 @@ from cockpit.engines.base import (
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
 
+# vLLM's configs are pydantic dataclasses: a ValueError raised while one is built (in
+# ``__post_init__`` or a ``model_validator``) reaches the log as ``pydantic_core._pydantic_core.
+# ValidationError: 1 validation error for <config>`` over the line ``  Value error, <text> [type=...]``.
+# The messages that start with PYDANTIC_PREFIX are that inner line; PYDANTIC_CONFIG names the config.
+PYDANTIC_PREFIX = "Value error, "
+# ModelConfig.verify_with_parallel_config and _verify_with_expert_parallelism (vllm/config/model.py),
+# called from VllmConfig.__post_init__ (vllm/config/vllm.py); the experts check tests the flag alone.
 HEADS_MESSAGE = (
-    "ValueError: Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+    PYDANTIC_PREFIX
+    + "Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
 )
+EXPERTS_MESSAGE = (
+    PYDANTIC_PREFIX
+    + "Number of experts in the model must be greater than 0 when expert parallelism is enabled."
+)
+PYDANTIC_CONFIG = {
+    "attention-heads": "VllmConfig",
+    "ep-needs-experts": "VllmConfig",
+    "eplb": "ParallelConfig",
+}
 WORLD_MESSAGE = (
     "World size ({world}) is larger than the number of available GPUs ({gpus}) in this node. If this is "
     "intentional and you are using:\n- ray, set '--distributed-executor-backend ray'.\n- multiprocessing, "
@@ -41,10 +58,19 @@ class VLLM(Engine):
     def model_args(self, model_path: str) -> list[str]:
         return [model_path]
 
-    def memory_fraction(self, server: ServerArgs, capacity_gib: float) -> float:
+    def memory_fraction(
+        self,
+        server: ServerArgs,
+        capacity_gib: float,
+        placement: Placement | None = None,
+        model: ModelArch | None = None,
+    ) -> float:
+        """--gpu-memory-utilization as given (vLLM derives nothing from the box)."""
         return server.gpu_memory_utilization
 
-    def placement(self, layout: Layout, gpus_total: int, model: ModelArch) -> Placement:
+    def placement(
+        self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
+    ) -> Placement:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
         if layout.dpa:
             raise Inexpressible(
@@ -86,6 +112,7 @@ class VLLM(Engine):
             attn_replicas=dp,
             dense_tp=tp,
             vocab_tp=tp,
+            lm_head_tp=tp,  # ParallelLMHead: vllm/model_executor/layers/vocab_parallel_embedding.py
             pp=pp,
             stage_layers=stage_layers(model.layers, pp),
             moe_ep=moe_ep,
@@ -96,6 +123,9 @@ class VLLM(Engine):
         )
 
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
+        """In vLLM's order: ParallelConfig (world size, EPLB), then VllmConfig (heads, experts), then
+        the workers' model load (KV heads, EPLB's expert split, MoE width, FP8 blocks)."""
+        layout = placement.layout
         rules: list[Rule] = []
         if placement.gpus_used > placement.gpus_total:
             rules.append(
@@ -105,39 +135,67 @@ class VLLM(Engine):
                     f"the layout needs {placement.gpus_used} GPUs and the box has {placement.gpus_total}",
                 )
             )
-        if placement.layout.expert_parallel and not model.is_moe:
+        rules += _eplb_config_rules(layout, server)
+        rules += checks.heads_rules(model, placement.attn_tp, HEADS_MESSAGE)
+        if layout.expert_parallel and not model.is_moe:
             rules.append(
-                Rule(
-                    "ep-needs-experts",
-                    "Number of experts in the model must be greater than 0 when expert parallelism is enabled.",
-                    f"{model.name} is a dense model: drop `ep`",
-                )
+                Rule("ep-needs-experts", EXPERTS_MESSAGE, f"{model.name} is a dense model: drop `ep`")
             )
-        rules += checks.attention_rules(model, placement.attn_tp, HEADS_MESSAGE)
-        rules += checks.moe_width_rules(model, placement.moe_tp)
+        rules += checks.kv_heads_rules(model, placement.attn_tp)
+        rules += _eplb_split_rules(model, placement, server)
+        rules += checks.moe_width_rules(model, placement.moe_tp, down_tp=placement.attn_tp)
         rules += checks.linear_block_rules(model, placement.attn_tp, placement.dense_tp)
-        rules += _eplb_rules(model, placement, server)
         return rules
 
 
-def _eplb_rules(model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
+def _eplb_config_rules(layout: Layout, server: ServerArgs) -> list[Rule]:
+    """ParallelConfig._validate_parallel_config (vllm/config/parallel.py): EPLB needs the EP flag and
+    a group to balance over; redundant experts need EPLB."""
     if not server.enable_eplb:
+        if server.redundant_experts:
+            return [
+                Rule(
+                    "eplb",
+                    f"{PYDANTIC_PREFIX}num_redundant_experts is set to {server.redundant_experts} but EPLB is "
+                    "not enabled. Either enable EPLB or unset num_redundant_experts.",
+                    "--eplb-config num_redundant_experts needs --enable-eplb",
+                )
+            ]
         return []
-    if placement.moe_ep <= 1:
+    if not layout.expert_parallel:
         return [
             Rule(
                 "eplb",
-                "enable_expert_parallel must be True to use EPLB.",
+                f"{PYDANTIC_PREFIX}enable_expert_parallel must be True to use EPLB.",
                 "--enable-eplb needs `ep` in the layout",
             )
         ]
-    if model.moe and model.moe.experts % placement.moe_ep:
+    if layout.tp * layout.dp <= 1:  # TP x PCP x DP; cockpit never sets prefill-context parallelism
         return [
             Rule(
                 "eplb",
-                f"EPLB currently only supports even distribution of experts across ranks. Got {model.moe.experts} "
-                f"experts and {placement.moe_ep} EP ranks.",
-                f"{model.moe.experts} experts do not split evenly over EP{placement.moe_ep}",
+                f"{PYDANTIC_PREFIX}EPLB requires tensor, prefill-context, or data parallelism, but got "
+                f"TP={layout.tp}, PCP=1, DP={layout.dp}.",
+                "EPLB balances experts over the EP group of TP x DP ranks: use tp or dp above 1",
             )
         ]
     return []
+
+
+def _eplb_split_rules(model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
+    """The MoE layer's check at load (vllm/model_executor/layers/fused_moe/layer.py): the routed
+    experts plus the redundant copies must split evenly over the EP ranks."""
+    if not server.enable_eplb or model.moe is None or placement.moe_ep <= 1:
+        return []
+    physical = model.moe.experts + server.redundant_experts
+    if physical % placement.moe_ep == 0:
+        return []
+    return [
+        Rule(
+            "eplb",
+            "ValueError: EPLB currently only supports even distribution of experts across ranks. "
+            f"Got {physical} experts and {placement.moe_ep} EP ranks.",
+            f"{model.moe.experts} experts + {server.redundant_experts} redundant do not split evenly over "
+            f"EP{placement.moe_ep}",
+        )
+    ]

@@ -105,9 +105,16 @@ SGLANG_NOT_ENOUGH_MEMORY = re.compile(r"Not enough memory\. Please try to increa
 SGLANG_UNBALANCED_MEMORY = re.compile(
     r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"
 )
+# vllm/v1/worker/utils.py: request_memory. vLLM 0.33 also checks against the engine's budget once
+# weights held outside the process are set aside ("the engine's budget after excluding ...").
 FREE_MEMORY_AT_START = re.compile(
     r"Free memory on device(?: (?P<device>\S+))? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
-    r"than desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
+    r"than (?:desired GPU memory utilization|(?P<budget>the engine's budget) after excluding external "
+    r"process's weights) \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
+)
+EXTERNAL_WEIGHTS = re.compile(  # vllm/v1/worker/utils.py: request_memory, vLLM 0.33
+    r"Externally held weights on device(?: (?P<device>\S+))? \((?P<held>[\d.]+)/(?P<total>[\d.]+) GiB\) exceed "
+    r"the desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
 )
 
 WORLD_SIZE = re.compile(
@@ -127,15 +134,45 @@ ADDRESS_IN_USE = re.compile(
     r"[Aa]ddress already in use"
 )
 PP_UNSUPPORTED = re.compile(
-    r"Pipeline parallelism is not supported for this model|Pipeline parallelism is only supported for the following architectures"
+    r"Pipeline parallelism is not supported for this model"  # vllm/config/model.py
+    r"|Pipeline parallelism is only supported for the following architectures"  # older vLLM
+    r"|Pipeline Parallel is not compatible with this model"  # sglang/srt/model_executor/model_runner.py (an assert)
 )
 EPLB_UNEVEN = re.compile(
     r"EPLB currently only supports even distribution of experts across ranks\.(?: Got (?P<experts>\d+) experts "
     r"and (?P<ranks>\d+) EP ranks)?"
 )
-EPLB_NEEDS_EP = re.compile(r"enable_expert_parallel must be True to use EPLB")
+EPLB_NEEDS_EP = re.compile(r"enable_expert_parallel must be True to use EPLB")  # vllm/config/parallel.py
+EPLB_NEEDS_PARALLELISM = re.compile(  # vllm/config/parallel.py: _validate_parallel_config, vLLM 0.33
+    r"EPLB requires tensor, prefill-context, or data parallelism, but got "
+    r"TP=(?P<tp>\d+), PCP=(?P<pcp>\d+), DP=(?P<dp>\d+)"
+)
+EP_NEEDS_EXPERTS = re.compile(  # vllm/config/model.py: _verify_with_expert_parallelism
+    r"Number of experts in the model must be greater than 0 when expert parallelism is enabled"
+)
+# SGLang 0.5.23 checks a block-quantized MoE model after loading it
+# (sglang/srt/model_executor/model_runner_components/moe_ep_setup.py: check_quantized_moe_compatibility).
+SGLANG_EP_DIVIDES_TP = re.compile(r"tp_size (?P<tp>\d+) must be divisible by ep_size (?P<ep>\d+)")
+SGLANG_MOE_TP = re.compile(
+    r"moe_intermediate_size (?P<width>\d+) must be divisible by moe_tp_size \((?P<moe_tp>\d+)\) "
+    r"which is tp_size \((?P<tp>\d+)\) divided by moe_ep_size \((?P<ep>\d+)\)"
+)
+SGLANG_MOE_BLOCK = re.compile(
+    r"For quantized MoE models, please make sure \(moe_intermediate_size=(?P<width>\d+) / "
+    r"moe_tp_size=(?P<moe_tp>\d+)\) % weight_block_size_n=(?P<block>\d+) == 0"
+    r"(?: where moe_tp_size is equal to tp_size \((?P<tp>\d+)\) divided by ep_size \((?P<ep>\d+)\))?"
+)
 UNRECOGNIZED_ARGS = re.compile(r"^(?:(?P<program>[^:]+): )?error: unrecognized arguments: (?P<flags>.+)$")
 
+# vLLM's configs are pydantic dataclasses (vllm/config/utils.py): a ValueError raised while one is
+# built comes wrapped, "pydantic_core._pydantic_core.ValidationError: 1 validation error for
+# VllmConfig", then the engine's own words on the next line: "  Value error, <text> [type=value_error,
+# input_value=..., input_type=...]" (an assert: "Assertion failed, <text> [type=assertion_error, ...]").
+VALIDATION_ERROR = re.compile(r"ValidationError: \d+ validation errors? for \w+")
+PYDANTIC_INNER = re.compile(
+    r"^(?P<kind>Value error|Assertion failed), (?P<text>.*?)(?: \[type=\w+, input_value=.*)?$"
+)
+PYDANTIC_EXCEPTIONS = {"Value error": "ValueError", "Assertion failed": "AssertionError"}
 EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<text>.*))?$"
 )
@@ -176,10 +213,11 @@ class _Site:
     messages: list[str]
     index: int
     given_phase: str | None
+    quoted: str | None = None  # the engine's words inside a wrapper (pydantic's), shown alone
 
     @property
     def evidence(self) -> str:
-        return strip_ansi(self.lines[self.index]).strip()
+        return self.quoted if self.quoted is not None else strip_ansi(self.lines[self.index]).strip()
 
     def phase(self) -> str | None:
         return self.given_phase or _phase_from_log(self.lines, self.messages, self.index)
@@ -203,6 +241,7 @@ def diagnose(lines: Sequence[str], *, phase: str | None = None) -> Diagnosis | N
     messages = [log_message(line) for line in lines]
     nccl_warning: Diagnosis | None = None
     unknown_error: Diagnosis | None = None
+    wrapped = False  # unknown_error is pydantic's wrapper: the engine's words on the next line replace it
     wrapper_seen = False
     for index, message in enumerate(messages):
         if not message:
@@ -210,16 +249,20 @@ def diagnose(lines: Sequence[str], *, phase: str | None = None) -> Diagnosis | N
         if WRAPPER.search(message):
             wrapper_seen = True
             continue
-        site = _Site(lines, messages, index, phase)
+        inner = PYDANTIC_INNER.match(message)
+        text = inner["text"] if inner else message
+        site = _Site(lines, messages, index, phase, text if inner else None)
         for pattern, explain in ROOT_CAUSES:
-            if match := pattern.search(message):
+            if match := pattern.search(text):
                 return explain(match, site)
         # Weak signals only count when no real error follows: NCCL warns about harmless things,
         # and an unknown exception may be a side effect of a known one further down.
         if nccl_warning is None and (match := NCCL_WARNING.search(message)):
             nccl_warning = _nccl_warning(match, site)
-        if unknown_error is None and (match := EXCEPTION_LINE.match(message)):
-            unknown_error = _unknown_exception(match, site)
+        if inner and (unknown_error is None or wrapped):
+            unknown_error, wrapped = _wrapped_exception(inner, site), False
+        elif unknown_error is None and (match := EXCEPTION_LINE.match(message)):
+            unknown_error, wrapped = _unknown_exception(match, site), bool(VALIDATION_ERROR.search(message))
     if nccl_warning or unknown_error:
         return nccl_warning or unknown_error
     if wrapper_seen:
@@ -463,15 +506,38 @@ def _unbalanced_memory(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
+def _gpu_of(device: str | None) -> int | None:
+    """torch's device name ("cuda:3") to the GPU's number."""
+    number = (device or "").rpartition(":")[2]
+    return int(number) if number.isdigit() else None
+
+
 def _free_memory_at_start(match: re.Match[str], site: _Site) -> Diagnosis:
-    device = match["device"] or ""
-    gpu = int(device.rsplit(":", 1)[1]) if device.rpartition(":")[2].isdigit() else None
+    gpu = _gpu_of(match["device"])
+    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    wants = (
+        f"the engine's own budget is {match['requested']} GiB ({match['utilization']} of it, less weights held outside)"
+        if match["budget"]
+        else f"the server wants {match['requested']} GiB ({match['utilization']} of it)"
+    )
+    return Diagnosis(
+        "kv-cache",
+        f"another process holds GPU memory{on_gpu}: {match['free']} of {match['total']} GiB free at startup, {wants}",
+        "stop what else runs on these GPUs (nvidia-smi), or lower --gpu-memory-utilization",
+        phase=site.phase(),
+        gpu=gpu,
+        evidence=site.evidence,
+    )
+
+
+def _external_weights(match: re.Match[str], site: _Site) -> Diagnosis:
+    gpu = _gpu_of(match["device"])
     on_gpu = f" on GPU {gpu}" if gpu is not None else ""
     return Diagnosis(
         "kv-cache",
-        f"another process holds GPU memory{on_gpu}: {match['free']} of {match['total']} GiB free at startup, "
-        f"the server wants {match['requested']} GiB ({match['utilization']} of it)",
-        "stop what else runs on these GPUs (nvidia-smi), or lower --gpu-memory-utilization",
+        f"weights held outside the engine take {match['held']} of {match['total']} GiB{on_gpu}, more than "
+        f"the {match['requested']} GiB the server may use ({match['utilization']} of it)",
+        "raise --gpu-memory-utilization above the weights' share, or give the server a GPU of its own",
         phase=site.phase(),
         gpu=gpu,
         evidence=site.evidence,
@@ -580,6 +646,62 @@ def _eplb_needs_ep(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
+def _eplb_needs_parallelism(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "eplb",
+        f"EPLB needs an expert group of more than one GPU: the EP group spans TP x PCP x DP ranks and "
+        f"got TP={match['tp']}, PCP={match['pcp']}, DP={match['dp']}",
+        "use TP or DP above 1 together with `ep`, or drop --enable-eplb",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _ep_needs_experts(match: re.Match[str], site: _Site) -> Diagnosis:
+    return Diagnosis(
+        "ep-needs-experts",
+        "expert parallelism is on but the model has no experts (a dense model)",
+        "drop `ep` (--enable-expert-parallel): split a dense model with TP, PP or DP",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _sglang_ep_divides_tp(match: re.Match[str], site: _Site) -> Diagnosis:
+    tp, ep = int(match["tp"]), int(match["ep"])
+    return Diagnosis(
+        "moe-split",
+        f"SGLang carves the EP group out of the TP group: EP {ep} does not divide TP {tp}",
+        f"use an --ep-size that divides --tp-size {tp}: {_divisors(tp)}",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _sglang_moe_tp(match: re.Match[str], site: _Site) -> Diagnosis:
+    width, moe_tp, tp = int(match["width"]), int(match["moe_tp"]), int(match["tp"])
+    return Diagnosis(
+        "moe-split",
+        f"expert width {width} does not split over MoE-TP {moe_tp} (TP {tp} / EP {match['ep']})",
+        f"raise --ep-size so each expert stays whole (--ep-size {tp} leaves MoE-TP 1), "
+        f"or pick TP and EP whose quotient divides {width}",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _sglang_moe_block(match: re.Match[str], site: _Site) -> Diagnosis:
+    width, moe_tp, block = int(match["width"]), int(match["moe_tp"]), match["block"]
+    return Diagnosis(
+        "fp8-block",
+        f"block-quantized MoE: expert width {width} / MoE-TP {moe_tp} = {width // moe_tp} is not a multiple "
+        f"of the weight block {block}",
+        NEXT_WHOLE_EXPERTS,
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
 def _unrecognized_args(match: re.Match[str], site: _Site) -> Diagnosis:
     program = (match["program"] or "the engine").strip()
     flags = match["flags"].strip()
@@ -594,6 +716,18 @@ def _unrecognized_args(match: re.Match[str], site: _Site) -> Diagnosis:
 
 def _unknown_exception(match: re.Match[str], site: _Site) -> Diagnosis:
     text = site.messages[site.index]
+    return Diagnosis(
+        "error",
+        f"the engine raised {text if len(text) <= 200 else text[:197] + '...'}",
+        NEXT_READ_LOG,
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
+def _wrapped_exception(inner: re.Match[str], site: _Site) -> Diagnosis:
+    """An error pydantic wrapped that no pattern knows: the engine's own words, not the wrapper."""
+    text = f"{PYDANTIC_EXCEPTIONS[inner['kind']]}: {inner['text']}"
     return Diagnosis(
         "error",
         f"the engine raised {text if len(text) <= 200 else text[:197] + '...'}",
@@ -625,6 +759,7 @@ ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
     (SGLANG_NOT_ENOUGH_MEMORY, _sglang_not_enough_memory),
     (SGLANG_UNBALANCED_MEMORY, _unbalanced_memory),
     (FREE_MEMORY_AT_START, _free_memory_at_start),
+    (EXTERNAL_WEIGHTS, _external_weights),
     (WORLD_SIZE, _world_size),
     (INVALID_DEVICE, _invalid_device),
     (NCCL_WATCHDOG, _nccl_timeout),
@@ -634,5 +769,10 @@ ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
     (PP_UNSUPPORTED, _pp_unsupported),
     (EPLB_UNEVEN, _eplb_uneven),
     (EPLB_NEEDS_EP, _eplb_needs_ep),
+    (EPLB_NEEDS_PARALLELISM, _eplb_needs_parallelism),
+    (EP_NEEDS_EXPERTS, _ep_needs_experts),
+    (SGLANG_EP_DIVIDES_TP, _sglang_ep_divides_tp),
+    (SGLANG_MOE_TP, _sglang_moe_tp),
+    (SGLANG_MOE_BLOCK, _sglang_moe_block),
     (UNRECOGNIZED_ARGS, _unrecognized_args),
 )

@@ -33,7 +33,18 @@ BUSY_GPU_BYTES = 2 * GIB  # a GPU holding more than this (or any process) is not
 DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 
 # Diagnosis kinds that a different layout can cure; the others want a flag or the box fixed.
-_LAYOUT_KINDS = {"oom", "fp8-block", "attention-heads", "kv-heads", "world-size", "unrecognized-args", "eplb"}
+_LAYOUT_KINDS = {
+    "oom",
+    "fp8-block",
+    "attention-heads",
+    "kv-heads",
+    "world-size",
+    "unrecognized-args",
+    "eplb",
+    "moe-split",
+    "ep-needs-experts",
+    "pp-unsupported",
+}
 
 
 def free_gpus(samples: Sequence[GpuSample], allowed: Sequence[int] | None) -> list[int]:

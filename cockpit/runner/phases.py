@@ -33,29 +33,50 @@ LOG_PREFIX = re.compile(
     re.VERBOSE,
 )
 
-ENGINE_STARTING = re.compile(r"Initializing an? (?:V1 )?LLM engine|Init torch distributed begin")
+# Each milestone in every wording cockpit has met: vLLM 0.33 and older, SGLang 0.5.23 and older.
+ENGINE_STARTING = re.compile(
+    r"Initializing an? (?:V1 )?LLM engine"  # vllm/v1/engine/core.py
+    r"|Init parallel begin"  # SGLang 0.5.23: sglang/srt/distributed/bootstrap.py
+    r"|Init torch distributed begin"  # older SGLang
+)
 LOAD_BEGIN = re.compile(r"Starting to load model|Load weight begin")
 SHARD_PROGRESS = re.compile(
     r"(?:checkpoint shards|loading shards):\s*(?P<percent>\d{1,3})% Completed(?: \| (?P<done>\d+)/(?P<total>\d+))?",
     re.IGNORECASE,
 )
 WEIGHTS_LOADED = (
-    re.compile(r"Model loading took (?P<gib>[\d.]+) GiB"),  # vLLM V1, with or without "memory and"
+    # vLLM V1, with or without "memory and" (vllm/v1/worker/gpu_model_runner.py).
+    re.compile(r"Model loading took (?P<gib>[\d.]+) GiB"),
     re.compile(r"Loading model weights took (?P<gib>[\d.]+) GB"),  # vLLM V0
-    re.compile(r"Load weight end\.(?:.*?\bmem usage=(?P<gib>[\d.]+) GB)?"),  # SGLang
+    # SGLang, any version: "Load weight end. [elapsed=X s, ]type=..., avail mem=X GB, mem usage=Y GB."
+    # (sglang/srt/model_executor/model_runner.py).
+    re.compile(r"Load weight end\.(?:.*?\bmem usage=(?P<gib>[\d.]+) GB)?"),
 )
 KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
 KV_TOKENS = (
-    re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens"),  # vLLM
-    re.compile(r"KV Cache is allocated\. #tokens: (?P<tokens>[\d,]+)"),  # SGLang
+    # vLLM: "GPU KV cache size: N tokens" (0.33 goes on ", Maximum concurrency for ..." on the same
+    # line, and says "GPU + host" with a host pool: vllm/v1/core/kv_cache_utils.py).
+    re.compile(r"\bKV cache size: (?P<tokens>[\d,]+) tokens"),
+    # SGLang: "KV Cache is allocated. #tokens: N" (older), "KV Cache is allocated. dtype: torch.bfloat16,
+    # #tokens: N" (0.5.23, sglang/srt/mem_cache/memory_pool.py); a hybrid model's "Full KV Cache" is
+    # the one the scheduler counts, its "SWA KV Cache" and index pools are not.
+    re.compile(r"^(?:Full )?KV Cache is allocated\.(?: dtype: [^,]+,)? #tokens: (?P<tokens>[\d,]+)"),
+    # SGLang 0.5.23 sizing the pool again after capturing graphs: model_runner_components/kv_pool_runtime.py.
+    re.compile(r"^Post-capture KV sizing: KV cache allocated\. dtype: [^,]+, #tokens: (?P<tokens>[\d,]+)"),
 )
-CUDA_GRAPHS = re.compile(r"Capturing CUDA graph|Capture cuda graph begin")
+CUDA_GRAPHS = re.compile(
+    r"Capturing CUDA graph"  # vLLM's progress bar: vllm/v1/worker/gpu_model_runner.py
+    # SGLang 0.5.23 "Capture target decode CUDA graph begin." (cuda_graph_setup.py); older "Capture cuda graph begin."
+    r"|Capture [\w ]*?(?:cuda|CUDA) graph begin"
+)
 VLLM_READY = re.compile(r"Application startup complete\.")
 SGLANG_READY = re.compile(r"The server is fired up and ready to roll!")
 # SGLang's uvicorn also prints "Application startup complete." before its warm-up request, so
 # the tracker must know an SGLang log when it sees one.
 SGLANG_LOG = re.compile(
-    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]|Init torch distributed begin|Load weight begin|server_args=ServerArgs"
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]|Load weight begin"
+    r"|Init parallel begin|server_args=\{"  # 0.5.23 (sglang/srt/entrypoints/engine.py logs server_args as a dict)
+    r"|Init torch distributed begin|server_args=ServerArgs"  # older
 )
 
 

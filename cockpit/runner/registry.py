@@ -22,6 +22,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -281,4 +282,6 @@ def _process_alive(pid: int) -> bool:
 def new_log_path(experiment: int, layout: str) -> Path:
     folder = private_dir(state_dir() / "logs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return folder / f"{stamp}-exp{experiment}-{layout.replace(' ', '_')}.log"
+    # Knobs may carry quotes, slashes or JSON: the name keeps letters, digits and a few marks.
+    name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", layout).strip("_")[:80] or "layout"
+    return folder / f"{stamp}-exp{experiment}-{name}.log"

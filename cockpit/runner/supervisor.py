@@ -47,6 +47,8 @@ _CERTAIN = {
     "pp-unsupported",
     "eplb",
     "unrecognized-args",
+    "moe-split",
+    "ep-needs-experts",
 }
 
 

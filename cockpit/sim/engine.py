@@ -94,7 +94,7 @@ class SimEngine:
         setup = Setup(
             model,
             visible,
-            get_engine(self.args.engine),
+            get_engine(self.args.engine, self.args.version or None),
             server_args=self.args.argv,
             model_path=self.args.model,
             calibration=calibration_from_env(self.env),
@@ -143,6 +143,8 @@ class SimEngine:
             return 1
 
     async def _live(self) -> int:
+        if self.args.deprecated:  # both engines warn while parsing, before any other line
+            self.log.argument_warnings(self.args.deprecated)
         setup, verdict = self.plan()
         self.log.starting(self.args, setup, verdict)
         placement, memory = verdict.placement, verdict.memory

@@ -1,15 +1,23 @@
-"""The simulated engine reads the same argv the real engine would, with each engine's flags.
+"""The simulated engine reads its argv with the real engine's option table.
 
-A flag the real engine does not have fails here as it would there (argparse's own exit 2), so an
-adapter that writes a wrong argv is caught on a laptop, not on the GPU box.
+Its parser is built from every option of the engine version (cockpit/engines/tables/): a flag
+the real engine has is accepted, one it lacks fails with argparse's own exit 2 and text, a bad
+choice or a non-number likewise. vLLM's rewrites (underscores, ``-O3``, ``--model``, dotted
+JSON keys) are done first, as its FlexibleArgumentParser does (vllm/utils/argparse_utils.py);
+SGLang's parser is plain argparse, abbreviations and all (sglang/srt/server_args.py).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import json
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from cockpit.engines import Option, OptionTable, option_table
+from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, find_option, is_flag, size_value
 from cockpit.layout import Layout
 
 # Leading words of the launcher, as the adapters write them, that the simulator skips.
@@ -21,6 +29,16 @@ _LAUNCHERS = {
         ("sglang.launch_server",),
     ),
 }
+# What the engine's parser calls itself in its errors: vLLM's serve subparser (its root parser
+# reports unrecognized arguments, with its own usage); SGLang's says "sglang serve" even under
+# `python -m sglang.launch_server` (prepare_server_args).
+_PROG = {"vllm": "vllm serve", "sglang": "sglang serve"}
+_USAGE = {"vllm": "vllm serve [model_tag] [options]", "sglang": None}
+_VLLM_ROOT_USAGE = (
+    "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
+    "            ...\n"
+)
 
 
 @dataclass(frozen=True)
@@ -31,69 +49,73 @@ class EngineArgs:
     layout: Layout
     host: str
     port: int
-    argv: tuple[str, ...]  # the flags after the launcher, for the planner's memory arguments
+    argv: tuple[str, ...]  # the server arguments besides layout, host, port and model
     non_default: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
+    deprecated: tuple[str, ...] = ()  # spellings given that the engine warns about
+    version: str = ""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--trust-remote-code", action="store_true")
-    parser.add_argument("--served-model-name", nargs="+")
-    parser.add_argument("--kv-cache-dtype", default="auto")
-    parser.add_argument("--enable-eplb", action="store_true")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--quantization")
-    parser.add_argument("--revision")
+class _Switch(argparse.Action):
+    """--x / --no-x (and vLLM's --enable-x / --disable-x pairs) as one option."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, option: Option, **kwargs: Any) -> None:
+        self.option = option
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, not self.option.negative(option_string or ""))
 
 
-def vllm_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm serve", add_help=False)
-    parser.add_argument("model")
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    parser.add_argument("--enable-expert-parallel", "-ep", action="store_true")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--max-num-seqs", type=int)
-    parser.add_argument("--max-num-batched-tokens", type=int)
-    parser.add_argument("--enforce-eager", action="store_true")
-    parser.add_argument("--disable-log-requests", action="store_true")
-    parser.add_argument("--disable-log-stats", action="store_true")
-    parser.add_argument("--block-size", type=int)
-    parser.add_argument("--all2all-backend")
-    parser.add_argument("--distributed-executor-backend")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--tokenizer")
-    parser.add_argument("--api-key", nargs="+")  # vLLM takes several keys
-    parser.add_argument("--hf-token", nargs="?", const=True)  # alone: the token `hf auth login` saved
-    _common(parser)
-    return parser
+def _converter(table: OptionTable, option: Option) -> Callable[[str], object] | None:
+    kind = option.type
+    if kind == "int":
+        return int
+    if kind == "float":
+        return float
+    if kind in ("human_readable_int", "human_readable_int_or_auto"):
+        allow_auto = kind.endswith("auto")
+
+        def size(text: str) -> int:
+            return size_value(text, table.engine, allow_auto)
+
+        size.__name__ = kind  # argparse names the type in its error: "invalid human_readable_int value"
+        return size
+    return None
 
 
-def sglang_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglang.launch_server", add_help=False)
-    parser.add_argument("--model-path", "--model", required=True)
-    parser.add_argument("--tp-size", "--tp", "--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--pp-size", "--pipeline-parallel-size", type=int, default=1)
-    parser.add_argument("--dp-size", "--dp", "--data-parallel-size", type=int, default=1)
-    parser.add_argument("--ep-size", "--ep", "--expert-parallel-size", type=int, default=1)
-    parser.add_argument("--enable-dp-attention", action="store_true")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--mem-fraction-static", type=float)
-    parser.add_argument("--context-length", type=int)
-    parser.add_argument("--max-running-requests", type=int)
-    parser.add_argument("--chunked-prefill-size", type=int)
-    parser.add_argument("--disable-cuda-graph", action="store_true")
-    parser.add_argument("--cuda-graph-max-bs", type=int)
-    parser.add_argument("--moe-a2a-backend")
-    parser.add_argument("--moe-runner-backend")
-    parser.add_argument("--random-seed", type=int)
-    parser.add_argument("--tokenizer-path")
-    parser.add_argument("--api-key")
-    parser.add_argument("--admin-api-key")
-    _common(parser)
+def build_parser(table: OptionTable) -> argparse.ArgumentParser:
+    """An argparse parser with every option of the engine version's server command."""
+    parser = argparse.ArgumentParser(
+        prog=_PROG[table.engine],
+        usage=_USAGE[table.engine],
+        add_help=False,
+    )
+    if table.engine == "vllm":
+        parser.add_argument("model_tag", nargs="?")
+    for option in table.options:
+        kwargs: dict[str, Any] = {"dest": option.dest, "default": option.default}
+        if option.action in ("EnableDisableAction", "BooleanOptionalAction"):
+            parser.add_argument(*option.spellings, *option.hidden, action=_Switch, option=option, **kwargs)
+            continue
+        if option.action in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
+            parser.add_argument(*option.spellings, action="store_true", **kwargs)
+            continue
+        if option.action == "_StoreFalseAction":
+            parser.add_argument(*option.spellings, action="store_false", **kwargs)
+            continue
+        if option.action in ("_StoreConstAction", "_CountAction") or option.nargs == 0:
+            parser.add_argument(*option.spellings, action="store_const", const=True, **kwargs)
+            continue
+        if option.action == "_AppendAction":
+            kwargs["action"] = "append"
+        if option.nargs is not None:
+            kwargs["nargs"] = option.nargs
+        convert = _converter(table, option)
+        if convert is not None:
+            kwargs["type"] = convert
+        if option.choices:
+            kwargs["choices"] = option.choices
+        parser.add_argument(*option.spellings, **kwargs)
     return parser
 
 
@@ -105,28 +127,111 @@ def strip_launcher(engine: str, argv: Sequence[str]) -> list[str]:
     return args
 
 
-def parse_engine_args(engine: str, argv: Sequence[str]) -> EngineArgs:
+def _vllm_rewrites(flags: list[str]) -> list[str]:
+    """What vLLM's parser does before argparse: `--model M` to the front, dashes for
+    underscores, -O3, and dotted JSON keys folded into their option's JSON."""
+    flags = expand_vllm_args(flags)
+    if "--model" in flags:
+        at = flags.index("--model")
+        if at + 1 < len(flags):
+            flags = [flags[at + 1], *flags[:at], *flags[at + 2 :]]
+    folded: dict[str, dict] = {}
+    out: list[str] = []
+    i = 0
+    while i < len(flags):
+        word = flags[i]
+        head, dot, key = word.partition("=")[0].partition(".")
+        if word.startswith("--") and dot:
+            value = word.partition("=")[2] if "=" in word else (flags[i + 1] if i + 1 < len(flags) else "")
+            i += 1 if "=" in word else 2
+            folded.setdefault(head, {})[key] = _json_value(value)
+            continue
+        out.append(word)
+        i += 1
+    for head, values in folded.items():
+        out += [head, json.dumps(values)]
+    return out
+
+
+def _json_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def server_arg_words(table: OptionTable, flags: Sequence[str]) -> tuple[str, ...]:
+    """The words of ``flags`` that are server arguments: not the model, layout, host or port."""
+    out: list[str] = []
+    keep = False
+    for word in flags:
+        if is_flag(word):
+            option = find_option(table, word.partition("=")[0])
+            keep = option is not None and option.dest not in SET_BY_COCKPIT
+        if keep:
+            out.append(word)
+    return tuple(out)
+
+
+def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = None) -> EngineArgs:
     """Parse like the real engine; argparse exits 2 with its usage line on a bad flag."""
+    table = option_table(engine, version)
     flags = strip_launcher(engine, argv)
-    parser = vllm_parser() if engine == "vllm" else sglang_parser()
-    ns = parser.parse_args(flags)
-    non_default = tuple((k, v) for k, v in vars(ns).items() if v != parser.get_default(k))
+    if engine == "vllm":
+        flags = _vllm_rewrites(flags)
+    parser = build_parser(table)
+    ns, extras = parser.parse_known_args(flags)
+    if extras:  # vLLM's root parser says it; SGLang's own
+        if engine == "vllm":
+            sys.stderr.write(_VLLM_ROOT_USAGE + f"vllm: error: unrecognized arguments: {' '.join(extras)}\n")
+            raise SystemExit(2)
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    given = vars(ns)
+    non_default = tuple(
+        (k, v) for k, v in given.items() if v != parser.get_default(k) and k not in ("model_tag",)
+    )
+    deprecated = tuple(
+        o.name for o in table.options if o.deprecated and given.get(o.dest, o.default) != o.default
+    )
     if engine == "vllm":
         layout = Layout(
             tp=ns.tensor_parallel_size,
             pp=ns.pipeline_parallel_size,
             dp=ns.data_parallel_size,
-            expert_parallel=ns.enable_expert_parallel,
+            expert_parallel=bool(ns.enable_expert_parallel),
         )
-        model = ns.model
+        model = ns.model_tag or ns.model
     else:
-        layout = Layout(
-            tp=ns.tp_size,
-            pp=ns.pp_size,
-            dp=ns.dp_size,
-            ep=ns.ep_size if ns.ep_size > 1 else None,
-            dpa=ns.enable_dp_attention,
-        )
+        layout = _sglang_layout(ns)
         model = ns.model_path
-    served = ns.served_model_name[0] if ns.served_model_name else model
-    return EngineArgs(engine, model, served, layout, ns.host, ns.port, tuple(flags), non_default)
+        if not model:
+            parser.error("the following arguments are required: --model-path/--model")
+    served = ns.served_model_name
+    if isinstance(served, list):
+        served = served[0] if served else None
+    host = ns.host or "127.0.0.1"
+    words = server_arg_words(table, flags)
+    return EngineArgs(
+        engine, model, served or model, layout, host, ns.port, words, non_default, deprecated, table.version
+    )
+
+
+def _sglang_layout(ns: argparse.Namespace) -> Layout:
+    """SGLang's parallel flags as a Layout: `--attn-dp-size D` (0.5.23) or the deprecated
+    `--dp-size D --enable-dp-attention` (moved to attn_dp_size by the engine) splits attention
+    inside the TP group; a plain --dp-size starts replicas."""
+    attn_dp = getattr(ns, "attn_dp_size", 1) or 1
+    dp = ns.dp_size
+    if attn_dp > 1 and dp > 1:  # sglang/srt/arg_groups/parallel_hook.py
+        raise SystemExit(
+            f"ValueError: --dp-size {dp} with --attn-dp-size {attn_dp}: data-parallel replicas combined "
+            "with attention data parallelism are not supported."
+        )
+    dpa = bool(ns.enable_dp_attention) or attn_dp > 1
+    return Layout(
+        tp=ns.tp_size,
+        pp=ns.pp_size,
+        dp=attn_dp if attn_dp > 1 else dp,
+        ep=ns.ep_size if ns.ep_size > 1 else None,
+        dpa=dpa and max(attn_dp, dp) > 1,
+    )

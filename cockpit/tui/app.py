@@ -157,6 +157,8 @@ class CockpitApp(App[None]):
             self.main.say(
                 f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs"
             )
+        elif self.session.setup.engine.version_note:
+            self.main.say(self.session.setup.engine.version_note)
 
     def on_unmount(self) -> None:
         self.control.close()
@@ -239,7 +241,9 @@ class CockpitApp(App[None]):
         return describe(verdict, self.session.argv_text(verdict), suggestion)
 
     def _candidates(self, text: str) -> list[str]:
-        return complete(text, self.session.layout_names(), self.session.profile_names())
+        return complete(
+            text, self.session.layout_names(), self.session.profile_names(), self.session.flag_names()
+        )
 
     # -- periodic ---------------------------------------------------------------------------
 
@@ -360,6 +364,8 @@ class CockpitApp(App[None]):
         await self._open(session)
         self.main.say(
             f"✓ profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
+            f" with {session.setup.engine.label}"
+            + (f" ({'; '.join(session.notes)})" if session.notes else "")
         )
         if message.attach is not None:
             self._attach_server(message.attach)
@@ -428,6 +434,10 @@ class CockpitApp(App[None]):
         if self.control.sweeping:
             raise CockpitError("a sweep is running: `stop` ends it first")
         verdict = self.session.verdict(layout)
+        if layout.knobs and verdict.placement is not None:
+            self.main.picker.add(verdict)  # its argv, knobs and all, in the picker's detail
+        for warning in verdict.warnings:  # a deprecated spelling: it still runs, the engine warns
+            self.main.say(f"⚠ {warning}")
         engine = self.session.setup.engine.label
         suggestion = self.session.suggest(verdict)
         if verdict.placement is None:
@@ -533,8 +543,9 @@ class CockpitApp(App[None]):
                 f"a server of profile {self.session.profile.name} is running: `stop` it before `use`"
             )
         find_profile(command.profile)  # an unknown name fails here, in one line
-        self.main.say(f"opening profile {command.profile} …")
-        self.open_profile(command.profile)
+        on = f" on {command.engine}" if command.engine else ""
+        self.main.say(f"opening profile {command.profile}{on} …")
+        self.open_profile(command.profile, engine=command.engine)
 
     def cmd_help(self, command: Help | None = None) -> None:
         self.action_help()
@@ -545,10 +556,12 @@ class CockpitApp(App[None]):
     # -- workers for short jobs -------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="profile")
-    def open_profile(self, name: str, attach: ServerEntry | None = None) -> None:
-        """Open a profile off the loop; with `attach`, follow that server once it is open."""
+    def open_profile(self, name: str, attach: ServerEntry | None = None, engine: str | None = None) -> None:
+        """Open a profile off the loop (on ``engine`` if given); with `attach`, follow that server once it is open."""
         try:
-            session = Session.open(name, sim=self.session.sim, interval=self.session.monitor.interval)
+            session = Session.open(
+                name, sim=self.session.sim, engine=engine, interval=self.session.monitor.interval
+            )
         except CockpitError as exc:
             if attach is not None:  # its profile is gone: follow it under the open one
                 self.call_from_thread(

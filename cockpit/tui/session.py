@@ -41,11 +41,14 @@ class Session(Lab):
         profile: Profile | str | None = None,
         *,
         sim: bool = False,
+        engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
     ) -> Session:
         """Open the profile's lab and plan every layout; the monitor is not started yet."""
-        session = super().open(profile, sim=sim, interval=interval, startup_timeout=startup_timeout)
+        session = super().open(
+            profile, sim=sim, engine=engine, interval=interval, startup_timeout=startup_timeout
+        )
         try:
             session.verdicts = session._ordered(session.launcher.verdicts())
         except BaseException:
@@ -89,6 +92,10 @@ class Session(Lab):
 
     def layout_names(self) -> tuple[str, ...]:
         return tuple(str(v.layout) for v in self.verdicts)
+
+    def flag_names(self) -> tuple[str, ...]:
+        """The engine version's server flags, for Tab after a layout."""
+        return tuple(self.setup.engine.options.names())
 
     @staticmethod
     def profile_names() -> tuple[str, ...]:

@@ -53,6 +53,8 @@ def describe(v: Verdict, argv: str, suggestion: str = "") -> Text:
         if reason.detail and reason.detail not in reason.message:
             out.append(f" ({reason.detail})")
         out.append("\n")
+    for warning in v.warnings:
+        out.append(f"⚠ {warning}\n", style="yellow")
     if suggestion:
         out.append(f"→ {suggestion}\n")
     if v.predicted_tok_s:
@@ -99,16 +101,25 @@ class LayoutPicker(Vertical):
         """Fill the table; `describer(verdict) -> Text` writes the detail (it knows the argv)."""
         self._describe = describer
         self.verdicts = {str(v.layout): v for v in verdicts}
-        table = self.table
-        table.clear()
+        self.table.clear()
         for v in verdicts:
-            weights = f"{v.memory.weights_gib:.1f}" if v.memory else "-"
-            gpus = str(v.gpus_used) if v.placement else "-"
-            table.add_row(
-                str(v.layout), verdict_text(v), gpus, weights, peak_prediction(v), key=str(v.layout)
-            )
+            self._add_row(v)
         if verdicts:
             self.show(verdicts[0])
+
+    def add(self, verdict: Verdict) -> None:
+        """A layout typed with knobs (`try tp8 ep --max-num-seqs 512`) gets its own row."""
+        if str(verdict.layout) not in self.verdicts:
+            self.verdicts[str(verdict.layout)] = verdict
+            self._add_row(verdict)
+        self.select(str(verdict.layout))
+
+    def _add_row(self, v: Verdict) -> None:
+        weights = f"{v.memory.weights_gib:.1f}" if v.memory else "-"
+        gpus = str(v.gpus_used) if v.placement else "-"
+        self.table.add_row(
+            str(v.layout), verdict_text(v), gpus, weights, peak_prediction(v), key=str(v.layout)
+        )
 
     def select(self, name: str) -> bool:
         """Move the cursor to a layout; False when it is not in the table."""

@@ -22,9 +22,13 @@ Candidates = Callable[[str], list[str]]
 NEEDS_ARGUMENT = {"try", "plan", "sweep", "use", "export", "bench"}
 
 
-def complete(text: str, layouts: tuple[str, ...], profiles: tuple[str, ...]) -> list[str]:
+def complete(
+    text: str, layouts: tuple[str, ...], profiles: tuple[str, ...], flags: tuple[str, ...] = ()
+) -> list[str]:
     """completions(), plus the last layout of a `sweep a, b` list and `export md|csv`."""
     word, space, rest = text.partition(" ")
+    if space and text.rpartition(" ")[2].startswith("-"):
+        return completions(text, layouts, profiles, flags)
     if space and word == "sweep" and "," in rest:
         head, _, last = rest.rpartition(",")
         last = last.lstrip()

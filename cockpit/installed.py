@@ -1,0 +1,72 @@
+"""Which version of the engine the profile's launcher runs, so its flags are checked with the
+right option table.
+
+Asked of the launcher's own interpreter (the package's installed metadata: nothing of the
+engine is imported), else of the engine's `--version`. Any doubt (a container wrapper, no such
+command, a timeout) answers None, and the lab says it checks with the newest table it has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
+TIMEOUT_S = 15.0
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.\w+-]*)?)\b")
+_ASK = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+
+
+def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str]:
+    """(version, how it was found) or (None, why not)."""
+    if not command:
+        return None, "no launcher"
+    interpreter = _interpreter(command)
+    if interpreter:
+        version = _run([interpreter, "-c", _ASK, PACKAGES[engine]])
+        if version:
+            return version, f"{PACKAGES[engine]} {version} installed for {interpreter}"
+    if engine == "vllm" and os.path.basename(command[0]) == "vllm":
+        version = _run([command[0], "--version"])
+        if version:
+            return version, f"`{command[0]} --version` says {version}"
+    return None, f"could not ask `{' '.join(command[:3])}` which {engine} it runs"
+
+
+def _interpreter(command: Sequence[str]) -> str | None:
+    """The Python that runs the launcher: `python -m sglang...` names it; a console script
+    (`vllm`) says it on its first line."""
+    first = command[0]
+    if re.fullmatch(r"python[\d.]*", os.path.basename(first)):
+        return shutil.which(first)
+    path = shutil.which(first)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as script:
+            line = script.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if line.startswith("#!"):
+        words = line[2:].split()
+        if words and re.fullmatch(
+            r"python[\d.]*", os.path.basename(words[-1] if words[0].endswith("env") else words[0])
+        ):
+            return shutil.which(words[-1]) if words[0].endswith("env") else words[0]
+    return None
+
+
+def _run(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    match = _VERSION.search(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+    return match.group(1) if match else None

@@ -1,0 +1,140 @@
+"""What both engines' simulated logs share: the line writers, the traceback frames, the hooks
+the simulated engine calls in order (docs/simulator.md#log-texts)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cockpit.engines import Placement
+from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
+from cockpit.sim.flags import EngineArgs
+
+Out = Callable[[str], None]
+
+# Where the engines' tracebacks point: the engines' own Docker images install here.
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+# "ValueError: ...", "torch.OutOfMemoryError: ...", a bare "AssertionError".
+EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b")
+
+
+# pydantic's line for a ValueError or an assert raised while a config is built ("Value error, <text>").
+PYDANTIC_KINDS = {"Value error, ": "ValueError", "Assertion failed, ": "AssertionError"}
+
+
+def exception_line(message: str, exception: str = "ValueError") -> str:
+    """The traceback's last line: the rule's text names its exception, or it is `exception`."""
+    for prefix, name in PYDANTIC_KINDS.items():
+        if message.startswith(prefix):
+            return f"{name}: {message.removeprefix(prefix)}"
+    return message if EXCEPTION.match(message) else f"{exception}: {message}"
+
+
+def bare(message: str) -> str:
+    """The engine's sentence alone, without its exception class or pydantic's "Value error, "."""
+    line = exception_line(message)
+    return line.split(": ", 1)[1] if ": " in line and EXCEPTION.match(line) else line
+
+
+def gb(value: float) -> str:
+    """vLLM's format_gib (vllm/utils/mem_utils.py): round to 2 places, no padding."""
+    return f"{round(value, 2)}"
+
+
+def clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60:02d}:{whole % 60:02d}"
+
+
+def shards_bar(done: int, total: int, elapsed: float) -> str:
+    """The weight loaders' tqdm bar (vllm and sglang model_loader/weight_utils.py), on stderr, no prefix."""
+    percent = int(100 * done / total) if total else 100
+    rate = done / elapsed if elapsed > 0 else 0.0
+    left = (total - done) / rate if rate else 0.0
+    return (
+        f"Loading safetensors checkpoint shards: {percent:3d}% Completed | {done}/{total} "
+        f"[{clock(elapsed)}<{clock(left)}, {rate:5.2f}it/s]"
+    )
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One traceback frame: file (under the site folder), line, function, source line."""
+
+    file: str
+    line: int
+    function: str
+    code: str
+
+    def lines(self) -> list[str]:
+        return [f'  File "{SITE}/{self.file}", line {self.line}, in {self.function}', f"    {self.code}"]
+
+
+@dataclass(frozen=True)
+class Raise:
+    """Where the engine raises a startup error, and what it raises."""
+
+    frame: Frame
+    config: str | None = None  # vLLM: the config being validated, VllmConfig or ParallelConfig
+    exception: str = "ValueError"  # when the rule's text does not name it
+
+
+def raises(
+    file: str, line: int, function: str, config: str | None = None, exception: str = "ValueError"
+) -> Raise:
+    return Raise(Frame(file, line, function, f"raise {exception}("), config, exception)
+
+
+class EngineLog:
+    """The hooks the simulated engine calls, in order; each engine prints them in its own words."""
+
+    name = "engine"
+
+    def __init__(self, out: Out):
+        self.out = out
+        self.started = time.monotonic()
+
+    def argument_warnings(self, deprecated: Sequence[str]) -> None:
+        """The engine's warning for each deprecated argument used, spelled as the user typed it."""
+
+    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None: ...
+
+    def shard_progress(self, done: int, total: int, elapsed: float) -> None:
+        self.out(shards_bar(done, total, elapsed))
+
+    def startup_failure(self, reasons: Sequence[Reason]) -> None: ...
+    def oom(self, text: str) -> None: ...
+    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None: ...
+    def kv_failure(self, reason: Reason) -> None: ...
+    def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None: ...
+    def ready(self, args: EngineArgs) -> None: ...
+
+    def bind_failure(self, host: str, port: int, exc: OSError) -> None:
+        self.out(
+            f"ERROR:    [Errno {exc.errno or 98}] error while attempting to bind on address ('{host}', {port}): "
+            "address already in use"
+        )
+
+    def shutdown(self) -> None:
+        self.out("INFO:     Shutting down")
+        self.out("INFO:     Application shutdown complete.")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+# --- vLLM 0.33.0 ---------------------------------------------------------------------------
+
+# Where vLLM raises each startup error. Errors found while it builds its config are raised in
+# the API server, and pydantic wraps a ValueError there in a ValidationError naming the config
+# class (vllm/config/utils.py makes every config a pydantic dataclass); the others are raised
+# in a worker while it builds the model.
+
+
+def capture_sizes(most: int | None) -> list[int]:
+    """A sketch of the batch sizes captured: 1, 2, 4, 8, then every 8, up to the largest."""
+    top = most or 256
+    return [b for b in (1, 2, 4) if b < top] + list(range(8, top + 1, 8))

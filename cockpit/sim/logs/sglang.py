@@ -1,0 +1,244 @@
+"""SGLang 0.5.23's startup log, as the simulated engine prints it (docs/simulator.md#log-texts)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Sequence
+
+from cockpit.engines import Placement
+from cockpit.layout import Layout
+from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
+from cockpit.sim.flags import EngineArgs
+from cockpit.sim.logs.base import EngineLog, Frame, Out, Raise, capture_sizes, exception_line, raises
+
+_SGLANG_SCHEDULER = Frame(  # sglang/srt/managers/scheduler.py
+    "sglang/srt/managers/scheduler.py",
+    6362,
+    "run_scheduler_process",
+    "scheduler = Scheduler(server_args, port_args)",
+)
+_MOE_EP_SETUP = "sglang/srt/model_executor/model_runner_components/moe_ep_setup.py"
+_SGLANG_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
+    (re.compile(pattern), raised)
+    for pattern, raised in (
+        # moe_ep_setup.py: check_quantized_moe_compatibility, after a block-quantized MoE model loads
+        (
+            r"tp_size \d+ must be divisible by ep_size",
+            raises(_MOE_EP_SETUP, 151, "check_quantized_moe_compatibility"),
+        ),
+        (
+            r"moe_intermediate_size \d+ must be divisible by moe_tp_size",
+            raises(_MOE_EP_SETUP, 163, "check_quantized_moe_compatibility"),
+        ),
+        (
+            "For quantized MoE models, please make sure",
+            raises(_MOE_EP_SETUP, 172, "check_quantized_moe_compatibility"),
+        ),
+        (  # sglang/srt/model_executor/model_runner.py: ModelRunner.__init__
+            "Pipeline Parallel is not compatible with this model",
+            Raise(
+                Frame(
+                    "sglang/srt/model_executor/model_runner.py", 514, "__init__", "assert self.support_pp, ("
+                ),
+                exception="AssertionError",
+            ),
+        ),
+    )
+)
+
+# What SGLang prints for each deprecated flag: DeprecatedStoreTrueAction and DeprecatedStoreConstAction
+# (sglang/srt/arg_groups/argparse_actions.py, the new flags from sglang/srt/server_args.py) in yellow,
+# the others from handle_deprecated_args (sglang/srt/arg_groups/serving_hook.py). Both print before
+# logging is configured, so the message stands alone on its line.
+_YELLOW, _RESET = "\033[1;33m", "\033[0m"
+_SGLANG_REPLACEMENTS = {
+    "--disable-cuda-graph": "--cuda-graph-backend-{decode,prefill}=disabled",
+    "--enable-dp-attention": "--attn-dp-size <dp-size>",
+    "--monokernel-backend": "--enable-amd-monokernel",
+}
+_SGLANG_RESOLUTION_WARNINGS = {
+    "--disable-fast-image-processor": "--disable-fast-image-processor is deprecated; use "
+    "--image-processor-backend=pil instead.",
+    "--enable-flashinfer-allreduce-fusion": "--enable-flashinfer-allreduce-fusion is deprecated. "
+    "Please use --flashinfer-allreduce-fusion-backend=auto instead.",
+    "--grpc-mode": "--grpc-mode is deprecated and will be removed in a future version. Use --smg-grpc-mode "
+    "for the legacy SMG gRPC server, or --grpc-port for the native gRPC server.",
+}
+
+
+def _sglang_flag(spelling: str) -> str:
+    """The flag argparse matched: a unique prefix stands for the whole flag, as in argparse."""
+    flag = spelling.split("=", 1)[0]
+    known = [f for f in (*_SGLANG_REPLACEMENTS, *_SGLANG_RESOLUTION_WARNINGS) if f.startswith(flag)]
+    return known[0] if len(known) == 1 else flag
+
+
+def _sglang_deprecation(spelling: str) -> str:
+    flag = _sglang_flag(spelling)
+    if flag in _SGLANG_REPLACEMENTS:
+        return (
+            f"{_YELLOW}'{flag}' is deprecated and will be removed in a future release. "
+            f"Use '{_SGLANG_REPLACEMENTS[flag]}' instead.{_RESET}"
+        )
+    if flag in _SGLANG_RESOLUTION_WARNINGS:
+        return _SGLANG_RESOLUTION_WARNINGS[flag]
+    return (  # DeprecatedAction's words for a flag without a registered replacement
+        f"{_YELLOW}The command line argument '{flag}' is deprecated and will be removed in future versions.{_RESET}"
+    )
+
+
+def _sglang_kv_dtype(kv_cache_dtype: str) -> str:
+    """The torch dtype SGLang's memory pool reports (sglang/srt/model_executor/model_runner.py)."""
+    return {"fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2"}.get(
+        kv_cache_dtype.lower(), "torch.bfloat16"
+    )
+
+
+def _sglang_rank(layout: Layout) -> str:
+    """The first scheduler's log prefix (sglang/srt/managers/scheduler.py): DP, PP, TP, EP when used."""
+    prefix = " DP0" if layout.dp > 1 or layout.dpa else ""
+    prefix += " PP0" if layout.pp > 1 else ""
+    prefix += " TP0" if layout.tp > 1 else ""
+    prefix += " EP0" if (layout.ep or 1) > 1 else ""
+    return prefix.strip()
+
+
+class SGLangLog(EngineLog):
+    """SGLang's logger: "[YYYY-MM-DD HH:MM:SS TP0] text" in a scheduler, no rank in the main
+    process (sglang/srt/utils/common.py: configure_logger)."""
+
+    name = "sglang"
+
+    def __init__(self, out: Out):
+        super().__init__(out)
+        self.rank = "TP0"
+
+    def line(self, text: str, rank: str | None = None) -> None:
+        where = self.rank if rank is None else rank
+        self.out(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{' ' + where if where else ''}] {text}")
+
+    def main_line(self, text: str) -> None:
+        self.line(text, rank="")
+
+    def argument_warnings(self, deprecated: Sequence[str]) -> None:
+        for spelling in deprecated:
+            self.out(_sglang_deprecation(spelling))
+
+    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
+        layout = args.layout
+        self.rank = _sglang_rank(layout)
+        attn_dp = layout.dp if layout.dpa else 1
+        server = setup.server
+        # sglang/srt/entrypoints/engine.py: the resolved arguments as a dict (abridged); resolution
+        # turns --enable-dp-attention --dp-size N into attn_dp_size N (arg_groups/parallel_hook.py).
+        settings = {
+            "model_path": args.model,
+            "tokenizer_path": args.model,
+            "context_length": server.max_model_len,
+            "dtype": "auto",
+            "kv_cache_dtype": server.kv_cache_dtype,
+            "tp_size": layout.tp,
+            "pp_size": layout.pp,
+            "dp_size": 1 if layout.dpa else layout.dp,
+            "attn_dp_size": attn_dp,
+            "enable_dp_attention": attn_dp > 1,
+            "ep_size": layout.ep or 1,
+            "mem_fraction_static": server.mem_fraction_static,
+            "host": args.host,
+            "port": args.port,
+        }
+        self.main_line(f"server_args={settings}")
+        self.line("Init parallel begin.")  # sglang/srt/distributed/bootstrap.py
+        self.line("Init parallel ends. elapsed=0.50 s")
+        # sglang/srt/model_executor/model_runner.py: load_model
+        self.line(f"Load weight begin. avail mem={setup.hardware.memory_gib - 0.5:.2f} GB")
+
+    def startup_failure(self, reasons: Sequence[Reason]) -> None:
+        """The scheduler logs the traceback (its first line beside the prefix), the main process
+        the signal (sglang/srt/managers/scheduler.py, sglang/srt/entrypoints/engine.py)."""
+        message = reasons[0].message
+        raised = next((r for pattern, r in _SGLANG_BY_TEXT if pattern.search(message)), None)
+        if raised is None:
+            self._scheduler_died([_SGLANG_SCHEDULER], exception_line(message))
+        else:
+            self._scheduler_died([_SGLANG_SCHEDULER, raised.frame], exception_line(message, raised.exception))
+
+    def _scheduler_died(self, frames: Sequence[Frame], error: str) -> None:
+        self.line("Scheduler hit an exception: Traceback (most recent call last):")
+        for frame in frames:
+            for text in frame.lines():
+                self.out(text)
+        for text in error.splitlines():
+            self.out(text)
+        self.out("")
+        self.main_line("Received sigquit from a child process. It usually means the child failed.")
+
+    def oom(self, text: str) -> None:
+        loader = Frame(
+            "sglang/srt/model_loader/loader.py",
+            1063,
+            "load_weights_and_postprocess",
+            "model.load_weights(weights)",
+        )
+        self._scheduler_died([_SGLANG_SCHEDULER, loader], text)
+
+    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None:
+        used = memory.weights_gib + 0.5
+        quant = {"fp8-block": "quant=fp8, ", "fp8": "quant=fp8, ", "mxfp4": "quant=mxfp4, "}
+        self.line(  # sglang/srt/model_executor/model_runner.py: load_model
+            f"Load weight end. elapsed={self.elapsed():.2f} s, type={setup.model.architecture}, "
+            f"{quant.get(setup.model.quant.method, '')}"
+            f"avail mem={memory.capacity_gib - used:.2f} GB, mem usage={memory.weights_gib:.2f} GB."
+        )
+
+    def kv_failure(self, reason: Reason) -> None:
+        pool = Frame(
+            "sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"
+        )
+        self._scheduler_died([_SGLANG_SCHEDULER, pool], exception_line(reason.message, "RuntimeError"))
+
+    def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None:
+        per_replica = memory.kv_tokens // max(1, placement.attn_replicas)
+        size = memory.kv_budget_gib
+        dtype = _sglang_kv_dtype(setup.server.kv_cache_dtype)
+        # sglang/srt/mem_cache/memory_pool.py: _finalize_allocation_log (one size for MLA's latent cache)
+        if setup.model.mla is not None:
+            self.line(
+                f"KV Cache is allocated. dtype: {dtype}, #tokens: {per_replica}, KV size: {size:.2f} GB"
+            )
+        else:
+            self.line(
+                f"KV Cache is allocated. dtype: {dtype}, #tokens: {per_replica}, "
+                f"K size: {size / 2:.2f} GB, V size: {size / 2:.2f} GB"
+            )
+        avail = memory.capacity_gib - memory.weights_gib - size - 0.5
+        # sglang/srt/mem_cache/kv_cache_configurator.py
+        self.line(f"Memory pool end. avail mem={avail:.2f} GB")
+        graphs = 0.0
+        if setup.server.cuda_graphs:  # sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py
+            graphs = 0.5
+            self.line(
+                f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB"
+            )
+            self.line(
+                f"Capture target decode CUDA graph end. bs={capture_sizes(setup.server.cuda_graph_max_bs)}, "
+                f"elapsed=1.00 s, mem usage={graphs:.2f} GB, avail mem={avail - graphs:.2f} GB."
+            )
+        length = setup.server.max_model_len or setup.model.max_context
+        self.line(  # sglang/srt/managers/scheduler.py
+            f"max_total_num_tokens={per_replica}, chunked_prefill_size={setup.server.max_num_batched_tokens or 8192}, "
+            f"max_prefill_tokens=16384, max_running_requests={setup.server.max_num_seqs or 4096}, "
+            f"context_len={length}, available_gpu_mem={avail - graphs:.2f} GB"
+        )
+
+    def ready(self, args: EngineArgs) -> None:
+        # uvicorn, then the warm-up requests and the main process's line (sglang/srt/entrypoints/http_server.py)
+        self.out(f"INFO:     Started server process [{os.getpid()}]")
+        self.out("INFO:     Waiting for application startup.")
+        self.out("INFO:     Application startup complete.")
+        self.out(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+        self.out('INFO:     127.0.0.1:0 - "GET /model_info HTTP/1.1" 200 OK')
+        self.out('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        self.main_line("The server is fired up and ready to roll!")

@@ -1,0 +1,134 @@
+"""Knobs: server arguments typed after a layout, checked, planned, launched, journaled, compared."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (the fixture sets up sim, journal, state)
+
+from cockpit.commands import Sweep, Try, parse_command
+from cockpit.layout import parse_layout
+from cockpit.perfmodel import for_verdict
+from cockpit.planner import FAILS, plan_layout
+from cockpit.resolve import SetupOverrides, build_setup
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return build_setup(SetupOverrides(profile="demo"))[0]
+
+
+def test_knobs_follow_the_layout_in_the_prompt_and_in_sweeps():
+    command = parse_command("try tp8 ep --max-num-seqs 512 --kv-cache-dtype fp8_e4m3")
+    assert isinstance(command, Try)
+    assert command.layout.parallel == parse_layout("tp8 ep")
+    assert command.layout.knobs == ("--max-num-seqs", "512", "--kv-cache-dtype", "fp8_e4m3")
+    assert str(command.layout) == "tp8 ep --max-num-seqs 512 --kv-cache-dtype fp8_e4m3"
+    sweep = parse_command("sweep tp8 ep, tp8 ep --max-num-seqs 512 c=1,32")
+    assert isinstance(sweep, Sweep)
+    assert [str(x) for x in sweep.layouts] == ["tp8 ep", "tp8 ep --max-num-seqs 512"]
+    assert sweep.bench.concurrency == (1, 32)
+    quoted = parse_command("""sweep tp8 --compilation-config '{"mode": 3, "cudagraph_mode": "FULL"}', tp4""")
+    assert [x.knobs for x in quoted.layouts] == [
+        ("--compilation-config", '{"mode": 3, "cudagraph_mode": "FULL"}'),
+        (),
+    ]
+    assert parse_layout(str(quoted.layouts[0])) == quoted.layouts[0]  # the name reads back as typed
+
+
+def test_a_knob_lands_in_argv_after_the_profiles_arguments(demo):
+    verdict = plan_layout(demo, "tp8 ep --max-num-seqs 512")
+    assert verdict.verdict != FAILS
+    assert verdict.argv[-4:] == ("--max-model-len", "32768", "--max-num-seqs", "512")
+
+
+def test_a_typo_in_a_knob_fails_the_verdict_with_the_real_spelling(demo):
+    verdict = plan_layout(demo, "tp8 ep --max-num-sqs 512")
+    assert verdict.verdict == FAILS and not verdict.argv
+    assert "did you mean --max-num-seqs?" in str(verdict.reasons[0])
+
+
+def test_parallel_sizes_are_said_in_the_layout_not_as_knobs(demo):
+    verdict = plan_layout(demo, "tp8 --tensor-parallel-size 4")
+    assert verdict.verdict == FAILS
+    assert "set by the layout's tpN" in str(verdict.reasons[0])
+
+
+def test_fp8_kv_cache_holds_twice_the_tokens_as_the_engine_counts_them(demo):
+    """vLLM sizes a KV page by the cache dtype (vllm/v1/kv_cache_interface.py: page_size_bytes
+    = 2 x block x kv_heads x head_dim x dtype size), so the same budget holds twice the tokens."""
+    bf16 = plan_layout(demo, "tp8 ep").memory
+    fp8 = plan_layout(demo, "tp8 ep --kv-cache-dtype fp8").memory
+    assert fp8.kv_bytes_per_token == bf16.kv_bytes_per_token / 2
+    assert fp8.kv_budget_gib == bf16.kv_budget_gib
+    assert fp8.kv_tokens == math.floor(fp8.kv_budget_gib * 2**30 // fp8.kv_bytes_per_token)
+    assert abs(fp8.kv_tokens - 2 * bf16.kv_tokens) <= 2
+
+
+def test_memory_and_speed_knobs_move_the_plan(demo):
+    base = plan_layout(demo, "tp8 ep")
+    eager = plan_layout(demo, "tp8 ep --enforce-eager")
+    assert eager.memory.reserve_gib < base.memory.reserve_gib  # no captured graphs
+    assert eager.memory.kv_tokens > base.memory.kv_tokens
+    slow = for_verdict(demo, eager).decode_tok_s(1, 512, 256)
+    assert slow < for_verdict(demo, base).decode_tok_s(1, 512, 256)  # every kernel launched from the CPU
+    chunk = plan_layout(demo, "tp8 ep --max-num-batched-tokens 32768")
+    assert chunk.memory.reserve_gib > base.memory.reserve_gib  # a larger activation peak
+    share = plan_layout(demo, "tp8 ep --gpu-memory-utilization 0.8")
+    assert share.memory.kv_budget_gib < base.memory.kv_budget_gib
+    capped = for_verdict(demo, plan_layout(demo, "tp8 ep --max-num-seqs 16"))
+    assert capped.effective_concurrency(64, 768) == 16
+    too_long = plan_layout(demo, "tp8 ep --max-model-len 10000000")
+    assert too_long.verdict == FAILS
+    assert "User-specified max_model_len (10000000) is greater than the derived max_model_len" in str(
+        too_long.reasons[0]
+    )
+
+
+def test_eplb_redundant_experts_add_weights_on_every_gpu():
+    kimi = build_setup(SetupOverrides(profile="kimi-k2.6", engine="vllm"))[0]
+    kimi = replace(kimi, server_args=())
+    base = plan_layout(kimi, "tp8 ep")
+    eplb = plan_layout(kimi, "tp8 ep --enable-eplb --eplb-config.num_redundant_experts 32")
+    experts = kimi.model.moe.experts
+    assert eplb.memory.weights_by_group["experts"] == pytest.approx(
+        base.memory.weights_by_group["experts"] * math.ceil((experts + 32) / 8) / math.ceil(experts / 8)
+    )
+
+
+def test_a_knob_run_is_launched_journaled_and_its_own_row(profile_file):
+    profile, _ = profile_file("demo")
+    for text in ("try tp8 ep", "try tp8 ep --max-num-seqs 512"):
+        result = cockpit(
+            "run",
+            text,
+            "--profile",
+            profile,
+            "--sim",
+            "--quiet",
+            "--bench",
+            "c=1,32 in=32 out=8 t=1",
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    rows = {row.layout: row for row in journal_rows()}
+    assert set(rows) == {"tp8 ep", "tp8 ep --max-num-seqs 512"}
+    assert list(rows["tp8 ep --max-num-seqs 512"].argv[-2:]) == ["--max-num-seqs", "512"]
+    assert "--max-num-seqs" not in rows["tp8 ep"].argv
+    data = json.loads(cockpit("results", "--profile", "demo", "--format", "json").stdout)
+    assert {p["layout"] for p in data if p.get("concurrency")} == {"tp8 ep", "tp8 ep --max-num-seqs 512"}
+    table = cockpit("results", "--profile", "demo", "--format", "markdown").stdout
+    assert "| tp8 ep --max-num-seqs 512 |" in table
+
+
+def test_a_deprecated_spelling_runs_with_a_warning_that_names_its_replacement():
+    kimi = build_setup(SetupOverrides(profile="kimi-k2.6"))[0]
+    verdict = plan_layout(kimi, "tp8 --disable-cuda-graph")
+    assert verdict.verdict != FAILS
+    assert verdict.warnings == (
+        "--disable-cuda-graph is deprecated in SGLang 0.5.23: Use --cuda-graph-backend-{decode,prefill}=disabled instead.",
+    )
+    assert plan_layout(kimi, "tp8").warnings == ()
