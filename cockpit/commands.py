@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 
 from cockpit.errors import CockpitError, shown
@@ -175,21 +176,16 @@ def parse_command(text: str) -> Command:
         ) from None
 
 
-ENGINE_NAMES = ("vllm", "sglang")
+_ENGINE_SUFFIX = re.compile(r"\s+(?:(?:on|with)\s+|--engine[=\s]\s*)?(vllm|sglang)\s*$", re.IGNORECASE)
 
 
 def _use(rest: str) -> Use:
-    """`use kimi-k2.6`, `use kimi-k2.6 on vllm`, `use kimi-k2.6 vllm`, `use kimi-k2.6 --engine vllm`."""
-    words = rest.split()
-    name, more = words[0], [w for w in words[1:] if w.lower() not in ("on", "--engine", "with")]
-    if not more:
-        return Use(name)
-    engine = more[0].lower()
-    if len(more) > 1 or engine not in ENGINE_NAMES:
-        raise CockpitError(
-            f"use takes a profile and an engine: `use {name} on vllm` or `use {name} on sglang`"
-        )
-    return Use(name, engine)
+    """`use kimi-k2.6`, `use kimi-k2.6 on vllm`, `use kimi-k2.6 vllm`, `use kimi-k2.6 --engine=vllm`;
+    a profile path may hold spaces."""
+    match = _ENGINE_SUFFIX.search(rest)
+    if match is None:
+        return Use(rest)
+    return Use(rest[: match.start()].strip(), match[1].lower())
 
 
 def parse_levels(text: str, flag: str) -> tuple[int, ...]:
@@ -240,25 +236,54 @@ def _sweep(rest: str) -> Sweep:
     separated by commas, then `bench`'s words.
 
     A word is the bench's when its key is one of bench's (c=, in=, out=, n=, t=, timeout=); `tp=4`
-    stays a layout's, and so does every word from a knob's dash to the next comma."""
-    words = _joined_equals(rest).split()
+    stays a layout's, and a knob's words (from its dash to the next comma) are the knob's, quotes
+    and all."""
+    words = _words(rest)
+    in_knobs = False
     for word in words:
+        if word.startswith("-"):
+            in_knobs = True
         key, eq, _ = word.partition("=")
-        if (
-            eq
-            and not key.startswith("-")
-            and key.lower() not in _BENCH_KEYS
-            and key.lower() not in _LAYOUT_KEYS
-        ):
+        if eq and not in_knobs and key.lower() not in _BENCH_KEYS and key.lower() not in _LAYOUT_KEYS:
             raise CockpitError(
                 f"sweep: {shown(word)} is neither a layout nor a bench setting (c=, in=, out=, n=, t=, timeout=)"
             )
+        if len(_entries(word)) > 1:  # a comma outside quotes: the next layout starts
+            in_knobs = False
     bench_words = [w for w in words if _is_bench_token(w)]
     layout_text = " ".join(w for w in words if not _is_bench_token(w))
     layouts = tuple(parse_layout(part) for part in _entries(layout_text) if part.strip())
     if not layouts:
         raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8 c=1,32`")
     return Sweep(layouts, _bench(" ".join(bench_words), command="sweep"))
+
+
+def _words(text: str) -> list[str]:
+    """Words split at the spaces outside quotes, the quotes kept for the layout parser; `c = 1,32`
+    outside quotes reads as `c=1,32`."""
+    words: list[str] = []
+    current: list[str] = []
+    quote = ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char.isspace():
+            if current:
+                words.append("".join(current))
+                current = []
+            continue
+        current.append(char)
+    if current:
+        words.append("".join(current))
+    joined: list[str] = []
+    for word in words:  # `c = 1`, `c= 1`, `c =1` -> `c=1`
+        if joined and (word.startswith("=") or joined[-1].endswith("=")) and not joined[-1].startswith("-"):
+            joined[-1] += word
+        else:
+            joined.append(word)
+    return joined
 
 
 def _entries(text: str) -> list[str]:
@@ -330,7 +355,7 @@ def completions(
     """Candidates for Tab: command names, then layouts after `try`/`plan`, profiles after `use`,
     and the engine's server flags (``flags``) for a word that starts with a dash."""
     word, space, rest = text.partition(" ")
-    if space and rest and (rest.endswith(" -") or " --" in rest or rest.startswith("-")):
+    if word in ("try", "plan", "sweep") and space and rest:
         head, _, last = text.rpartition(" ")
         if last.startswith("-"):
             return [f"{head} {flag}" for flag in flags if flag.startswith(last)]

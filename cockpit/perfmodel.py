@@ -21,11 +21,11 @@ from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
 from cockpit.planner import (
-    DEFAULT_GRAPH_MAX_BS,
     FAILS,
     MemoryEstimate,
     Setup,
     Verdict,
+    graph_max_bs,
     knob_server_args,
     stage_weights,
 )
@@ -374,7 +374,7 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     engine = setup.engine.name
     cal = calibration_for(setup.hardware, engine, setup.calibration)
     server = knob_server_args(setup, verdict.layout)
-    graphs = (server.cuda_graph_max_bs or DEFAULT_GRAPH_MAX_BS) if server.cuda_graphs else 0
+    graphs = graph_max_bs(server)
     return perf_model(
         setup.model,
         setup.hardware,

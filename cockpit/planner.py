@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, check_args
-from cockpit.engines.options import SET_BY_COCKPIT
+from cockpit.engines.options import refuse_owned
 from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
 from cockpit.layout import Layout, enumerate_layouts, parse_layout
@@ -204,13 +204,7 @@ def knob_server_args(setup: Setup, layout: Layout) -> ServerArgs:
     """The profile's arguments and the layout's knobs, checked against the engine's table."""
     engine = setup.engine
     if layout.knobs:
-        checked = check_args(engine.options, layout.knobs, "knob")
-        for dest in checked.given:
-            owner = SET_BY_COCKPIT.get(dest.partition(".")[0])
-            if owner:
-                option = engine.options.by_dest(dest)
-                said = option.name if option else dest
-                raise CockpitError(f"knob {said} is set by {owner}: say it there, not as a knob")
+        refuse_owned(check_args(engine.options, layout.knobs, "knob", strict=engine.strict), "knob")
     return engine.check((*setup.server_args, *layout.knobs))
 
 
@@ -291,29 +285,35 @@ def stage_weights(
     return stages
 
 
-def graph_memory_gib(server: ServerArgs) -> float:
-    """Captured CUDA graphs: none in eager mode; otherwise about CUDA_GRAPH_GIB at the engines'
-    default largest capture (512), scaling with the largest captured batch
-    (docs/memory.md#server-arguments-the-planner-models)."""
+def graph_max_bs(server: ServerArgs) -> int:
+    """The largest batch captured in a CUDA graph (0: eager mode). vLLM's default is
+    min(2 x max_num_seqs, 512) (vllm/config/vllm.py, _set_cudagraph_sizes)."""
     if not server.cuda_graphs:
-        return 0.0
-    largest = server.cuda_graph_max_bs or DEFAULT_GRAPH_MAX_BS
-    return CUDA_GRAPH_GIB * min(2.0, max(0.1, largest / DEFAULT_GRAPH_MAX_BS))
+        return 0
+    if server.cuda_graph_max_bs:
+        return server.cuda_graph_max_bs
+    return min(2 * server.max_num_seqs, DEFAULT_GRAPH_MAX_BS) if server.max_num_seqs else DEFAULT_GRAPH_MAX_BS
 
 
-def batched_tokens(engine: Engine, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
-    """The most tokens one forward pass runs, which sets the activation peak: the chunk size
-    (vLLM's defaults by card in vllm/engine/arg_utils.py, get_batch_defaults); without chunked
-    prefill a whole prompt of the longest length."""
+def graph_memory_gib(server: ServerArgs) -> float:
+    """Captured CUDA graphs: none in eager mode; otherwise about CUDA_GRAPH_GIB at the default
+    largest capture (512), scaling with the largest captured batch
+    (docs/memory.md#server-arguments-the-planner-models)."""
+    largest = graph_max_bs(server)
+    return CUDA_GRAPH_GIB * min(2.0, max(0.1, largest / DEFAULT_GRAPH_MAX_BS)) if largest else 0.0
+
+
+def vllm_batched_tokens(server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+    """The most tokens one vLLM forward pass runs, which sets the activation peak: the chunk size
+    (its defaults by card in vllm/engine/arg_utils.py, get_batch_defaults); without chunked
+    prefill a whole prompt of the longest length. (SGLang's share is derived in its adapter.)"""
     if not server.chunked_prefill:
         return max(server.max_num_batched_tokens or 0, max_model_len(model, server))
     if server.max_num_batched_tokens:
         return server.max_num_batched_tokens
-    if engine.name == "vllm":
-        if hw.memory_gib >= 160:
-            return 16384
-        return 8192 if hw.memory_gib >= 70 and hw.gpu.key != "a100" else 2048
-    return 8192
+    if hw.memory_gib >= 160:
+        return 16384
+    return 8192 if hw.memory_gib >= 70 and hw.gpu.key != "a100" else 2048
 
 
 def estimate_memory(
@@ -331,7 +331,7 @@ def estimate_memory(
     fraction = engine.memory_fraction(server, capacity, placement, model)
     budget = capacity * fraction
     if engine.name == "vllm":
-        tokens = batched_tokens(engine, server, hw, model)
+        tokens = vllm_batched_tokens(server, hw, model)
         activations = tokens * model.hidden * ACTIVATION_BYTES_PER_TOKEN_HIDDEN / GiB
         reserve = NON_TORCH_GIB + graph_memory_gib(server) + activations
     else:  # SGLang keeps activations and graphs in the (1 - mem_fraction_static) it leaves free
@@ -344,7 +344,6 @@ def estimate_memory(
     if server.max_total_tokens:  # SGLang: the pool is capped by --max-total-tokens
         per_replica = min(per_replica, server.max_total_tokens)
     kv_tokens = per_replica * placement.attn_replicas
-    concurrency = kv_tokens / request_len if request_len else 0.0  # --max-num-seqs caps it in perfmodel
     return MemoryEstimate(
         capacity_gib=capacity,
         weights_by_group={k: v / GiB for k, v in stage.items() if not k.startswith("_")},
@@ -354,7 +353,7 @@ def estimate_memory(
         kv_budget_gib=kv_budget,
         kv_bytes_per_token=kv_token,
         kv_tokens=kv_tokens,
-        max_concurrency=concurrency,
+        max_concurrency=kv_tokens / request_len if request_len else 0.0,  # KV-bound; perfmodel caps the batch
         busiest_gpu=busiest * placement.attn_tp,
         expert_layer_bytes=stage["_expert_layer"],
     )
@@ -371,17 +370,23 @@ def length_reasons(model: ModelArch, engine: Engine, server: ServerArgs) -> list
     asked = server.max_model_len
     if not asked or asked <= model.max_context:
         return []
-    if engine.name == "vllm":
+    if engine.name == "vllm":  # raised while ModelConfig (a pydantic dataclass) is built: wrapped
         message = (
-            f"ValueError: User-specified max_model_len ({asked}) is greater than the derived max_model_len "
+            f"Value error, User-specified max_model_len ({asked}) is greater than the derived max_model_len "
             f"(max_position_embeddings={model.max_context} or model_max_length=None in model's config.json). "
-            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
+            "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
+            "uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
+            "array out-of-bounds error."
         )
         flag = "--max-model-len"
     else:
         message = (
             f"ValueError: Warning: User-specified context_length ({asked}) is greater than the derived "
-            f"context_length ({model.max_context}). This may lead to incorrect model outputs or CUDA errors."
+            f"context_length ({model.max_context}). This may lead to incorrect model outputs or CUDA errors. "
+            "Note that the derived context_length may differ from max_position_embeddings in the model's "
+            "config. To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
         )
         flag = "--context-length"
     return [

@@ -18,7 +18,8 @@ import yaml
 
 from cockpit.commands import MAX_CONCURRENCY, check_bench_number
 from cockpit.engines import get_engine
-from cockpit.engines.options import SET_BY_COCKPIT, check_args
+from cockpit.engines.base import server_args
+from cockpit.engines.options import check_args, refuse_owned
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory
 from cockpit.layout import parse_layout
@@ -264,18 +265,12 @@ def _words(value: Any, key: str, source: str, numbers: bool, example: str) -> tu
 def _server_args(engine: str, args: tuple[str, ...], key: str, source: str) -> None:
     """Every argument checked against the engine's option table now: a typo or a bad
     --gpu-memory-utilization must not wait for a ten-minute load."""
-    adapter = get_engine(engine)
     try:
-        adapter.check(args, where=key)
+        checked = check_args(get_engine(engine).options, args, key)
+        refuse_owned(checked, key)
+        server_args(checked)  # values the engine refuses at startup (a share above 1), refused now
     except CockpitError as exc:
         raise CockpitError(f"{source}: {exc}") from None
-    for dest in check_args(adapter.options, args).given:
-        owner = SET_BY_COCKPIT.get(dest.partition(".")[0])
-        if owner:
-            option = adapter.options.by_dest(dest)
-            raise CockpitError(
-                f"{source}: {key} sets {option.name if option else dest}, which is {owner}'s to say: remove it"
-            )
 
 
 def _other_engines(server: Mapping[str, Any], engine: str, source: str) -> dict[str, EngineServer]:

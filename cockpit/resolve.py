@@ -10,6 +10,7 @@ from cockpit.engines.options import option_table
 from cockpit.engines.translate import translate_args
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS, hardware
+from cockpit.layout import parse_layout
 from cockpit.modelfiles import load_model, model_argv_path
 from cockpit.planner import Setup
 from cockpit.profile import EngineServer, Profile, load_profile
@@ -109,10 +110,23 @@ def profile_for_engine(profile: Profile, engine_name: str) -> tuple[Profile, tup
             f"the profile's launcher `{' '.join(profile.command)}` is {own.label}'s: "
             f"{engine.label} runs with `{' '.join(engine.default_command)}`"
         )
+    layouts = []
+    for text in profile.layouts:  # a layout's knobs are in the profile's engine's words too
+        layout = parse_layout(text)
+        if layout.knobs:
+            knobs, translated = translate_args(layout.knobs, own.name, engine.name)
+            notes += [f"layout `{text}`: {note}" for note in translated]
+            text = str(replace(layout, knobs=knobs))
+        layouts.append(text)
     others = {name: server for name, server in profile.other_engines.items() if name != engine.name}
     others[own.name] = EngineServer(command=profile.command, args=profile.args)
     switched = replace(
-        profile, engine=engine.name, command=given.command, args=tuple(args), other_engines=others
+        profile,
+        engine=engine.name,
+        command=given.command,
+        args=tuple(args),
+        layouts=tuple(layouts),
+        other_engines=others,
     )
     return switched, tuple(notes)
 

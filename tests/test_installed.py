@@ -60,3 +60,25 @@ def test_a_newer_version_than_any_table_is_checked_with_the_newest_and_said(tmp_
     )
     assert engine.version == "0.40.0" and engine.options.version == "0.33.0"
     assert "no option table for vLLM 0.40.0" in engine.version_note
+
+
+def test_plan_on_the_box_speaks_the_installed_sglangs_dp_attention(tmp_path, monkeypatch, capsys):
+    """An SGLang older than 0.5.23 has no --attn-dp-size: plan says DP attention the old way."""
+    import json
+
+    import yaml
+
+    from cockpit.cli import main
+    from cockpit.profile import find_profile
+
+    fake_package(tmp_path / "site", "sglang", "0.5.9")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    data = yaml.safe_load(find_profile("kimi-k2.6").read_text())
+    data["server"]["command"] = [sys.executable, "-m", "sglang.launch_server"]
+    path = tmp_path / "kimi.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["plan", "--profile", str(path), "--layout", "tp8 dp8 dpa ep8", "--json"]) == 0
+    out, err = capsys.readouterr()
+    [verdict] = json.loads(out)
+    assert "--enable-dp-attention" in verdict["argv"] and "--attn-dp-size" not in verdict["argv"]
+    assert "sglang 0.5.9 installed for" in err and "no option table for SGLang 0.5.9" in err

@@ -10,6 +10,7 @@ import pytest
 from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (the fixture sets up sim, journal, state)
 
 from cockpit.commands import Sweep, Try, parse_command
+from cockpit.errors import CockpitError
 from cockpit.layout import parse_layout
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import FAILS, plan_layout
@@ -54,7 +55,7 @@ def test_a_typo_in_a_knob_fails_the_verdict_with_the_real_spelling(demo):
 def test_parallel_sizes_are_said_in_the_layout_not_as_knobs(demo):
     verdict = plan_layout(demo, "tp8 --tensor-parallel-size 4")
     assert verdict.verdict == FAILS
-    assert "set by the layout's tpN" in str(verdict.reasons[0])
+    assert "knob --tensor-parallel-size is the layout's tpN's to say" in str(verdict.reasons[0])
 
 
 def test_fp8_kv_cache_holds_twice_the_tokens_as_the_engine_counts_them(demo):
@@ -83,8 +84,9 @@ def test_memory_and_speed_knobs_move_the_plan(demo):
     assert capped.effective_concurrency(64, 768) == 16
     too_long = plan_layout(demo, "tp8 ep --max-model-len 10000000")
     assert too_long.verdict == FAILS
-    assert "User-specified max_model_len (10000000) is greater than the derived max_model_len" in str(
-        too_long.reasons[0]
+    assert (
+        "Value error, User-specified max_model_len (10000000) is greater than the derived max_model_len"
+        in str(too_long.reasons[0])
     )
 
 
@@ -132,3 +134,98 @@ def test_a_deprecated_spelling_runs_with_a_warning_that_names_its_replacement():
         "--disable-cuda-graph is deprecated in SGLang 0.5.23: Use --cuda-graph-backend-{decode,prefill}=disabled instead.",
     )
     assert plan_layout(kimi, "tp8").warnings == ()
+
+
+def test_sweep_knobs_keep_their_quotes_and_equals_signs():
+    sweep = parse_command(
+        """sweep tp8 --served-model-name a=b, tp4 --chat-template-kwargs '{"a": "x = y"}' c = 1,32"""
+    )
+    assert [x.knobs for x in sweep.layouts] == [
+        ("--served-model-name", "a=b"),
+        ("--chat-template-kwargs", '{"a": "x = y"}'),
+    ]
+    assert sweep.bench.concurrency == (1, 32)
+    with pytest.raises(CockpitError, match="neither a layout nor a bench setting"):
+        parse_command("sweep tp8, tp4 foo=3")
+
+
+@pytest.mark.parametrize(
+    "engine,args,graphs",
+    [
+        ("vllm", [], True),
+        ("vllm", ["--enforce-eager"], False),
+        ("vllm", ["-O0"], False),  # vllm/config/vllm.py OptimizationLevel.O0: no cudagraphs
+        ("vllm", ["-cc.cudagraph_mode", "NONE"], False),
+        ("vllm", ["-O3"], True),
+        ("sglang", ["--disable-cuda-graph"], False),
+        ("sglang", ["--disable-decode-cuda-graph"], False),
+        ("sglang", ["--cuda-graph-backend-decode", "disabled"], False),
+    ],
+)
+def test_every_way_to_turn_cuda_graphs_off_is_read(engine, args, graphs):
+    from cockpit.engines import get_engine
+
+    assert get_engine(engine).check(args).cuda_graphs is graphs
+
+
+def test_a_profiles_layout_knobs_are_said_again_on_the_other_engine():
+    from cockpit.profile import load_profile
+    from cockpit.resolve import profile_for_engine
+
+    profile = replace(load_profile("demo"), layouts=("tp8 ep --max-num-seqs 512", "tp4"))
+    switched, notes = profile_for_engine(profile, "sglang")
+    assert switched.layouts == ("tp8 ep --max-running-requests 512", "tp4")
+    assert any(note.startswith("layout `tp8 ep --max-num-seqs 512`:") for note in notes)
+
+
+@pytest.mark.parametrize(
+    "engine,argv,fix",
+    [
+        (
+            "vllm",
+            ["serve", "qwen3-30b-a3b-fp8", "--max-model-len", "10M"],
+            "set --max-model-len 40960 or less",
+        ),
+        (
+            "sglang",
+            ["--model-path", "qwen3-30b-a3b-fp8", "--context-length", "10M"],
+            "set --context-length 40960",
+        ),
+    ],
+)
+def test_a_context_length_above_the_models_stops_the_engine_and_is_diagnosed(tmp_path, engine, argv, fix):
+    """Both engines refuse it at startup in their own words (vLLM wrapped by pydantic's ModelConfig)."""
+    from simproc import SimProcess, free_port
+
+    from cockpit.runner.diagnose import diagnose
+
+    sim = SimProcess(engine, [*argv, "--port", str(free_port())], tmp_path / "simbox")
+    try:
+        assert sim.wait_exit() == 1
+        out = sim.output()
+    finally:
+        sim.stop()
+    assert "is greater than the derived" in out
+    found = diagnose(out.splitlines())
+    assert found is not None and found.kind == "max-model-len" and fix in found.next_step
+
+
+def test_use_names_a_profile_and_maybe_an_engine():
+    from cockpit.commands import Use
+
+    assert parse_command("use kimi-k2.6 on vllm") == Use("kimi-k2.6", "vllm")
+    assert parse_command("use /tmp/my profiles/p.yaml --engine=sglang") == Use(
+        "/tmp/my profiles/p.yaml", "sglang"
+    )
+    assert parse_command("use /tmp/my profiles/p.yaml") == Use("/tmp/my profiles/p.yaml")
+
+
+def test_tab_offers_server_flags_after_a_layout_only():
+    from cockpit.commands import completions
+
+    flags = ("--max-num-seqs", "--max-num-batched-tokens", "--engram-config")
+    assert completions("try tp8 --max-num-s", flags=flags) == ["try tp8 --max-num-seqs"]
+    assert completions("sweep tp4, tp8 --max-num-b", flags=flags) == [
+        "sweep tp4, tp8 --max-num-batched-tokens"
+    ]
+    assert completions("use kimi-k2.6 --eng", flags=flags) == []

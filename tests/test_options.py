@@ -21,7 +21,7 @@ from cockpit.sim.flags import parse_engine_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
-# Flags people pass to the real engines today (the issue tracker's launch lines), each with a value
+# Flags people pass to the real engines today (as in the engines' own recipes and bug reports), each with a value
 # where it takes one. All of them must pass the check and start the simulated engine.
 VLLM_REAL = [
     ["-O3"],
@@ -257,3 +257,29 @@ def test_real_flags_start_the_simulated_engines(tmp_path):
             sim.wait_ready(f"http://127.0.0.1:{port}")
         finally:
             sim.stop()
+
+
+@pytest.mark.parametrize(
+    "engine,argv,text",
+    [
+        (
+            "sglang",
+            ["--model-path", "m", "--context-length", "32K"],
+            "Invalid integer value: '32K'. Use a plain integer",
+        ),
+        ("vllm", ["m", "--max-model-len", "1.5M"], "Decimals are not allowed with binary suffixes like M."),
+        ("vllm", ["m", "--max-model-len", "lots"], "invalid human_readable_int_or_auto value: 'lots'"),
+    ],
+)
+def test_the_simulator_words_a_bad_size_as_the_engine_does(engine, argv, text, capsys):
+    with pytest.raises(SystemExit):
+        parse_engine_args(engine, argv)
+    assert text in capsys.readouterr().err
+
+
+def test_numeric_choices_are_compared_as_the_engine_converts_them():
+    """The table keeps choices as typed ('2'); argparse compares the converted value (2)."""
+    assert ("log_requests_level", 3) in parse_engine_args(
+        "sglang", ["--model-path", "m", "--log-requests-level", "3"]
+    ).non_default
+    parse_engine_args("vllm", ["m", "--max-lora-rank", "32"])  # no SystemExit

@@ -219,8 +219,8 @@ _MINIMAX_ON_SGLANG = (
         ),
         ("sglang", "[--kv-cache-dtype, fp8]", "(did you mean fp8_e4m3?)"),
         ("sglang", "[--seed, '1']", "--seed is gone from SGLang 0.5.23: use --random-seed"),
-        ("vllm", "[-tp, '4']", "server.args sets --tensor-parallel-size, which is the layout's tpN's to say"),
-        ("sglang", "[--port, '1234']", "sets --port, which is the profile's server port's to say"),
+        ("vllm", "[-tp, '4']", "server.args -tp is the layout's tpN's to say, not a server argument's"),
+        ("sglang", "[--port, '1234']", "--port is the profile's server port's to say"),
     ],
 )
 def test_server_args_are_checked_against_the_profiles_engine(tmp_path, engine, args, message):

@@ -63,15 +63,39 @@ class ServerArgs:
     notes: tuple[str, ...] = ()  # what the engine would warn about
 
     def kv_bytes(self, model_dtype_bytes: float = 2.0) -> float:
-        """Bytes per KV element: fp8 kinds 1, fp4 kinds 0.5, else the model's dtype."""
-        dtype = self.kv_cache_dtype.lower()
-        if "fp4" in dtype or "4bit" in dtype or dtype.startswith("int4"):
-            return 0.5
-        if dtype.startswith(("fp8", "mxfp8", "int8")):
-            return 1.0
-        if dtype in ("float16", "bfloat16", "bf16", "fp16"):
-            return 2.0
-        return model_dtype_bytes
+        """Bytes per KV element of the cache dtype (its scales left out); "auto" is the model's."""
+        return KV_DTYPE_BITS.get(self.kv_cache_dtype.lower(), model_dtype_bytes * 8) / 8
+
+
+# Bits per KV element of each cache dtype both engines name (vllm/config/cache.py CacheDType,
+# SGLang's --kv-cache-dtype choices); a K/V pair of widths averages them (turboquant_k8v4: 8 and 4).
+KV_DTYPE_BITS = {
+    "float16": 16,
+    "fp16": 16,
+    "bfloat16": 16,
+    "bf16": 16,
+    "fp8": 8,
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "fp8_inc": 8,
+    "fp8_ds_mla": 8,
+    "fp8_per_token_head": 8,
+    "mxfp8": 8,
+    "int8_per_token_head": 8,
+    "turboquant_k8v4": 6,
+    "turboquant_4bit_nc": 4,
+    "turboquant_k3v4_nc": 3.5,
+    "turboquant_3bit_nc": 3,
+    "octave_k3v4": 3.5,
+    "octave_k3v3": 3,
+    "octave_k3v3_compact": 3,
+    "ultraquant_4bit": 4,
+    "int4_per_token_head": 4,
+    "nvfp4": 4,
+    "nvfp4_ds_mla": 4,
+    "nvfp4_4over6": 4,
+    "fp4_mx_block16": 4,
+}
 
 
 MAX_TOKENS_ARG = 1_000_000_000  # token counts above this are typos, not settings
@@ -100,7 +124,16 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
             "--max-num-batched-tokens", values.get("max_num_batched_tokens")
         )
         out["chunked_prefill"] = values.get("enable_chunked_prefill") is not False
-        out["cuda_graphs"] = not values.get("enforce_eager")
+        compile_config = values.get("compilation_config")
+        graph_mode = values.get("compilation_config.cudagraph_mode") or (
+            compile_config.get("cudagraph_mode") if isinstance(compile_config, dict) else None
+        )
+        # -O0 captures no graphs (vllm/config/vllm.py OptimizationLevel), nor does cudagraph_mode NONE
+        out["cuda_graphs"] = not (
+            values.get("enforce_eager")
+            or str(values.get("optimization_level")) == "0"
+            or (graph_mode is not None and str(graph_mode).upper() == "NONE")
+        )
         sizes = values.get("cudagraph_capture_sizes")
         out["cuda_graph_max_bs"] = _tokens(
             "--max-cudagraph-capture-size",
@@ -120,12 +153,15 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
             out["chunked_prefill"] = False
         else:
             out["max_num_batched_tokens"] = _tokens("--chunked-prefill-size", chunk)
-        backend_off = any(
-            values.get(k) == "disabled" for k in ("cuda_graph_backend_decode", "cuda_graph_backend")
+        backend_off = any(values.get(k) == "disabled" for k in ("cuda_graph_backend_decode",))
+        out["cuda_graphs"] = not (
+            values.get("disable_cuda_graph") or values.get("disable_decode_cuda_graph") or backend_off
         )
-        out["cuda_graphs"] = not (values.get("disable_cuda_graph") or backend_off)
+        sizes = values.get("cuda_graph_bs_decode")
         out["cuda_graph_max_bs"] = _tokens(
-            "--cuda-graph-max-bs-decode", values.get("cuda_graph_max_bs_decode")
+            "--cuda-graph-max-bs-decode",
+            values.get("cuda_graph_max_bs_decode")
+            or (max(sizes) if isinstance(sizes, list) and sizes else None),
         )
         out["redundant_experts"] = _count(
             "--ep-num-redundant-experts", values.get("ep_num_redundant_experts", 0)
@@ -284,6 +320,9 @@ class Engine(ABC):
         self.version = version or table
         self.version_note = note  # said when the table is not this version's own
         self.options: OptionTable = option_table(self.name, table)
+        # Another version's table may lack a flag the engine on the box has: then an unknown flag
+        # is a warning, not a refusal.
+        self.strict = not note
 
     def __eq__(self, other: object) -> bool:
         """Two adapters are the same engine when they speak the same version."""
@@ -296,7 +335,7 @@ class Engine(ABC):
 
     def check(self, args: Sequence[str], where: str = "server argument") -> ServerArgs:
         """Every argument checked against this version's table; what moves memory, read."""
-        return server_args(check_args(self.options, args, where))
+        return server_args(check_args(self.options, args, where, strict=self.strict))
 
     @abstractmethod
     def placement(

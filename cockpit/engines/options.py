@@ -23,6 +23,8 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cached_property
 from types import ModuleType
 
 from cockpit.errors import CockpitError, shown
@@ -85,14 +87,13 @@ _LATE_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
 REMOVED: dict[str, dict[str, str]] = {
     "vllm": {
         "--swap-space": "vLLM no longer swaps KV cache to CPU memory (the V1 engine dropped it): remove the flag",
-        "--disable-log-requests": "use --no-enable-log-requests (request logging is off by default)",
         "--num-scheduler-steps": "multi-step scheduling is gone from vLLM: remove the flag",
         "--use-v2-block-manager": "the V1 engine has one block manager: remove the flag",
     },
     "sglang": {
         "--seed": "use --random-seed",
         "--cuda-graph-max-bs": "it was split in two: use --cuda-graph-max-bs-decode (and --cuda-graph-max-bs-prefill)",
-        "--disable-radix": "use --disable-radix-cache",
+        "--cuda-graph-bs": "it was split in two: use --cuda-graph-bs-decode (and --cuda-graph-bs-prefill)",
     },
 }
 
@@ -115,6 +116,15 @@ SET_BY_COCKPIT = {
     "model": "the profile's model",
     "model_path": "the profile's model",
 }
+
+
+def refuse_owned(checked: CheckedArgs, where: str) -> None:
+    """A flag the layout or cockpit says (tensor parallel size, port, model) is refused: given
+    again among server arguments it would contradict the layout's own flags."""
+    for group in checked.groups:
+        owner = SET_BY_COCKPIT.get(group.option.dest)
+        if owner:
+            raise CockpitError(f"{where} {group.spelling} is {owner}'s to say, not a server argument's")
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,7 @@ class OptionTable:
         return f"{_LABELS.get(self.engine, self.engine)} {self.version}"
 
     def find(self, spelling: str) -> Option | None:
-        return self._by_spelling().get(spelling)
+        return self._by_spelling.get(spelling)
 
     def by_dest(self, dest: str) -> Option | None:
         return next((o for o in self.options if o.dest == dest), None)
@@ -195,15 +205,11 @@ class OptionTable:
         """Every long spelling, for completion and suggestions."""
         return sorted({s for o in self.options for s in o.spellings if s.startswith("--")})
 
+    @cached_property
     def _by_spelling(self) -> dict[str, Option]:
-        cache = _SPELLINGS.get(id(self))
-        if cache is None:
-            cache = {s: o for o in self.options for s in (*o.spellings, *o.hidden)}
-            _SPELLINGS[id(self)] = cache
-        return cache
+        return {s: o for o in self.options for s in (*o.spellings, *o.hidden)}
 
 
-_SPELLINGS: dict[int, dict[str, Option]] = {}
 _LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
@@ -312,11 +318,15 @@ class CheckedArgs:
         return default if value is None else value
 
 
-def check_args(table: OptionTable, args: Sequence[str], where: str = "server argument") -> CheckedArgs:
+def check_args(
+    table: OptionTable, args: Sequence[str], where: str = "server argument", *, strict: bool = True
+) -> CheckedArgs:
     """Walk ``args`` as the engine's parser would; the first bad one is a one-line CockpitError.
 
     ``args`` are what follows the model and the parallel flags: a profile's server args and the
-    knobs typed after a layout. A bare word that belongs to no flag is refused too."""
+    knobs typed after a layout. A bare word that belongs to no flag is refused too. Not
+    ``strict`` (the table is another version's than the engine on the box): a flag the table
+    lacks is a note, not an error, since that engine may have it."""
     values: dict[str, object] = {}
     given: list[str] = []
     deprecated: list[str] = []
@@ -332,7 +342,14 @@ def check_args(table: OptionTable, args: Sequence[str], where: str = "server arg
                 f"e.g. --max-num-seqs 256"
             )
         written, eq, inline = token.partition("=")
-        option, spelling = _resolve(table, written, where)
+        try:
+            option, spelling = _resolve(table, written, where)
+        except UnknownFlag as exc:
+            if strict:
+                raise
+            notes.append(f"{exc} (not refused: the engine on the box is another version)")
+            i += 1 + len(list(_until_next_flag(items[i + 1 :]))) * (not eq)
+            continue
         if spelling != written and "." not in written:
             notes.append(f"{written} is read by {table.label} as {spelling} (a unique prefix): write it out")
         dest = option.dest
@@ -412,14 +429,28 @@ def _resolve(table: OptionTable, spelling: str, where: str) -> tuple[Option, str
             removed = REMOVED.get(table.engine, {}).get(spelling)
             hint = f": {removed}" if removed else ""
             raise CockpitError(
-                f"{where} {spelling} is ambiguous in {table.label} (could be {', '.join(matches[:4])}){hint}"
+                f"{where} {spelling} is ambiguous in {table.label} (could be {', '.join(matches[:8])}){hint}"
             )
     removed = REMOVED.get(table.engine, {}).get(spelling)
     if removed:
-        raise CockpitError(f"{where} {spelling} is gone from {table.label}: {removed}")
+        raise UnknownFlag(f"{where} {spelling} is gone from {table.label}: {removed}")
+    raise UnknownFlag(f"{where} {spelling} is not a {table.label} server flag: {_nearest(table, spelling)}")
+
+
+def _nearest(table: OptionTable, spelling: str) -> str:
+    """The other engine's flag said in this one's words, else the closest spelling."""
+    from cockpit.engines.translate import counterpart  # translate builds on this module
+
+    other = "sglang" if table.engine == "vllm" else "vllm"
+    said = counterpart(spelling, other, table.engine)
+    if said:
+        return f"that is {_LABELS[other]}'s; {table.label} says {said}"
     guess = difflib.get_close_matches(spelling, table.names(), n=1, cutoff=0.6)
-    hint = f"did you mean {guess[0]}?" if guess else f"see `{_help_command(table)}` for the list"
-    raise CockpitError(f"{where} {spelling} is not a {table.label} server flag: {hint}")
+    return f"did you mean {guess[0]}?" if guess else f"see `{_help_command(table)}` for the list"
+
+
+class UnknownFlag(CockpitError):
+    """A flag the table does not have (or no longer has)."""
 
 
 def _help_command(table: OptionTable) -> str:
@@ -472,7 +503,7 @@ def is_flag(word: str) -> bool:
 
 
 def find_option(table: OptionTable, spelling: str) -> Option | None:
-    """The option a spelling names: exact, vLLM's dotted JSON key, SGLang's unique prefix."""
+    """The option a spelling names: exact, a dotted JSON key's option, or a unique prefix."""
     option = table.find(spelling) or table.find(spelling.partition(".")[0])
     if option is None and spelling.startswith("--"):
         matches = prefix_matches(table, spelling)
@@ -556,7 +587,8 @@ def size_value(text: str, engine: str = "vllm", allow_auto: bool = False) -> int
     match = _SIZE[engine].fullmatch(text)
     if match:
         number, suffix = match.groups()
-        if suffix in _DECIMAL[engine]:
-            return int(float(number) * _DECIMAL[engine][suffix])
+        if suffix in _DECIMAL[engine]:  # SGLang multiplies a Decimal, vLLM a float
+            exact = Decimal(number) if engine == "sglang" else float(number)
+            return int(exact * _DECIMAL[engine][suffix])
         return int(number) * _BINARY[engine][suffix]  # ValueError for "1.5K", as the engine refuses it
     return int(text)

@@ -23,6 +23,7 @@ from cockpit.engines.options import (
     Option,
     OptionTable,
     check_args,
+    find_option,
     is_flag,
     option_table,
     size_value,
@@ -436,3 +437,20 @@ _RULES: dict[tuple[str, str], dict[str, _Rule]] = {
     ("vllm", "sglang"): _VLLM_TO_SGLANG,
     ("sglang", "vllm"): _SGLANG_TO_VLLM,
 }
+
+
+def counterpart(spelling: str, source_engine: str, target_engine: str) -> str | None:
+    """The target engine's flag for a flag of the source engine (``--max-num-seqs`` on SGLang is
+    ``--max-running-requests``), for a hint when someone types the other engine's spelling."""
+    option = find_option(option_table(source_engine), spelling)
+    if option is None:
+        return None
+    probe = [spelling]
+    if option.takes_value:
+        value = option.choices[0] if option.choices else option.default
+        probe.append(str(value) if isinstance(value, (int, float, str)) and value != "" else "1")
+    try:
+        words, _ = translate_args(probe, source_engine, target_engine)
+    except CockpitError:
+        return None
+    return next((w.partition("=")[0] for w in words if is_flag(w)), None)

@@ -180,7 +180,7 @@ def latency_table(comp: Comparison) -> str:
     for row in comp.rows:
         for level in sorted(row.cells):
             p = row.cells[level]
-            cells = [row.layout, str(level), format_tok_s(p.output_tok_s)]
+            cells = [row.layout.replace("|", "\\|"), str(level), format_tok_s(p.output_tok_s)]
             cells += [format_ms(v) for v in (p.ttft_ms_p50, p.ttft_ms_p99, p.itl_ms_p50, p.itl_ms_p99)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

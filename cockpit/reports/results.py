@@ -79,7 +79,7 @@ def _markdown(comp: Comparison) -> str:
                 for c in comp.levels
             ]
             cells.append(bold(_peak_text(row.peak), comp.best_peak == row.layout))
-        lines.append("| " + " | ".join([row.layout, *cells]) + " |")
+        lines.append("| " + " | ".join([row.layout.replace("|", "\\|"), *cells]) + " |")
     return "\n".join(lines)
 
 

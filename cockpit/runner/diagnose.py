@@ -101,6 +101,12 @@ KV_MAX_LEN = re.compile(
     r"\((?P<available>[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length "
     r"is (?P<estimate>\d+))?"
 )
+# A context length above the model's own: vllm/config/model.py _get_and_verify_max_len; SGLang
+# sglang/srt/configs/model_config.py _derive_context_length.
+CONTEXT_TOO_LONG = re.compile(
+    r"User-specified (?:max_model_len|context_length) \((?P<asked>\d+)\) is greater than the derived "
+    r"(?:max_model_len \(\w+=(?P<vllm>\d+)|context_length \((?P<sglang>\d+))"
+)
 SGLANG_NOT_ENOUGH_MEMORY = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
 SGLANG_UNBALANCED_MEMORY = re.compile(
     r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"
@@ -468,6 +474,18 @@ def _no_cache_blocks(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
+def _context_too_long(match: re.Match[str], site: _Site) -> Diagnosis:
+    asked, derived = int(match["asked"]), int(match["vllm"] or match["sglang"])
+    flag = "--max-model-len" if match["vllm"] else "--context-length"
+    return Diagnosis(
+        "max-model-len",
+        f"the context length asked ({asked:,}) is above the model's own ({derived:,})",
+        f"set {flag} {derived} or less",
+        phase=site.phase(),
+        evidence=site.evidence,
+    )
+
+
 def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
     max_len, estimate = int(match["max_len"]), match["estimate"]
     fits = f" (room for {int(estimate):,} tokens)" if estimate else ""
@@ -755,6 +773,7 @@ ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
     (NOT_DIVISIBLE, _not_divisible),
     (BARE_ASSERTION, _bare_assertion),
     (KV_MAX_LEN, _kv_max_len),
+    (CONTEXT_TOO_LONG, _context_too_long),
     (NO_CACHE_BLOCKS, _no_cache_blocks),
     (SGLANG_NOT_ENOUGH_MEMORY, _sglang_not_enough_memory),
     (SGLANG_UNBALANCED_MEMORY, _unbalanced_memory),

@@ -49,6 +49,7 @@ _CERTAIN = {
     "unrecognized-args",
     "moe-split",
     "ep-needs-experts",
+    "max-model-len",
 }
 
 

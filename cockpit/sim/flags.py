@@ -76,11 +76,32 @@ def _converter(table: OptionTable, option: Option) -> Callable[[str], object] | 
         allow_auto = kind.endswith("auto")
 
         def size(text: str) -> int:
-            return size_value(text, table.engine, allow_auto)
+            try:
+                return size_value(text, table.engine, allow_auto)
+            except ValueError:
+                raise argparse.ArgumentTypeError(_size_error(table.engine, kind, text)) from None
 
         size.__name__ = kind  # argparse names the type in its error: "invalid human_readable_int value"
         return size
     return None
+
+
+def _size_error(engine: str, kind: str, text: str) -> str:
+    """What each engine's human_readable_int says about a size it cannot read. vLLM
+    (vllm/utils/argparse_utils.py) only words decimals with a binary suffix; a plain bad number is
+    argparse's "invalid ... value". SGLang (sglang/srt/utils/common.py) words every failure."""
+    if engine == "sglang":
+        return (
+            f"Invalid integer value: '{text}'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes "
+            "(1Ki, 1Mi). Suffixes are case-sensitive."
+        )
+    number, suffix = text.strip()[:-1], text.strip()[-1:]
+    if suffix and suffix in "KMGT" and "." in number:
+        return (
+            f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean to use "
+            f"{number}{suffix.lower()} instead?"
+        )
+    return f"invalid {kind} value: '{text}'"
 
 
 def build_parser(table: OptionTable) -> argparse.ArgumentParser:
@@ -113,8 +134,8 @@ def build_parser(table: OptionTable) -> argparse.ArgumentParser:
         convert = _converter(table, option)
         if convert is not None:
             kwargs["type"] = convert
-        if option.choices:
-            kwargs["choices"] = option.choices
+        if option.choices:  # the table keeps choices as typed; argparse compares converted values
+            kwargs["choices"] = tuple(convert(c) for c in option.choices) if convert else option.choices
         parser.add_argument(*option.spellings, **kwargs)
     return parser
 

@@ -18,6 +18,7 @@ _VLLM_CONFIG_CALLS = {  # vllm/engine/arg_utils.py: create_engine_config
     "ParallelConfig": Frame(
         "vllm/engine/arg_utils.py", 2569, "create_engine_config", "parallel_config = ParallelConfig("
     ),
+    "ModelConfig": Frame("vllm/engine/arg_utils.py", 1994, "create_model_config", "return ModelConfig("),
 }
 _VLLM_POST_INIT = Frame(  # vllm/config/vllm.py: VllmConfig.__post_init__ checks the model against the layout
     "vllm/config/vllm.py",
@@ -29,6 +30,7 @@ _VLLM_POST_INIT = Frame(  # vllm/config/vllm.py: VllmConfig.__post_init__ checks
 _PYDANTIC_INPUTS = {
     "VllmConfig": "{'model_config': ...figs': None, 'instance_id': ''}",
     "ParallelConfig": "{'pipeline_paral...ne, 'nnodes': 1, 'node_rank': 0}",
+    "ModelConfig": "{'model': '...', 'runner': 'auto', ...}",
 }
 _PYDANTIC_INIT = Frame(
     "pydantic/_internal/_dataclasses.py",
@@ -58,6 +60,10 @@ _VLLM_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
                 "VllmConfig",
                 "NotImplementedError",
             ),
+        ),
+        (  # vllm/config/model.py: ModelConfig.__post_init__ -> _get_and_verify_max_len
+            "User-specified max_model_len",
+            raises("vllm/config/model.py", 2680, "_get_and_verify_max_len", "ModelConfig"),
         ),
         # vllm/config/parallel.py: ParallelConfig.__post_init__ and _validate_parallel_config
         (
