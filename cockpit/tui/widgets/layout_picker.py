@@ -65,6 +65,9 @@ def describe(v: Verdict, argv: str, suggestion: str = "") -> Text:
     return out
 
 
+NAME_WIDTH = 24  # the layout column: room for `tp8 dp8 dpa ep8` and a short knob
+
+
 class LayoutPicker(Vertical):
     """A DataTable of verdicts over a scrolling detail of the highlighted one."""
 
@@ -117,9 +120,9 @@ class LayoutPicker(Vertical):
     def _add_row(self, v: Verdict) -> None:
         weights = f"{v.memory.weights_gib:.1f}" if v.memory else "-"
         gpus = str(v.gpus_used) if v.placement else "-"
-        self.table.add_row(
-            str(v.layout), verdict_text(v), gpus, weights, peak_prediction(v), key=str(v.layout)
-        )
+        name = str(v.layout)  # long knobs are cut in the table; the detail below shows them whole
+        shown = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+        self.table.add_row(shown, verdict_text(v), gpus, weights, peak_prediction(v), key=name)
 
     def select(self, name: str) -> bool:
         """Move the cursor to a layout; False when it is not in the table."""
