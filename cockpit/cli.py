@@ -231,8 +231,7 @@ def _overrides(args: argparse.Namespace) -> SetupOverrides:
 def cmd_plan(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from cockpit.engines import get_engine
-    from cockpit.installed import engine_version
+    from cockpit.installed import installed_engine
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
     from cockpit.reports.plan import plan_table, terminal_width
@@ -241,12 +240,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     setup = setup_for(profile)
     # On the box itself, plan for the engine version its launcher runs (the flags `try` will
     # launch with); elsewhere, with nothing to ask, for the newest cockpit knows.
-    version, how = engine_version(setup.engine.name, setup.command or setup.engine.default_command)
-    if version is not None:
-        setup = replace(setup, engine=get_engine(setup.engine.name, version))
-        notes += (
-            f"{how}: " + (setup.engine.version_note or f"flags as {setup.engine.options.label} has them"),
-        )
+    engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
+    if how is not None:
+        setup = replace(setup, engine=engine)
+        notes += (f"{how}: " + (engine.version_note or f"flags as {engine.options.label} has them"),)
     for note in notes:  # on stderr: stdout stays the table or valid JSON
         print(f"note: {note}", file=sys.stderr)
     from cockpit.commands import parse_levels

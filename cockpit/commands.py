@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cockpit.errors import CockpitError, shown
@@ -261,26 +262,12 @@ def _sweep(rest: str) -> Sweep:
 def _words(text: str) -> list[str]:
     """Words split at the spaces outside quotes, the quotes kept for the layout parser; `c = 1,32`
     outside quotes reads as `c=1,32`."""
-    words: list[str] = []
-    current: list[str] = []
-    quote = ""
-    for char in text:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char.isspace():
-            if current:
-                words.append("".join(current))
-                current = []
-            continue
-        current.append(char)
-    if current:
-        words.append("".join(current))
     joined: list[str] = []
-    for word in words:  # `c = 1`, `c= 1`, `c =1` -> `c=1`
+    for word in _split_outside(text, str.isspace, brackets=False):
+        if not word:
+            continue
         if joined and (word.startswith("=") or joined[-1].endswith("=")) and not joined[-1].startswith("-"):
-            joined[-1] += word
+            joined[-1] += word  # `c = 1`, `c= 1`, `c =1` -> `c=1`
         else:
             joined.append(word)
     return joined
@@ -289,6 +276,12 @@ def _words(text: str) -> list[str]:
 def _entries(text: str) -> list[str]:
     """Split at the commas between layouts, not at those inside quotes, braces or brackets
     (a knob's JSON value: --compilation-config '{"mode": 3, ...}')."""
+    return _split_outside(text, lambda char: char == ",", brackets=True)
+
+
+def _split_outside(text: str, is_separator: Callable[[str], bool], *, brackets: bool) -> list[str]:
+    """``text`` cut at the separators that stand outside quotes (and, with ``brackets``, outside
+    ``{}`` and ``[]``)."""
     parts: list[str] = []
     current: list[str] = []
     depth, quote = 0, ""
@@ -297,11 +290,11 @@ def _entries(text: str) -> list[str]:
             quote = "" if char == quote else quote
         elif char in "'\"":
             quote = char
-        elif char in "{[":
+        elif brackets and char in "{[":
             depth += 1
-        elif char in "}]":
+        elif brackets and char in "}]":
             depth = max(0, depth - 1)
-        elif char == "," and depth == 0:
+        elif depth == 0 and is_separator(char):
             parts.append("".join(current))
             current = []
             continue

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from cockpit.engines import Engine, get_engine
+
 PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
 TIMEOUT_S = 15.0
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.\w+-]*)?)\b")
@@ -34,6 +36,18 @@ def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str
         if version:
             return version, f"`{command[0]} --version` says {version}"
     return None, f"could not ask `{' '.join(command[:3])}` which {engine} it runs"
+
+
+def installed_engine(template: Engine, command: Sequence[str]) -> tuple[Engine, str | None]:
+    """The adapter for the version ``command`` runs, and how it was found; else (None found) a
+    fresh newest-table adapter that says so and warns rather than refuses an unknown flag."""
+    version, how = engine_version(template.name, command)
+    if version is not None:
+        return get_engine(template.name, version), how
+    engine = type(template)()  # a fresh adapter: the note and the leniency are this caller's
+    engine.version_note = f"{how}: checking flags with {engine.options.label}'s table"
+    engine.strict = False
+    return engine, None
 
 
 def _interpreter(command: Sequence[str]) -> str | None:

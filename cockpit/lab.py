@@ -13,9 +13,8 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from cockpit.children import simulated_engine
-from cockpit.engines import Engine, get_engine
 from cockpit.hardware import Hardware
-from cockpit.installed import engine_version
+from cockpit.installed import installed_engine
 from cockpit.journal import Journal
 from cockpit.planner import Setup
 from cockpit.profile import Profile
@@ -55,21 +54,9 @@ def lab_setup(profile: Profile, *, sim: bool) -> Setup:
     the engine speaks the version its launcher runs (``engine_note`` says how it was found)."""
     setup = setup_for(profile)
     if not sim:
-        return replace(setup, engine=installed_engine(setup))
+        engine, _ = installed_engine(setup.engine, setup.command or setup.engine.default_command)
+        return replace(setup, engine=engine)
     return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
-
-
-def installed_engine(setup: Setup) -> Engine:
-    """The engine adapter for the version the setup's launcher runs; the newest cockpit knows,
-    with a note, when that cannot be told."""
-    name = setup.engine.name
-    version, how = engine_version(name, setup.command or setup.engine.default_command)
-    if version is not None:
-        return get_engine(name, version)
-    engine = type(setup.engine)()  # a fresh adapter: the note and the leniency are this lab's
-    engine.version_note = f"{how}: checking flags with {engine.options.label}'s table"
-    engine.strict = False
-    return engine
 
 
 _L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)

@@ -373,7 +373,7 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
         return None
     engine = setup.engine.name
     cal = calibration_for(setup.hardware, engine, setup.calibration)
-    server = knob_server_args(setup, verdict.layout)
+    server = verdict.server or knob_server_args(setup, verdict.layout)
     graphs = graph_max_bs(server)
     return perf_model(
         setup.model,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, check_args
@@ -58,8 +59,9 @@ class Setup:
     command: tuple[str, ...] = ()  # the launcher words; empty: the engine's default (see Engine.argv)
     calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
 
-    @property
+    @cached_property
     def server(self) -> ServerArgs:
+        """The profile's arguments, checked once per setup."""
         return self.engine.check(self.server_args)
 
 
@@ -127,6 +129,7 @@ class Verdict:
     alternatives: tuple[Layout, ...] = ()
     predicted_tok_s: dict[int, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # what the engine would warn about (a deprecated spelling), not a failure
+    server: ServerArgs | None = None  # the arguments it was planned with (profile's and knobs), once checked
 
     @property
     def gpus_used(self) -> int:
@@ -196,15 +199,24 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
     elif reasons:
         verdict = TIGHT
     return Verdict(
-        layout, engine.name, verdict, tuple(reasons), placement, memory, argv, warnings=server.notes
+        layout,
+        engine.name,
+        verdict,
+        tuple(reasons),
+        placement,
+        memory,
+        argv,
+        warnings=server.notes,
+        server=server,
     )
 
 
 def knob_server_args(setup: Setup, layout: Layout) -> ServerArgs:
     """The profile's arguments and the layout's knobs, checked against the engine's table."""
     engine = setup.engine
-    if layout.knobs:
-        refuse_owned(check_args(engine.options, layout.knobs, "knob", strict=engine.strict), "knob")
+    if not layout.knobs:
+        return setup.server
+    refuse_owned(check_args(engine.options, layout.knobs, "knob", strict=engine.strict), "knob")
     return engine.check((*setup.server_args, *layout.knobs))
 
 

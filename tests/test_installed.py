@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
-from cockpit.installed import engine_version
-from cockpit.lab import installed_engine
+from cockpit.installed import engine_version, installed_engine
 from cockpit.resolve import SetupOverrides, build_setup
 
 
@@ -45,7 +43,8 @@ def test_an_unknown_launcher_is_none_and_the_lab_says_which_table_checks(tmp_pat
     version, why = engine_version("vllm", ("docker", "run", "vllm/vllm-openai"))
     assert version is None and "could not ask" in why
     setup, _ = build_setup(SetupOverrides(profile="demo"))
-    engine = installed_engine(replace(setup, command=(str(tmp_path / "missing" / "vllm"), "serve")))
+    engine, how = installed_engine(setup.engine, (str(tmp_path / "missing" / "vllm"), "serve"))
+    assert how is None and not engine.strict
     assert engine.options.label == "vLLM 0.33.0"
     assert "checking flags with vLLM 0.33.0's table" in engine.version_note
     assert not setup.engine.version_note  # the shared adapter keeps no lab's note
@@ -55,9 +54,8 @@ def test_a_newer_version_than_any_table_is_checked_with_the_newest_and_said(tmp_
     fake_package(tmp_path, "vllm", "0.40.0")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     setup, _ = build_setup(SetupOverrides(profile="demo"))
-    engine = installed_engine(
-        replace(setup, command=(sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"))
-    )
+    engine, how = installed_engine(setup.engine, (sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"))
+    assert how is not None and "vllm 0.40.0 installed for" in how
     assert engine.version == "0.40.0" and engine.options.version == "0.33.0"
     assert "no option table for vLLM 0.40.0" in engine.version_note
 

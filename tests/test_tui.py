@@ -274,6 +274,8 @@ def test_knobs_complete_from_the_engine_table_and_launch_in_their_own_picker_row
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("colon", *"try tp4 --max-num-se", "tab")
             assert app.main.prompt.value == "try tp4 --max-num-seqs"  # the one flag of vLLM's table
+            assert "--max-num-seqs" in app.session.flag_names
+            assert "--tensor-parallel-size" not in app.session.flag_names  # the layout says it
             await pilot.press("ctrl+u")
             await submit(pilot, "try tp4 --max-num-sqs 64")  # a typo costs a second, not a load
             assert "did you mean --max-num-seqs?" in status_text(app)

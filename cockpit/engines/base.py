@@ -11,6 +11,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from cockpit.engines.options import CheckedArgs, OptionTable, check_args, option_table, table_version
 from cockpit.errors import CockpitError
@@ -59,7 +60,6 @@ class ServerArgs:
     redundant_experts: int = 0  # EPLB's extra expert copies over the EP group
     enable_dp_lm_head: bool = False  # SGLang: lm_head over the attention TP group only
     max_total_tokens: int | None = None  # SGLang --max-total-tokens: caps the KV pool
-    deprecated: tuple[str, ...] = ()  # spellings used that the engine deprecates
     notes: tuple[str, ...] = ()  # what the engine would warn about
 
     def kv_bytes(self, model_dtype_bytes: float = 2.0) -> float:
@@ -113,7 +113,7 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
     engine = checked.table.engine
     values = checked.values
     get = checked.get
-    out: dict = {"deprecated": checked.deprecated, "notes": checked.notes}
+    out: dict = {"notes": checked.notes}
     if engine == "vllm":
         out["gpu_memory_utilization"] = _fraction(
             "--gpu-memory-utilization", get("gpu_memory_utilization", 0.92)
@@ -134,11 +134,10 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
             or str(values.get("optimization_level")) == "0"
             or (graph_mode is not None and str(graph_mode).upper() == "NONE")
         )
-        sizes = values.get("cudagraph_capture_sizes")
-        out["cuda_graph_max_bs"] = _tokens(
+        out["cuda_graph_max_bs"] = _largest_batch(
             "--max-cudagraph-capture-size",
-            values.get("max_cudagraph_capture_size")
-            or (max(sizes) if isinstance(sizes, list) and sizes else None),
+            values.get("max_cudagraph_capture_size"),
+            values.get("cudagraph_capture_sizes"),
         )
         out["redundant_experts"] = _redundant(
             values.get("eplb_config"), values.get("eplb_config.num_redundant_experts")
@@ -153,15 +152,15 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
             out["chunked_prefill"] = False
         else:
             out["max_num_batched_tokens"] = _tokens("--chunked-prefill-size", chunk)
-        backend_off = any(values.get(k) == "disabled" for k in ("cuda_graph_backend_decode",))
         out["cuda_graphs"] = not (
-            values.get("disable_cuda_graph") or values.get("disable_decode_cuda_graph") or backend_off
+            values.get("disable_cuda_graph")
+            or values.get("disable_decode_cuda_graph")
+            or values.get("cuda_graph_backend_decode") == "disabled"
         )
-        sizes = values.get("cuda_graph_bs_decode")
-        out["cuda_graph_max_bs"] = _tokens(
+        out["cuda_graph_max_bs"] = _largest_batch(
             "--cuda-graph-max-bs-decode",
-            values.get("cuda_graph_max_bs_decode")
-            or (max(sizes) if isinstance(sizes, list) and sizes else None),
+            values.get("cuda_graph_max_bs_decode"),
+            values.get("cuda_graph_bs_decode"),
         )
         out["redundant_experts"] = _count(
             "--ep-num-redundant-experts", values.get("ep_num_redundant_experts", 0)
@@ -212,6 +211,11 @@ def _tokens(name: str, value: object) -> int | None:
             "fix the server args"
         )
     return value
+
+
+def _largest_batch(name: str, largest: object, sizes: object) -> int | None:
+    """The largest batch captured in a CUDA graph: given outright, or the top of a size list."""
+    return _tokens(name, largest or (max(sizes) if isinstance(sizes, list) and sizes else None))
 
 
 def _count(name: str, value: object) -> int:
@@ -316,19 +320,24 @@ class Engine(ABC):
 
     def __init__(self, version: str | None = None) -> None:
         """``version``: the engine on the box (None: unknown, spoken as the newest table's)."""
-        table, note = table_version(self.name, version)
-        self.version = version or table
+        self._table, note = table_version(self.name, version)
+        self.version = version or self._table
         self.version_note = note  # said when the table is not this version's own
-        self.options: OptionTable = option_table(self.name, table)
         # Another version's table may lack a flag the engine on the box has: then an unknown flag
         # is a warning, not a refusal.
         self.strict = not note
+
+    @cached_property
+    def options(self) -> OptionTable:
+        """The option table, read the first time a flag is checked (not at import: the tables
+        are ~30 ms of data that `cockpit --help` and the bench child never need)."""
+        return option_table(self.name, self._table)
 
     def __eq__(self, other: object) -> bool:
         """Two adapters are the same engine when they speak the same version."""
         if not isinstance(other, Engine):
             return NotImplemented
-        return type(other) is type(self) and (self.version, self.options) == (other.version, other.options)
+        return type(other) is type(self) and (self.version, self._table) == (other.version, other._table)
 
     def __hash__(self) -> int:
         return hash((self.name, self.version))

@@ -201,9 +201,10 @@ class OptionTable:
         option = self.by_dest(dest)
         return option.default if option else None
 
-    def names(self) -> list[str]:
+    @cached_property
+    def names(self) -> tuple[str, ...]:
         """Every long spelling, for completion and suggestions."""
-        return sorted({s for o in self.options for s in o.spellings if s.startswith("--")})
+        return tuple(sorted({s for o in self.options for s in o.spellings if s.startswith("--")}))
 
     @cached_property
     def _by_spelling(self) -> dict[str, Option]:
@@ -299,6 +300,13 @@ class Given:
         """For a switch: whether this spelling turns it on."""
         return not self.option.negative(self.spelling)
 
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The flag and its values as argv words, written as they were given."""
+        if self.inline:
+            return (f"{self.spelling}={self.values[0]}",)
+        return (self.spelling, *self.values)
+
 
 @dataclass(frozen=True)
 class CheckedArgs:
@@ -306,10 +314,13 @@ class CheckedArgs:
 
     table: OptionTable
     values: dict[str, object] = field(default_factory=dict)
-    given: tuple[str, ...] = ()  # dests in the order they were given
-    deprecated: tuple[str, ...] = ()  # the spellings used that the engine deprecates
     notes: tuple[str, ...] = ()  # what the engine would warn about, in plain words
     groups: tuple[Given, ...] = ()  # every flag with its value words, in order
+
+    @property
+    def deprecated(self) -> tuple[str, ...]:
+        """The spellings used that the engine deprecates."""
+        return tuple(g.spelling for g in self.groups if g.option.deprecated)
 
     def get(self, dest: str, default: object = None) -> object:
         if dest in self.values:
@@ -328,8 +339,6 @@ def check_args(
     ``strict`` (the table is another version's than the engine on the box): a flag the table
     lacks is a note, not an error, since that engine may have it."""
     values: dict[str, object] = {}
-    given: list[str] = []
-    deprecated: list[str] = []
     notes: list[str] = []
     groups: list[Given] = []
     items = _expand(table, list(args))
@@ -356,7 +365,6 @@ def check_args(
         if "." in spelling and table.find(spelling) is None:  # vLLM's --compilation-config.mode 3
             dest += spelling[spelling.index(".") :]
         if option.deprecated:
-            deprecated.append(spelling)
             hint = option.help.removeprefix("Deprecated.").strip()
             notes.append(f"{spelling} is deprecated in {table.label}" + (f": {hint}" if hint else ""))
         if not option.takes_value:
@@ -365,7 +373,6 @@ def check_args(
                     f"{where} {spelling} takes no value (got {shown(token)}): write {spelling} alone"
                 )
             values[dest] = _flag_value(option, spelling)
-            given.append(dest)
             groups.append(Given(option, spelling))
             i += 1
             continue
@@ -380,9 +387,8 @@ def check_args(
         else:
             typed = [_typed(table, option, spelling, text, where) for text in raw]
         values[dest] = typed if option.nargs in ("+", "*") else (typed[0] if typed else option.default)
-        given.append(dest)
         groups.append(Given(option, spelling, tuple(raw), bool(eq)))
-    return CheckedArgs(table, values, tuple(given), tuple(deprecated), tuple(notes), tuple(groups))
+    return CheckedArgs(table, values, tuple(notes), tuple(groups))
 
 
 def _expand(table: OptionTable, args: list[str]) -> list[str]:
@@ -445,7 +451,7 @@ def _nearest(table: OptionTable, spelling: str) -> str:
     said = counterpart(spelling, other, table.engine)
     if said:
         return f"that is {_LABELS[other]}'s; {table.label} says {said}"
-    guess = difflib.get_close_matches(spelling, table.names(), n=1, cutoff=0.6)
+    guess = difflib.get_close_matches(spelling, table.names, n=1, cutoff=0.6)
     return f"did you mean {guess[0]}?" if guess else f"see `{_help_command(table)}` for the list"
 
 
@@ -527,7 +533,7 @@ def _choices(table: OptionTable, option: Option) -> tuple | None:
 def _flag_value(option: Option, spelling: str) -> object:
     if option.action == "_StoreFalseAction":
         return False
-    if option.action in ("_StoreConstAction",):
+    if option.action == "_StoreConstAction":
         return True
     return not option.negative(spelling)
 

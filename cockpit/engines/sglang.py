@@ -82,24 +82,20 @@ class SGLang(Engine):
         return ["--model-path", model_path]
 
     def memory_fraction(
-        self,
-        server: ServerArgs,
-        capacity_gib: float,
-        placement: Placement | None = None,
-        model: ModelArch | None = None,
+        self, server: ServerArgs, capacity_gib: float, placement: Placement, model: ModelArch
     ) -> float:
         """--mem-fraction-static, or the share SGLang derives from the GPU and the parallel config."""
         if server.mem_fraction_static is not None:
             return server.mem_fraction_static
-        layout = placement.layout if placement else Layout()
+        layout = placement.layout
         return derived_mem_fraction(
             server,
             capacity_gib * 1024,
             tp=layout.tp,
             pp=layout.pp,
             attn_dp=layout.dp if layout.dpa else 1,
-            mla=model is not None and model.mla is not None,
-            model_name=model.name if model else "",
+            mla=model.mla is not None,
+            model_name=model.name,
         )
 
     def placement(

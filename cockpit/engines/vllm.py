@@ -59,11 +59,7 @@ class VLLM(Engine):
         return [model_path]
 
     def memory_fraction(
-        self,
-        server: ServerArgs,
-        capacity_gib: float,
-        placement: Placement | None = None,
-        model: ModelArch | None = None,
+        self, server: ServerArgs, capacity_gib: float, placement: Placement, model: ModelArch
     ) -> float:
         """--gpu-memory-utilization as given (vLLM derives nothing from the box)."""
         return server.gpu_memory_utilization

@@ -234,6 +234,10 @@ class _Site:
     def after(self, count: int) -> list[str]:
         return self.messages[self.index + 1 : self.index + 1 + count]
 
+    def diagnosis(self, kind: str, cause: str, next_step: str) -> Diagnosis:
+        """The diagnosis of this match: the phase it happened in, its line as evidence."""
+        return Diagnosis(kind, cause, next_step, phase=self.phase(), evidence=self.evidence)
+
 
 Explain = Callable[[re.Match[str], _Site], Diagnosis]
 
@@ -389,46 +393,38 @@ def _fp8_block(what: str, unit: str) -> Explain:
     def explain(match: re.Match[str], site: _Site) -> Diagnosis:
         size, block = match["size"], match["block"]
         next_step = NEXT_WHOLE_EXPERTS if what.startswith(("gate", "down")) else NEXT_WHOLE_TILES
-        return Diagnosis(
+        return site.diagnosis(
             "fp8-block",
             f"FP8 block quantization: {what} width {size} is not a multiple of {unit} {block}",
             next_step,
-            phase=site.phase(),
-            evidence=site.evidence,
         )
 
     return explain
 
 
 def _kernel_tile(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "fp8-block",
         f"quantized kernel tiling: {match['name']} {match['size']} is not a multiple of {match['tile']} {match['block']}",
         "use a smaller TP size so each shard holds whole tiles, or expert parallel for MoE weights",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _attention_heads(match: re.Match[str], site: _Site) -> Diagnosis:
     heads, tp = int(match["heads"]), int(match["tp"])
-    return Diagnosis(
+    return site.diagnosis(
         "attention-heads",
         f"{heads} attention heads do not split over tensor parallel size {tp}",
         f"use a TP size that divides {heads}: {_divisors(heads)}",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _not_divisible(match: re.Match[str], site: _Site) -> Diagnosis:
     numerator, denominator = int(match["numerator"]), int(match["denominator"])
-    return Diagnosis(
+    return site.diagnosis(
         "kv-heads",
         f"{numerator} (heads or KV heads) do not split over {denominator} tensor parallel ranks",
         f"use a TP size that divides {numerator}: {_divisors(numerator)}",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
@@ -461,28 +457,24 @@ def _bare_assertion(match: re.Match[str], site: _Site) -> Diagnosis:
         detail = f": `{statement}`" if statement else " (no message)"
         kind, cause = "assertion", f"the engine hit a bare AssertionError{where}{detail}"
         next_step = "often a TP size that does not divide the heads, KV heads or expert width: try the planner's layouts"
-    return Diagnosis(kind, cause, next_step, phase=site.phase(), evidence=site.evidence)
+    return site.diagnosis(kind, cause, next_step)
 
 
 def _no_cache_blocks(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         "no GPU memory is left for the KV cache after the weights and activations",
         "raise --gpu-memory-utilization, or use more GPUs per replica so the weights take less of each",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _context_too_long(match: re.Match[str], site: _Site) -> Diagnosis:
     asked, derived = int(match["asked"]), int(match["vllm"] or match["sglang"])
     flag = "--max-model-len" if match["vllm"] else "--context-length"
-    return Diagnosis(
+    return site.diagnosis(
         "max-model-len",
         f"the context length asked ({asked:,}) is above the model's own ({derived:,})",
         f"set {flag} {derived} or less",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
@@ -494,33 +486,27 @@ def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
         if estimate
         else "lower --max-model-len or raise --gpu-memory-utilization"
     )
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         f"the KV cache cannot hold one {max_len:,}-token request: it needs {match['needed']} GiB, "
         f"{match['available']} GiB is available{fits}",
         next_step,
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _sglang_not_enough_memory(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         "SGLang has no room for its KV cache pool after the weights",
         "raise --mem-fraction-static, or use more GPUs per replica so the weights take less of each",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _unbalanced_memory(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         "GPU memory is unbalanced: another process holds memory on some of the GPUs",
         "stop what else runs on these GPUs (nvidia-smi), or give the server other GPUs",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
@@ -564,22 +550,18 @@ def _external_weights(match: re.Match[str], site: _Site) -> Diagnosis:
 
 def _world_size(match: re.Match[str], site: _Site) -> Diagnosis:
     gpus = match["gpus"]
-    return Diagnosis(
+    return site.diagnosis(
         "world-size",
         f"the layout needs {match['world']} GPUs but only {gpus} are available",
         f"use a layout on at most {gpus} GPUs (TP x PP x DP), or check CUDA_VISIBLE_DEVICES",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _invalid_device(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "world-size",
         "a rank asked for a GPU that is not visible (CUDA error: invalid device ordinal)",
         "use a layout on fewer GPUs (SGLang uses tp x pp of them), or check CUDA_VISIBLE_DEVICES",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
@@ -606,12 +588,10 @@ def _nccl_last_error(following: list[str]) -> str:
 def _nccl_timeout(match: re.Match[str], site: _Site) -> Diagnosis:
     operation = re.search(r"OpType=(\w+)", match["work"])
     what = f"collective {operation[1]}" if operation else "collective"
-    return Diagnosis(
+    return site.diagnosis(
         "nccl",
         f"a NCCL {what} timed out after {int(match['ms']) / 1000:.0f} s: a rank hung or died first",
         "look for an earlier error on another rank; " + NEXT_NCCL,
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
@@ -623,135 +603,111 @@ def _nccl_warning(match: re.Match[str], site: _Site) -> Diagnosis:
 
 def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:
     port, host = match["port"], match["host"]
-    return Diagnosis(
+    return site.diagnosis(
         "port-in-use",
         f"port {port} on {host} is already in use" if port else "the server's port is already in use",
         f"stop whatever listens on port {port or 'it'} or pick another --port",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _pp_unsupported(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "pp-unsupported",
         "this model does not support pipeline parallelism in this engine",
         "drop pp: use TP, EP or DP instead",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _eplb_uneven(match: re.Match[str], site: _Site) -> Diagnosis:
     experts, ranks = match["experts"], match["ranks"]
     counts = f": {experts} experts over {ranks} EP ranks" if experts else ""
-    return Diagnosis(
+    return site.diagnosis(
         "eplb",
         f"EPLB needs the experts to split evenly over the EP ranks{counts}",
         f"use an EP size that divides {experts}, or drop --enable-eplb" if experts else "drop --enable-eplb",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _eplb_needs_ep(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "eplb",
         "EPLB needs expert parallel",
         "add `ep` (--enable-expert-parallel) or drop --enable-eplb",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _eplb_needs_parallelism(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "eplb",
         f"EPLB needs an expert group of more than one GPU: the EP group spans TP x PCP x DP ranks and "
         f"got TP={match['tp']}, PCP={match['pcp']}, DP={match['dp']}",
         "use TP or DP above 1 together with `ep`, or drop --enable-eplb",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _ep_needs_experts(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
+    return site.diagnosis(
         "ep-needs-experts",
         "expert parallelism is on but the model has no experts (a dense model)",
         "drop `ep` (--enable-expert-parallel): split a dense model with TP, PP or DP",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _sglang_ep_divides_tp(match: re.Match[str], site: _Site) -> Diagnosis:
     tp, ep = int(match["tp"]), int(match["ep"])
-    return Diagnosis(
+    return site.diagnosis(
         "moe-split",
         f"SGLang carves the EP group out of the TP group: EP {ep} does not divide TP {tp}",
         f"use an --ep-size that divides --tp-size {tp}: {_divisors(tp)}",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _sglang_moe_tp(match: re.Match[str], site: _Site) -> Diagnosis:
     width, moe_tp, tp = int(match["width"]), int(match["moe_tp"]), int(match["tp"])
-    return Diagnosis(
+    return site.diagnosis(
         "moe-split",
         f"expert width {width} does not split over MoE-TP {moe_tp} (TP {tp} / EP {match['ep']})",
         f"raise --ep-size so each expert stays whole (--ep-size {tp} leaves MoE-TP 1), "
         f"or pick TP and EP whose quotient divides {width}",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _sglang_moe_block(match: re.Match[str], site: _Site) -> Diagnosis:
     width, moe_tp, block = int(match["width"]), int(match["moe_tp"]), match["block"]
-    return Diagnosis(
+    return site.diagnosis(
         "fp8-block",
         f"block-quantized MoE: expert width {width} / MoE-TP {moe_tp} = {width // moe_tp} is not a multiple "
         f"of the weight block {block}",
         NEXT_WHOLE_EXPERTS,
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _unrecognized_args(match: re.Match[str], site: _Site) -> Diagnosis:
     program = (match["program"] or "the engine").strip()
     flags = match["flags"].strip()
-    return Diagnosis(
+    return site.diagnosis(
         "unrecognized-args",
         f"{program} does not know {flags}",
         "drop the flag: this engine or version spells it differently or does not have it",
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _unknown_exception(match: re.Match[str], site: _Site) -> Diagnosis:
     text = site.messages[site.index]
-    return Diagnosis(
+    return site.diagnosis(
         "error",
         f"the engine raised {text if len(text) <= 200 else text[:197] + '...'}",
         NEXT_READ_LOG,
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 
 def _wrapped_exception(inner: re.Match[str], site: _Site) -> Diagnosis:
     """An error pydantic wrapped that no pattern knows: the engine's own words, not the wrapper."""
     text = f"{PYDANTIC_EXCEPTIONS[inner['kind']]}: {inner['text']}"
-    return Diagnosis(
+    return site.diagnosis(
         "error",
         f"the engine raised {text if len(text) <= 200 else text[:197] + '...'}",
         NEXT_READ_LOG,
-        phase=site.phase(),
-        evidence=site.evidence,
     )
 
 

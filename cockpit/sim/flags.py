@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.engines import Option, OptionTable, option_table
-from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, find_option, is_flag, size_value
+from cockpit.engines import Option, OptionTable, check_args, option_table
+from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, size_value
 from cockpit.layout import Layout
 
 # Leading words of the launcher, as the adapters write them, that the simulator skips.
@@ -181,19 +181,6 @@ def _json_value(text: str) -> object:
         return text
 
 
-def server_arg_words(table: OptionTable, flags: Sequence[str]) -> tuple[str, ...]:
-    """The words of ``flags`` that are server arguments: not the model, layout, host or port."""
-    out: list[str] = []
-    keep = False
-    for word in flags:
-        if is_flag(word):
-            option = find_option(table, word.partition("=")[0])
-            keep = option is not None and option.dest not in SET_BY_COCKPIT
-        if keep:
-            out.append(word)
-    return tuple(out)
-
-
 def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = None) -> EngineArgs:
     """Parse like the real engine; argparse exits 2 with its usage line on a bad flag."""
     table = option_table(engine, version)
@@ -207,13 +194,14 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
             sys.stderr.write(_VLLM_ROOT_USAGE + f"vllm: error: unrecognized arguments: {' '.join(extras)}\n")
             raise SystemExit(2)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    given = vars(ns)
     non_default = tuple(
-        (k, v) for k, v in given.items() if v != parser.get_default(k) and k not in ("model_tag",)
+        (k, v) for k, v in vars(ns).items() if v != parser.get_default(k) and k not in ("model_tag",)
     )
-    deprecated = tuple(
-        o.name for o in table.options if o.deprecated and given.get(o.dest, o.default) != o.default
-    )
+    # The same words through cockpit's own reading: what the planner takes as server arguments
+    # (not the model, layout, host or port), and the deprecated spellings the engine warns about.
+    named = [w for w in flags if w != getattr(ns, "model_tag", None)]
+    checked = check_args(table, named, strict=False)
+    words = tuple(w for g in checked.groups if g.option.dest not in SET_BY_COCKPIT for w in g.words)
     if engine == "vllm":
         layout = Layout(
             tp=ns.tensor_parallel_size,
@@ -231,9 +219,17 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
     if isinstance(served, list):
         served = served[0] if served else None
     host = ns.host or "127.0.0.1"
-    words = server_arg_words(table, flags)
     return EngineArgs(
-        engine, model, served or model, layout, host, ns.port, words, non_default, deprecated, table.version
+        engine,
+        model,
+        served or model,
+        layout,
+        host,
+        ns.port,
+        words,
+        non_default,
+        checked.deprecated,
+        table.version,
     )
 
 

@@ -242,7 +242,7 @@ class CockpitApp(App[None]):
 
     def _candidates(self, text: str) -> list[str]:
         return complete(
-            text, self.session.layout_names(), self.session.profile_names(), self.session.flag_names()
+            text, self.session.layout_names(), self.session.profile_names(), self.session.flag_names
         )
 
     # -- periodic ---------------------------------------------------------------------------

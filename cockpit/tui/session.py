@@ -11,8 +11,10 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
+from cockpit.engines.options import SET_BY_COCKPIT
 from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.outcome import LAUNCHING, READY
@@ -93,9 +95,12 @@ class Session(Lab):
     def layout_names(self) -> tuple[str, ...]:
         return tuple(str(v.layout) for v in self.verdicts)
 
+    @cached_property
     def flag_names(self) -> tuple[str, ...]:
-        """The engine version's server flags, for Tab after a layout."""
-        return tuple(self.setup.engine.options.names())
+        """The engine version's server flags for Tab after a layout (Tab asks at every key, so
+        once), less those the layout and cockpit say."""
+        options = self.setup.engine.options
+        return tuple(n for n in options.names if (o := options.find(n)) and o.dest not in SET_BY_COCKPIT)
 
     @staticmethod
     def profile_names() -> tuple[str, ...]:

@@ -27,7 +27,7 @@ def complete(
 ) -> list[str]:
     """completions(), plus the last layout of a `sweep a, b` list and `export md|csv`."""
     word, space, rest = text.partition(" ")
-    if space and text.rpartition(" ")[2].startswith("-"):
+    if space and word in ("try", "plan", "sweep") and text.rpartition(" ")[2].startswith("-"):
         return completions(text, layouts, profiles, flags)
     if space and word == "sweep" and "," in rest:
         head, _, last = rest.rpartition(",")
