@@ -283,3 +283,18 @@ def test_numeric_choices_are_compared_as_the_engine_converts_them():
         "sglang", ["--model-path", "m", "--log-requests-level", "3"]
     ).non_default
     parse_engine_args("vllm", ["m", "--max-lora-rank", "32"])  # no SystemExit
+
+
+def test_the_tables_load_on_first_use_not_at_import():
+    """~30 ms of data that `cockpit --help`, the bench child and the simulator's box never need."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cockpit.engines as e; "
+        "print(any('engines.tables.' in m for m in sys.modules)); "
+        "e.get_engine('vllm').options; "
+        "print('cockpit.engines.tables.vllm_0_33_0' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
