@@ -372,7 +372,8 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     if verdict.placement is None or verdict.memory is None or verdict.verdict == FAILS:
         return None
     engine = setup.engine.name
-    cal = calibration_for(setup.hardware, engine, setup.calibration)
+    # The profile's own overrides win over what the box taught (cockpit.calibrate).
+    cal = calibration_for(setup.hardware, engine, {**setup.learned.calibration, **setup.calibration})
     server = verdict.server or knob_server_args(setup, verdict.layout)
     graphs = graph_max_bs(server)
     return perf_model(

@@ -46,6 +46,24 @@ TIGHT_MIN_REQUESTS = 4  # ... or room for fewer than 4 requests: "tight"
 
 
 @dataclass(frozen=True)
+class Learned:
+    """What a box taught the planner about itself: fitted from the journal by
+    `cockpit.calibrate`, kept per (GPU type, engine, version) in the user's data folder.
+
+    The defaults change nothing, so a box with no history plans from the model alone.
+    """
+
+    runs: int = 0  # experiments the fit used; 0: nothing learned, the defaults
+    calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
+    reserve_offset_gib: float = 0.0  # what the engine keeps besides weights, beyond the modelled reserve
+    weights_factor: float = 1.0  # measured over predicted weights (a layout the kernels repack)
+
+    @property
+    def is_default(self) -> bool:
+        return self.runs == 0 and not self.calibration and not self.reserve_offset_gib and self.weights_factor == 1.0
+
+
+@dataclass(frozen=True)
 class Setup:
     """Everything a verdict depends on besides the layout."""
 
@@ -58,6 +76,7 @@ class Setup:
     port: int = 8000
     command: tuple[str, ...] = ()  # the launcher words; empty: the engine's default (see Engine.argv)
     calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
+    learned: Learned = field(default_factory=Learned)  # what this box taught the planner
 
     @cached_property
     def server(self) -> ServerArgs:
@@ -191,7 +210,7 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
     argv = tuple(engine.argv(placement, setup.model_path or model.name, setup.port, args, setup.command))
     reasons = [Reason.from_rule(r) for r in engine.startup_rules(model, placement, server)]
     reasons += length_reasons(model, engine, server)
-    memory = estimate_memory(model, hw, engine, placement, server, setup.request_len)
+    memory = estimate_memory(model, hw, engine, placement, server, setup.request_len, setup.learned)
     reasons += memory_reasons(model, engine, placement, memory, server, setup.request_len)
     verdict = FITS
     if any(r.rule != "kv-thin" for r in reasons):
@@ -329,7 +348,13 @@ def vllm_batched_tokens(server: ServerArgs, hw: Hardware, model: ModelArch) -> i
 
 
 def estimate_memory(
-    model: ModelArch, hw: Hardware, engine: Engine, placement: Placement, server: ServerArgs, request_len: int
+    model: ModelArch,
+    hw: Hardware,
+    engine: Engine,
+    placement: Placement,
+    server: ServerArgs,
+    request_len: int,
+    learned: Learned | None = None,
 ) -> MemoryEstimate:
     capacity = hw.memory_gib
     stages = stage_weights(model, placement, server.redundant_experts if server.enable_eplb else 0)
@@ -339,7 +364,8 @@ def estimate_memory(
 
     busiest = max(range(len(stages)), key=lambda i: weights(stages[i]))
     stage = stages[busiest]
-    weights_gib = weights(stage) / GiB
+    learned = learned or Learned()
+    weights_gib = weights(stage) * learned.weights_factor / GiB
     fraction = engine.memory_fraction(server, capacity, placement, model)
     budget = capacity * fraction
     if engine.name == "vllm":
@@ -349,6 +375,7 @@ def estimate_memory(
     else:  # SGLang keeps activations and graphs in the (1 - mem_fraction_static) it leaves free
         reserve = capacity - budget
         budget = capacity
+    reserve += learned.reserve_offset_gib
     kv_budget = budget - weights_gib - reserve
     kv_dtype = server.kv_bytes(2.0)
     kv_token = model.kv_bytes_per_token(kv_dtype, placement.attn_tp, layers=int(stage["_stage_layers"]))
@@ -358,7 +385,7 @@ def estimate_memory(
     kv_tokens = per_replica * placement.attn_replicas
     return MemoryEstimate(
         capacity_gib=capacity,
-        weights_by_group={k: v / GiB for k, v in stage.items() if not k.startswith("_")},
+        weights_by_group={k: v * learned.weights_factor / GiB for k, v in stage.items() if not k.startswith("_")},
         weights_gib=weights_gib,
         reserve_gib=reserve,
         budget_gib=budget if engine.name == "vllm" else capacity * fraction,
