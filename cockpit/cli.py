@@ -18,6 +18,8 @@ from cockpit.errors import CockpitError
 from cockpit.resolve import SetupOverrides, build_setup, resolve, setup_for
 
 if TYPE_CHECKING:
+    from cockpit.learning import Key
+    from cockpit.planner import Setup
     from cockpit.telemetry.base import GpuSource
 
 
@@ -149,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     results = commands.add_parser("results", help="the comparison table of journaled benchmark results")
     results.add_argument("--profile", metavar="NAME|FILE", help="only this profile's experiments")
     results.add_argument("--format", default="table", choices=("table", "markdown", "csv", "json"))
+    _add_calibration_parser(commands)
+    results.add_argument(
+        "--predicted",
+        action="store_true",
+        help="beside each measured tok/s, the one predicted at launch (json always has it)",
+    )
     return parser
 
 
@@ -166,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bench": cmd_bench,
             "gpus": cmd_gpus,
             "web": cmd_web,
+            "calibration": cmd_calibration,
         }
         return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
@@ -244,6 +253,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if how is not None:
         setup = replace(setup, engine=engine)
         notes += (f"{how}: " + (engine.version_note or f"flags as {engine.options.label} has them"),)
+    setup, learning_note = _with_learned(setup)
+    notes += (learning_note,) if learning_note else ()
     for note in notes:  # on stderr: stdout stays the table or valid JSON
         print(f"note: {note}", file=sys.stderr)
     from cockpit.commands import parse_levels
@@ -264,14 +275,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     ]
     for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
         print(f"warning: {warning}", file=sys.stderr)
+    from cockpit.reports.measured import MEASURED_NOTE, measured_here, prediction_basis
+
+    measured, unread = measured_here(setup)  # the journal's newest numbers of each layout on this box
+    if unread:
+        print(f"note: {unread}", file=sys.stderr)
     if args.json:
-        print(json.dumps([v.to_json() for v in verdicts], indent=2))
+        rows = [v.to_json() for v in verdicts]
+        for row in rows:  # the newest numbers this box measured of the layout, or null
+            last = measured.get(row["layout"])
+            row["last_measured"] = last.to_json() if last else None
+        print(json.dumps(rows, indent=2))
     else:
         print(f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  (profile {profile.name})")
-        print(plan_table(verdicts, levels, width=terminal_width()))
+        print(plan_table(verdicts, levels, width=terminal_width(), measured=measured))
+        if any(str(v.layout) in measured for v in verdicts):
+            print(MEASURED_NOTE)
         print(
             f"tok/s: predicted decode throughput at each concurrency (input {profile.bench.input_len}, "
-            f"output {profile.bench.output_len} tokens), from the performance model"
+            f"output {profile.bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
         )
     return 0
 
@@ -394,9 +416,10 @@ def cmd_results(args: argparse.Namespace) -> int:
             print(note, file=sys.stdout if args.format == "table" else sys.stderr)
         if args.format == "markdown" and comp.rows:
             note = "the newest experiment's" if picked else ""
-            text = markdown_report(comp, _results_context(journal, comp, args.profile or comp.profile, note))
+            context = _results_context(journal, comp, args.profile or comp.profile, note)
+            text = markdown_report(comp, context, predicted=args.predicted)
         else:
-            text = format_comparison(comp, args.format)
+            text = format_comparison(comp, args.format, predicted=args.predicted)
     print(text)
     return 0
 
@@ -423,6 +446,125 @@ def _results_context(journal, comp, profile: str | None, note: str):
         experiments = [journal.experiment(row.experiment) for row in comp.rows]
         return context_from_journal([e for e in experiments if e is not None], comp, note=note)
     return context_from_setup(setup, comp.profile, comp, note=note)
+
+
+# -- what the box taught the planner -----------------------------------------------------------
+
+
+def _with_learned(setup: Setup) -> tuple[Setup, str | None]:
+    """The setup with what this machine's launches taught, and a note when the file could not be
+    read. `plan` has no --sim: it takes the calibration of the launches `cockpit run` would make
+    here, real ones where an NVIDIA driver is found, simulated ones elsewhere (a laptop)."""
+    from dataclasses import replace
+
+    from cockpit.lab import simulated_reason
+    from cockpit.learning import CalibrationStore, learned_for
+
+    store = CalibrationStore()
+    learned = learned_for(setup, bool(simulated_reason(False)), store)
+    return replace(setup, learned=learned), store.warning
+
+
+def _add_calibration_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    calibration = commands.add_parser(
+        "calibration", help="what launches taught the planner about each box: show it, or reset it"
+    )
+    calibration.add_argument(
+        "action", nargs="?", default="show", choices=("show", "reset"), help="show (the default) or reset"
+    )
+    calibration.add_argument("--all", action="store_true", help="with reset: forget every box")
+    calibration.add_argument(
+        "--profile", metavar="NAME|FILE", help="with reset: the box of this profile (default: demo)"
+    )
+    calibration.add_argument(
+        "--gpu", metavar="TYPE", help="with reset: this GPU type (default: the profile's)"
+    )
+    calibration.add_argument(
+        "--engine", choices=("vllm", "sglang"), help="with reset: this engine (default: the profile's)"
+    )
+    calibration.add_argument(
+        "--version",
+        dest="engine_version",
+        metavar="V",
+        help="with reset: this engine version (default: the one the profile's launcher runs here)",
+    )
+    which = calibration.add_mutually_exclusive_group()
+    which.add_argument(
+        "--sim",
+        action="store_true",
+        help="with reset: the simulated box's (default: simulated where no NVIDIA driver is found)",
+    )
+    which.add_argument("--real", action="store_true", help="with reset: the real box's")
+    calibration.add_argument("--json", action="store_true", help="show: print JSON")
+
+
+def cmd_calibration(args: argparse.Namespace) -> int:
+    """`calibration show`: each box's fitted constants beside the defaults; `reset`: forget one box
+    (the profile's, or --gpu/--engine/--version) or all of them."""
+    from cockpit.learning import CalibrationStore
+    from cockpit.reports.calibration import calibration_json, calibration_lines
+
+    store = CalibrationStore()
+    if args.action == "show":
+        selectors = [args.all, args.profile, args.gpu, args.engine, args.engine_version, args.sim, args.real]
+        if any(selectors):
+            raise CockpitError(
+                "calibration show lists every box: --all, --profile, --gpu, --engine, --version, --sim and "
+                "--real choose what `calibration reset` forgets"
+            )
+        entries = store.entries()
+        if store.warning:
+            print(f"warning: {store.warning}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(calibration_json(entries), indent=2))
+        else:
+            print("\n".join(calibration_lines(entries, store.path)))
+        return 0
+    if args.json:
+        raise CockpitError("--json is for `calibration show`")
+    if args.all:
+        if any([args.profile, args.gpu, args.engine, args.engine_version, args.sim, args.real]):
+            raise CockpitError("reset --all forgets every box: give it alone, or name one box without --all")
+        removed = store.remove()
+    else:
+        key = _calibration_key(args)
+        removed = store.remove([key])
+        if not removed and not store.warning:
+            raise CockpitError(
+                f"nothing learned for {key}: `cockpit calibration show` lists the boxes that have a calibration"
+            )
+    if store.warning:
+        raise CockpitError(store.warning)
+    for entry in removed:
+        print(f"forgot {entry.key} (from {entry.learned.runs} run(s)): it plans with the defaults again")
+    if not removed:
+        print(f"nothing was learned yet ({store.path})")
+    return 0
+
+
+def _calibration_key(args: argparse.Namespace) -> Key:
+    """The box `calibration reset` forgets: the profile's GPU type, engine and the version its
+    launcher runs here, each replaced by the option given."""
+    from cockpit.engines import get_engine
+    from cockpit.hardware import gpu_type, hardware
+    from cockpit.installed import installed_engine
+    from cockpit.lab import simulated_reason
+    from cockpit.learning import Key, engine_version
+
+    if args.engine_version is not None and not engine_version(args.engine_version):
+        raise CockpitError("--version needs an engine version, like --version 0.33.0")
+    profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
+    if args.gpu:  # a type without figures plans (and learns) as "unknown"
+        gpu = "unknown" if args.gpu.strip().lower() == "unknown" else gpu_type(args.gpu).key
+    else:
+        gpu = hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib).gpu.key
+    version = engine_version(args.engine_version)
+    if not version:  # the version the profile's launcher runs here, else the newest cockpit knows
+        engine = get_engine(profile.engine)
+        engine, _ = installed_engine(engine, profile.command or engine.default_command)
+        version = engine_version(engine.version)
+    simulated = args.sim or (not args.real and bool(simulated_reason(False)))
+    return Key(gpu, profile.engine, version, simulated)
 
 
 if __name__ == "__main__":  # pragma: no cover

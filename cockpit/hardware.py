@@ -137,6 +137,20 @@ class GpuType:
     link: str  # a LINKS key
     pcie_gen: int
     aliases: tuple[str, ...] = ()
+    # CUDA compute capability (major, minor); (0, 0): unknown. Engines pick kernels, and with them
+    # memory layouts, by it (docs/memory.md#mxfp4-experts-on-gpus-without-native-fp4).
+    capability: tuple[int, int] = (0, 0)
+    # The total nvidia-smi prints (MiB), which is what SGLang sizes its memory share by
+    # (get_nvgpu_memory_capacity, sglang/srt/utils/common.py); 0: not known, use memory_gib.
+    smi_total_mib: float = 0.0
+
+    @property
+    def native_fp4(self) -> bool:
+        """Whether the tensor cores compute in FP4 (Blackwell, SM100 and later). Hopper and Ampere
+        run FP4 checkpoints weight-only through Marlin or Triton kernels that repack the experts
+        ("Your GPU does not have native support for FP4 computation but FP4 quantization is being
+        used", vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py)."""
+        return self.capability >= (10, 0)
 
 
 # Memory: the torch "total capacity" in OOM messages on that GPU. Bandwidth, FLOPs, power:
@@ -158,6 +172,8 @@ CATALOG: dict[str, GpuType] = {
             "pcie5",
             5,
             ("rtx pro 6000 blackwell workstation edition", "rtx 6000 pro"),
+            (12, 0),  # SM120, consumer Blackwell
+            97887.0,
         ),
         GpuType(
             "h100",
@@ -170,6 +186,8 @@ CATALOG: dict[str, GpuType] = {
             "nvlink4",
             5,
             ("h100 sxm", "h100 sxm5", "h100 sxm 80gb"),
+            (9, 0),
+            81559.0,  # nvidia-smi on H100 80GB HBM3 boxes: "0MiB /  81559MiB"
         ),
         GpuType(
             "h200",
@@ -182,6 +200,8 @@ CATALOG: dict[str, GpuType] = {
             "nvlink4",
             5,
             ("h200 sxm", "h200 141gb"),
+            (9, 0),
+            143771.0,  # nvidia-smi: "124585MiB / 143771MiB" (sgl-project/sglang#3196)
         ),
         GpuType(
             "b200",
@@ -194,6 +214,7 @@ CATALOG: dict[str, GpuType] = {
             "nvlink5",
             5,
             ("b200 sxm", "hgx b200"),
+            (10, 0),  # SM100, data-center Blackwell
         ),
         GpuType(
             "a100",
@@ -206,6 +227,8 @@ CATALOG: dict[str, GpuType] = {
             "nvlink3",
             4,
             ("a100 80gb", "a100 sxm", "a100 sxm4"),
+            (8, 0),
+            81920.0,
         ),
         GpuType(
             "l40s",
@@ -217,6 +240,8 @@ CATALOG: dict[str, GpuType] = {
             350.0,
             "pcie4",
             4,
+            capability=(8, 9),
+            smi_total_mib=46068.0,  # nvidia-smi: "1MiB /  46068MiB" (sgl-project/sglang#13023)
         ),
         GpuType(
             "h20",
@@ -230,6 +255,7 @@ CATALOG: dict[str, GpuType] = {
             400.0,
             "nvlink4",
             5,
+            capability=(9, 0),
         ),
     )
 }
@@ -257,6 +283,15 @@ class Hardware:
     @property
     def link(self) -> LinkClass:
         return LINKS[self.gpu.link]
+
+    @property
+    def smi_total_gib(self) -> float:
+        """The GPU's total as nvidia-smi reports it, which is more than torch sees (94.97 GiB
+        to CUDA, 97,887 MiB in nvidia-smi on an RTX PRO 6000); memory_gib when unknown or
+        overridden for this box."""
+        if self.gpu.smi_total_mib and self.memory_gib == self.gpu.memory_gib:
+            return self.gpu.smi_total_mib / 1024
+        return self.memory_gib
 
     def __str__(self) -> str:
         return f"{self.count} x {self.gpu.label} ({self.memory_gib:.2f} GiB, {self.link.name})"

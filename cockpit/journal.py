@@ -88,6 +88,16 @@ _MIGRATIONS = [
     UPDATE bench_points SET failed = 1, error = 'most requests failed (journaled before failed levels were marked)'
         WHERE output_tok_s <= 0 OR errors * 2 > requests + errors;
     """,
+    # What the engine logged about the launch (facts) beside what the planner predicted for it,
+    # and the box and engine they hold for: the journal is what calibration learns from.
+    """
+    ALTER TABLE experiments ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE experiments ADD COLUMN predicted TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE experiments ADD COLUMN gpu_type TEXT;
+    ALTER TABLE experiments ADD COLUMN engine_version TEXT;
+    ALTER TABLE experiments ADD COLUMN simulated INTEGER NOT NULL DEFAULT 0;
+    UPDATE experiments SET simulated = 1 WHERE argv LIKE '%cockpit.sim%';
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -116,6 +126,15 @@ class Experiment:
     pid: int | None
     port: int | None
     note: str | None = None  # lines added later by add_note
+    # What the engine logged about its launch (cockpit.runner.launchfacts; docs/measured.md):
+    # weights_gib, kv_memory_gib, kv_tokens, graph_gib, ... Empty before the launch ends.
+    facts: dict[str, Any] = field(default_factory=dict)
+    # What the planner predicted for it: {"memory": MemoryEstimate.to_json() or None,
+    # "learned_runs": n, "tok_s": {"<in>/<out>": {"<C>": tok/s}}}.
+    predicted: dict[str, Any] = field(default_factory=dict)
+    gpu_type: str | None = None  # Hardware.gpu.key of the box it ran on
+    engine_version: str | None = None  # the engine's version as cockpit knew it at launch
+    simulated: bool = False  # ran on the simulated box: never calibrates a real one
 
 
 @dataclass(frozen=True)
@@ -150,7 +169,7 @@ class BenchPoint:
 
 _EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
 _POINT_COLUMNS = tuple(f.name for f in fields(BenchPoint))
-_JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra")
+_JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra", "facts", "predicted")
 
 
 def default_path() -> Path:
@@ -282,6 +301,10 @@ class Journal:
         log_path: str = "",
         pid: int | None = None,
         port: int | None = None,
+        predicted: Mapping[str, Any] | None = None,
+        gpu_type: str | None = None,
+        engine_version: str | None = None,
+        simulated: bool = False,
     ) -> int:
         """Record a launch before it starts, so a launch that kills cockpit is still journaled."""
         row = {
@@ -297,6 +320,10 @@ class Journal:
             "log_path": str(log_path),
             "pid": pid,
             "port": port,
+            "predicted": json.dumps(dict(predicted or {})),
+            "gpu_type": gpu_type,
+            "engine_version": engine_version,
+            "simulated": int(simulated),
         }
         with self._guard():
             cur = self._db.execute(
@@ -356,6 +383,29 @@ class Journal:
                     merged[int(gpu)] = max(int(used), merged.get(int(gpu), 0))
                 self._db.execute(
                     "UPDATE experiments SET peak_memory = ? WHERE id = ?", (_dump_peaks(merged), id)
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def set_facts(self, id: int, facts: Mapping[str, Any]) -> None:
+        """What the engine logged about the launch; a later reading of the same log replaces it."""
+        self.update_experiment(id, facts=dict(facts))
+
+    def merge_predicted(self, id: int, part: Mapping[str, Any]) -> None:
+        """Add to what was predicted for an experiment, nested dicts merged key by key: a bench
+        adds its levels' tok/s under "tok_s" beside the memory predicted at launch."""
+        with self._guard():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT predicted FROM experiments WHERE id = ?", (id,)).fetchone()
+                if row is None:
+                    raise ValueError(f"no experiment {id} in {self.path}")
+                merged = _merged(_json(row[0], dict), part)
+                self._db.execute(
+                    "UPDATE experiments SET predicted = ? WHERE id = ?", (json.dumps(merged), id)
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -545,6 +595,9 @@ def _experiment(row: Sequence[Any]) -> Experiment:
         g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool)
     )
     values["peak_memory"] = _peaks(values["peak_memory"])
+    values["facts"] = _json(values["facts"], dict)
+    values["predicted"] = _json(values["predicted"], dict)
+    values["simulated"] = bool(values["simulated"])
     return Experiment(**values)
 
 
@@ -563,6 +616,17 @@ def _json(text: Any, kind: type) -> Any:
     except (TypeError, ValueError):
         return kind()
     return value if isinstance(value, kind) else kind()
+
+
+def _merged(base: Mapping[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``part`` laid over it; where both hold a dict, theirs merge the same way."""
+    merged = dict(base)
+    for key, value in part.items():
+        old = merged.get(key)
+        merged[key] = (
+            _merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+        )
+    return merged
 
 
 def _peaks(text: Any) -> dict[int, int]:

@@ -4,6 +4,9 @@ The command line (`cockpit run`, `attach`) and the screen open a lab here, and o
 decided whether the box is simulated: with ``--sim``, or where no NVIDIA driver is found. A
 simulated lab reads the simulated box and launches the simulated engine, whose launcher words
 go into the setup, so the planner's argv is the one shown, journaled and launched.
+
+The lab plans with what the box taught (``cockpit.learning``): loaded at open, fitted again after
+every launch that gets ready and every benchmark, so the next prediction already uses it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from cockpit.children import simulated_engine
+from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
 from cockpit.installed import installed_engine
 from cockpit.journal import Journal
+from cockpit.learning import CalibrationStore, learned_for, relearn
 from cockpit.planner import Setup
 from cockpit.profile import Profile
 from cockpit.resolve import SetupOverrides, profile_for_engine, resolve, setup_for
@@ -75,6 +80,8 @@ class Lab:
     registry: Registry
     launcher: Launcher
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
+    store: CalibrationStore | None = None  # what the box taught, kept; None: nothing is learned
+    learning_problem: str | None = None  # the last fit that failed, one line
 
     @property
     def sim(self) -> bool:
@@ -101,6 +108,10 @@ class Lab:
             profile, notes = profile_for_engine(profile, engine)
         reason = simulated_reason(sim)
         setup = lab_setup(profile, sim=bool(reason))
+        store = CalibrationStore()
+        setup = replace(setup, learned=learned_for(setup, bool(reason), store))
+        if store.warning:
+            notes += (store.warning,)
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
             source = gpu_source(setup.hardware, bool(reason))
             undo.callback(source.close)
@@ -119,7 +130,29 @@ class Lab:
                 startup_timeout=startup_timeout,
             )
             undo.pop_all()
-        return cls(profile, setup, reason, source, journal, monitor, registry, launcher, notes)
+        lab = cls(profile, setup, reason, source, journal, monitor, registry, launcher, notes, store)
+        launcher.after_measure = lab.learn
+        return lab
+
+    def learn(self, experiment: int) -> None:
+        """A launch got ready or a benchmark finished (``experiment``): fit the box's constants
+        again and plan with them from now on. A fit that fails keeps the last one: it must never
+        cost the measurement that triggered it."""
+        if self.store is None:
+            return
+        try:
+            learned = relearn(self.journal, self.setup, self.sim, self.store)
+        except CockpitError as exc:
+            self.learning_problem = f"calibration not updated after experiment {experiment}: {exc}"
+            return
+        if learned == self.setup.learned:
+            return
+        self.setup = replace(self.setup, learned=learned)
+        self.launcher.replan(self.setup)
+        self.learned_changed()
+
+    def learned_changed(self) -> None:
+        """What the box taught changed; a face that keeps planned layouts plans them again."""
 
     def close(self) -> None:
         """Stop the monitor's thread, release the GPU source, close the journal: each of them

@@ -1,10 +1,13 @@
 """Model architecture: what the planner needs from a model's config.json.
 
-`cockpit.modelfiles` finds and reads the file (a path, a model folder, the Hugging Face cache, a
-bundled architecture); this module reads no files. Each family spells its MoE facts
-differently; ``parse_config`` normalises them into one ``ModelArch`` with parameter counts and
-bytes per *tensor class*, the unit in which the engines shard weights
-(docs/memory.md#tensor-classes).
+`cockpit.modelfiles` finds and reads the files (a path, a model folder, the Hugging Face cache, a
+bundled architecture; `cockpit.safetensors` the checkpoint's tensor headers); this module reads no
+files. Each family spells its MoE facts differently; ``parse_config`` normalises them into one
+``ModelArch`` with parameter counts and bytes per *tensor class*, the unit in which the engines
+shard weights (docs/memory.md#tensor-classes). A config.json this module cannot size alone (a
+family cockpit does not know) raises NeedsCheckpoint; `cockpit.checkpoint` then plans the model
+from the name, dtype and shape of every tensor
+(docs/placement.md#models-cockpit-reads-from-their-checkpoint).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ TENSOR_CLASSES = (
 )
 # Classes made of Linear layers, so a checkpoint's quantization can apply to them.
 # lm_head is a vocab-parallel embedding in both engines and stays in the model dtype.
-_LINEAR_CLASSES = (ATTN_SHARDED, ATTN_REPLICATED, DENSE_MLP, SHARED_EXPERTS, ROUTED_EXPERTS)
+LINEAR_CLASSES = (ATTN_SHARDED, ATTN_REPLICATED, DENSE_MLP, SHARED_EXPERTS, ROUTED_EXPERTS)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,43 @@ class MoeDims:
 
 
 @dataclass(frozen=True)
+class LinearAttention:
+    """Linear-attention layers (Gated DeltaNet in Qwen3-Next): each keeps a fixed-size state per
+    request (a short convolution window and a recurrent matrix per value head) instead of per-token
+    KV. Shapes as vLLM sizes them: MambaStateShapeCalculator.gated_delta_net_state_shape
+    (vllm/model_executor/layers/mamba/mamba_utils.py); SGLang's Mamba2StateShape agrees
+    (sglang/srt/configs/mamba_utils.py)."""
+
+    layers: int  # how many of the model's layers are linear attention
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    dtype_bytes: int = 2  # the model's dtype, which vLLM's "auto" state dtype follows
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the short convolution: queries, keys and values side by side."""
+        return 2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
+
+    def params_per_layer(self, hidden: int) -> int:
+        """in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log and out_proj, all split over attention
+        TP (Qwen3NextGatedDeltaNet, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py)."""
+        key_dim, value_dim = self.key_heads * self.key_head_dim, self.value_heads * self.value_head_dim
+        in_proj = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * self.value_heads
+        return in_proj + self.conv_dim * self.conv_kernel + 2 * self.value_heads + value_dim * hidden
+
+    def state_bytes(self, attn_tp: int, conv_bytes: float, ssm_bytes: float) -> float:
+        """One layer's state for one request on one attention rank: the convolution window
+        (conv_dim / TP channels x kernel - 1 steps) and the recurrent state (value heads / TP x
+        value head dim x key head dim)."""
+        conv = -(-self.conv_dim // attn_tp) * (self.conv_kernel - 1) * conv_bytes
+        ssm = -(-self.value_heads // attn_tp) * self.value_head_dim * self.key_head_dim * ssm_bytes
+        return conv + ssm
+
+
+@dataclass(frozen=True)
 class ModelArch:
     """A model as the planner sees it. Counts are parameters, bytes follow the quantization."""
 
@@ -101,6 +141,8 @@ class ModelArch:
     mla: MlaDims | None = None
     moe: MoeDims | None = None
     params: Mapping[str, int] = field(default_factory=dict)
+    linear_attention: LinearAttention | None = None  # hybrid models: layers with a state, no KV
+    notes: tuple[str, ...] = ()  # what was inferred rather than read (a checkpoint's top-k, ...)
 
     @property
     def is_moe(self) -> bool:
@@ -130,19 +172,61 @@ class ModelArch:
         """KV cache bytes per token on one attention rank.
 
         GQA shards KV heads over attention TP (down to one head, then replicated); MLA keeps one
-        latent per token on every attention rank (docs/memory.md#kv-cache-per-token).
+        latent per token on every attention rank (docs/memory.md#kv-cache-per-token). Only
+        full-attention layers keep per-token KV: a hybrid model's linear-attention layers keep
+        ``state_bytes_per_request`` instead.
         """
-        n_layers = self.layers if layers is None else layers
+        n_layers = self.full_attention_layers(layers)
         if self.mla is not None:
             return n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * kv_dtype_bytes
         heads_per_rank = max(1, -(-self.kv_heads // attn_tp))
         return n_layers * 2 * heads_per_rank * self.head_dim * kv_dtype_bytes
+
+    def full_attention_layers(self, layers: int | None = None) -> int:
+        """Layers with per-token KV among ``layers`` (a pipeline stage's count; all by default).
+        A hybrid model interleaves its kinds evenly (Qwen3-Next: every fourth layer is full
+        attention), so a stage holds its share of each, rounded up."""
+        n_layers = self.layers if layers is None else layers
+        if self.linear_attention is None:
+            return n_layers
+        return -(-n_layers * (self.layers - self.linear_attention.layers) // self.layers)
+
+    def state_bytes_per_request(
+        self,
+        attn_tp: int = 1,
+        *,
+        conv_bytes: float | None = None,
+        ssm_bytes: float | None = None,
+        layers: int | None = None,
+    ) -> float:
+        """Fixed state one request keeps on one attention rank, whatever its length: 0 unless the
+        model has linear-attention layers.
+
+        The dtypes are the engine's: vLLM keeps both parts in the model dtype unless
+        --mamba-cache-dtype / --mamba-ssm-cache-dtype say otherwise (MambaStateDtypeCalculator,
+        vllm/model_executor/layers/mamba/mamba_utils.py); SGLang keeps the convolution in bf16 and
+        the recurrent state in float32 unless --mamba-ssm-dtype says otherwise (mamba2_state_dtype,
+        sglang/srt/configs/mamba_utils.py). By default, the model dtype for both.
+        """
+        linear = self.linear_attention
+        if linear is None:
+            return 0.0
+        n_layers = self.layers if layers is None else layers
+        n_linear = -(-n_layers * linear.layers // self.layers)
+        per_layer = linear.state_bytes(
+            attn_tp,
+            linear.dtype_bytes if conv_bytes is None else conv_bytes,
+            linear.dtype_bytes if ssm_bytes is None else ssm_bytes,
+        )
+        return n_linear * per_layer
 
     def __str__(self) -> str:
         size = self.total_params / 1e9
         moe = ""
         if self.moe:
             moe = f", {self.moe.experts} experts top-{self.moe.experts_per_token}"
+        if self.linear_attention:
+            moe += f", {self.full_attention_layers()} of {self.layers} layers full attention"
         return f"{self.name} ({self.family}, {size:,.1f}B params{moe}, {self.quant.label})"
 
 
@@ -175,7 +259,7 @@ def whole_number(value: Any, where: str, low: int, high: int, fix: str) -> int:
     return value
 
 
-class _Config:
+class ModelConfig:
     """A config dict that names the key and the file when a key is missing or its value is absurd."""
 
     def __init__(self, data: Mapping[str, Any], source: str, family: str):
@@ -211,7 +295,20 @@ class _Config:
         )
 
 
-# model_type -> family. Anything else is refused rather than guessed to be dense.
+class NeedsCheckpoint(CockpitError):
+    """A config.json that alone cannot be sized (a model_type cockpit does not know, a quantization
+    it cannot size) but whose checkpoint can: `cockpit.modelfiles` then reads the tensor headers."""
+
+    def __init__(self, reason: str):
+        super().__init__(
+            f"{reason}: point --model at the model's folder with its *.safetensors, whose headers cockpit "
+            "reads to plan any architecture"
+        )
+        self.reason = reason
+
+
+# model_type -> family. Anything else is planned from its checkpoint's tensors, never guessed
+# to be dense from its config.
 _FAMILIES = {
     "deepseek_v3": "deepseek-v3",
     "deepseek_v2": "deepseek-v3",
@@ -219,6 +316,7 @@ _FAMILIES = {
     "kimi_k25": "deepseek-v3",
     "qwen3_moe": "qwen3-moe",
     "qwen2_moe": "qwen3-moe",
+    "qwen3_next": "qwen3-next",
     "qwen2": "dense",
     "qwen3": "dense",
     "llama": "dense",
@@ -265,13 +363,13 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
     family = _FAMILIES.get(str(model_type))
     if family is None:
         known = ", ".join(sorted(set(_FAMILIES)))
-        raise CockpitError(
-            f"{source}: model_type {shown(str(model_type))} is not a family cockpit knows ({known}); it will not guess: "
-            "plan with a supported model"
+        raise NeedsCheckpoint(
+            f"{source}: model_type {shown(str(model_type))} is not a family cockpit knows ({known}) "
+            "and its config.json alone does not say how its weights split"
         )
-    cfg = _Config(text, source, family)
-    arch = _architecture(text.get("architectures") or raw.get("architectures"))
-    dtype_bytes = _dtype_bytes(
+    cfg = ModelConfig(text, source, family)
+    arch = architecture_name(text.get("architectures") or raw.get("architectures"))
+    dtype_bytes = dtype_size(
         text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
     )
 
@@ -296,6 +394,7 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
 
     mla = _mla_dims(cfg) if family == "deepseek-v3" else None
     moe, dense_layers, dense_intermediate = _moe_dims(cfg, family, layers)
+    linear = _linear_attention(cfg, layers, dtype_bytes) if family == "qwen3-next" else None
 
     params = _count_params(
         layers=layers,
@@ -311,6 +410,12 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         dense_intermediate=dense_intermediate,
         attention_bias=bool(cfg.get("attention_bias", family == "dense" and model_type == "qwen2")),
         expert_bias=family == "gpt-oss",
+        linear=linear,
+        # Qwen3-Next's full attention gates its output: q_proj also yields the gate
+        # (attn_output_gate, Qwen3NextAttention in vllm/model_executor/models/qwen3_next.py).
+        gated_attention=family == "qwen3-next" and bool(cfg.get("attn_output_gate", True)),
+        shared_gate=family == "qwen3-next",
+        router_bias=family != "qwen3-next",  # Qwen3-Next's gate is a bare Linear (GateLinear, no bias)
     )
     quant = read_quantization(
         quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0)
@@ -334,21 +439,23 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         mla=mla,
         moe=moe,
         params=params,
+        linear_attention=linear,
     )
 
 
-def _architecture(value: Any) -> str:
+def architecture_name(value: Any) -> str:
     """The first of ``architectures``; a config that spells it oddly still plans."""
     if isinstance(value, list) and value:
         return str(value[0])[:80]
     return str(value)[:80] if isinstance(value, str) and value else "?"
 
 
-def _dtype_bytes(dtype: Any) -> int:
+def dtype_size(dtype: Any) -> int:
+    """Bytes of one value of a config's torch_dtype: float32 is 4, the rest (bf16, fp16) 2."""
     return 4 if str(dtype) in ("float32", "torch.float32") else 2
 
 
-def _mla_dims(cfg: _Config) -> MlaDims:
+def _mla_dims(cfg: ModelConfig) -> MlaDims:
     q_lora = cfg.count("q_lora_rank", low=0, high=MAX_WIDTH, default=0)
     return MlaDims(
         q_lora_rank=q_lora or None,
@@ -359,7 +466,7 @@ def _mla_dims(cfg: _Config) -> MlaDims:
     )
 
 
-def _experts(cfg: _Config, experts_key: str, *top_k_keys: str) -> tuple[int, int]:
+def _experts(cfg: ModelConfig, experts_key: str, *top_k_keys: str) -> tuple[int, int]:
     """(routed experts, experts per token); top-k above the expert count is refused."""
     experts = cfg.count(experts_key, high=MAX_EXPERTS)
     top_k = cfg.count(*top_k_keys, high=MAX_EXPERTS)
@@ -371,7 +478,7 @@ def _experts(cfg: _Config, experts_key: str, *top_k_keys: str) -> tuple[int, int
     return experts, top_k
 
 
-def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, int, int]:
+def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | None, int, int]:
     """(MoE dims, number of dense-MLP layers, dense MLP width) for each family."""
     if family == "dense":
         return None, layers, cfg.count("intermediate_size", high=MAX_WIDTH)
@@ -395,7 +502,7 @@ def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, i
             layers - moe_layers,
             dense_width,
         )
-    if family == "qwen3-moe":
+    if family in ("qwen3-moe", "qwen3-next"):
         dense_only = _layer_list(cfg, "mlp_only_layers", layers)
         step = cfg.count("decoder_sparse_step", low=0, high=max(1, layers), default=1) or 1
         moe_layers = len([i for i in range(layers) if i not in dense_only and (i + 1) % step == 0])
@@ -437,7 +544,33 @@ def _moe_dims(cfg: _Config, family: str, layers: int) -> tuple[MoeDims | None, i
     raise AssertionError(family)  # every family in _FAMILIES is handled above
 
 
-def _layer_list(cfg: _Config, key: str, layers: int) -> set[int]:
+def _linear_attention(cfg: ModelConfig, layers: int, dtype_bytes: int) -> LinearAttention:
+    """Qwen3-Next's Gated DeltaNet layers: which layers (``layer_types``, or all but every
+    ``full_attention_interval``-th, as transformers' Qwen3NextConfig derives them and both engines
+    read them) and their head shapes (defaults as in that config class)."""
+    kinds = cfg.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise CockpitError(
+                f"{cfg.source}: layer_types must list one kind per layer ({layers}; got {shown(kinds)}): "
+                "fix the config.json"
+            )
+        linear_layers = sum(1 for kind in kinds if kind == "linear_attention")
+    else:
+        interval = cfg.count("full_attention_interval", high=max(1, layers), default=4)
+        linear_layers = len([i for i in range(layers) if (i + 1) % interval])
+    return LinearAttention(
+        layers=linear_layers,
+        key_heads=cfg.count("linear_num_key_heads", high=MAX_HEADS, default=16),
+        value_heads=cfg.count("linear_num_value_heads", high=MAX_HEADS, default=32),
+        key_head_dim=cfg.count("linear_key_head_dim", high=MAX_WIDTH, default=128),
+        value_head_dim=cfg.count("linear_value_head_dim", high=MAX_WIDTH, default=128),
+        conv_kernel=cfg.count("linear_conv_kernel_dim", high=MAX_WIDTH, default=4),
+        dtype_bytes=dtype_bytes,
+    )
+
+
+def _layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
     """A list of layer indices such as mlp_only_layers."""
     value = cfg.get(key, [])
     if not isinstance(value, list):
@@ -462,6 +595,10 @@ def _count_params(
     dense_intermediate: int,
     attention_bias: bool,
     expert_bias: bool,
+    linear: LinearAttention | None = None,
+    gated_attention: bool = False,
+    shared_gate: bool = False,
+    router_bias: bool = True,
 ) -> dict[str, int]:
     h = hidden
     if mla is not None:
@@ -479,16 +616,20 @@ def _count_params(
         attn_repl = q_repl + kv_repl
         norms_per_layer = 2 * h + extra_norms + mla.kv_lora_rank
     else:
-        q = h * heads * head_dim
+        q = h * heads * head_dim * (2 if gated_attention else 1)
         kv = 2 * h * kv_heads * head_dim
         o = heads * head_dim * h
         bias = (heads + 2 * kv_heads) * head_dim + h if attention_bias else 0
         attn_shard, attn_repl = q + kv + o + bias, 0
         norms_per_layer = 2 * h + 2 * head_dim
     params = {cls: 0 for cls in TENSOR_CLASSES}
-    params[ATTN_SHARDED] = layers * attn_shard
-    params[ATTN_REPLICATED] = layers * attn_repl
-    params[NORMS] = layers * norms_per_layer + h
+    full = layers - (linear.layers if linear else 0)
+    params[ATTN_SHARDED] = full * attn_shard
+    params[ATTN_REPLICATED] = full * attn_repl
+    params[NORMS] = full * norms_per_layer + h
+    if linear is not None:  # two layer norms and the gated RMSNorm of one value head
+        params[ATTN_SHARDED] += linear.layers * linear.params_per_layer(h)
+        params[NORMS] += linear.layers * (2 * h + linear.value_head_dim)
     params[DENSE_MLP] = dense_layers * 3 * h * dense_intermediate
     params[EMBEDDING] = vocab * h
     params[LM_HEAD] = 0 if tied else vocab * h
@@ -498,7 +639,9 @@ def _count_params(
             per_expert += 2 * moe.expert_intermediate + h
         params[ROUTED_EXPERTS] = moe.moe_layers * moe.experts * per_expert
         params[SHARED_EXPERTS] = moe.moe_layers * 3 * h * moe.shared_intermediate
-        params[ROUTER] = moe.moe_layers * (moe.experts * h + moe.experts)
+        params[ROUTER] = moe.moe_layers * (moe.experts * h + (moe.experts if router_bias else 0))
+        if shared_gate and moe.shared_intermediate:  # a replicated shared_expert_gate (hidden -> 1)
+            params[ROUTER] += moe.moe_layers * h
     return params
 
 
@@ -529,7 +672,7 @@ def read_quantization(
         if block:
             bn, bk = _block(block, source)
             per = 1.0 + 4.0 / (bn * bk)
-            quantized = set(_LINEAR_CLASSES) - kept
+            quantized = set(LINEAR_CLASSES) - kept
             values = {**base, **{c: per for c in quantized}}
             return Quantization(
                 "fp8-block",
@@ -538,7 +681,7 @@ def read_quantization(
                 block=(bn, bk),
                 blocked_classes=frozenset(quantized),
             )
-        quantized = set(_LINEAR_CLASSES) - kept
+        quantized = set(LINEAR_CLASSES) - kept
         return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
     if method == "mxfp4":
         # gpt-oss: only the routed experts are MXFP4 (4-bit values, one e8m0 scale per 32).
@@ -551,7 +694,7 @@ def read_quantization(
         algo = str(raw.get("quant_algo", "")).upper()
         skip = _module_names(raw, "exclude_modules", source) or _module_names(raw, "ignore", source)
         kept = _ignored_classes(skip, first_moe_layer, globs=True) | {ROUTER}
-        quantized = set(_LINEAR_CLASSES) - kept
+        quantized = set(LINEAR_CLASSES) - kept
         if algo == "NVFP4":
             group = _quant_number(raw.get("group_size", 16), "group_size", source, MAX_BLOCK)
             return Quantization(
@@ -559,9 +702,9 @@ def read_quantization(
             )
         if algo == "FP8":
             return Quantization("fp8", "FP8", {**base, **{c: 1.0 for c in quantized}})
-    raise CockpitError(
-        f"{source}: quantization '{raw.get('quant_method')}' {raw.get('quant_algo', '')} is not one cockpit can size; "
-        "supported: fp8 (block or not), compressed-tensors int4/fp8/nvfp4, mxfp4, modelopt nvfp4"
+    raise NeedsCheckpoint(
+        f"{source}: quantization '{raw.get('quant_method')}' {raw.get('quant_algo', '')} is not one cockpit can size "
+        "from the config (it knows fp8 (block or not), compressed-tensors int4/fp8/nvfp4, mxfp4, modelopt nvfp4)"
     )
 
 
@@ -592,7 +735,7 @@ def _compressed_tensors(
     if group_size is not None:
         group_size = _quant_number(group_size, "group_size", source, MAX_BLOCK)
     kept = _ignored_classes(_module_names(raw, "ignore", source), first_moe_layer, globs=True) | {ROUTER}
-    quantized = set(_LINEAR_CLASSES) - kept
+    quantized = set(LINEAR_CLASSES) - kept
     if bits == 4 and kind == "float":
         group = int(group_size or 16)
         per, method, label = 0.5 + 1 / group, "nvfp4", "NVFP4"
@@ -607,8 +750,10 @@ def _compressed_tensors(
     elif bits == 8:
         per, method, label, group = 1.0, "int8", "INT8", None
     else:
-        raise CockpitError(f"{source}: compressed-tensors with {bits}-bit {kind} weights is not supported")
-    if ROUTED_EXPERTS in quantized and quantized != set(_LINEAR_CLASSES) - {ROUTER}:
+        raise NeedsCheckpoint(
+            f"{source}: compressed-tensors with {bits}-bit {kind} weights is not one cockpit can size"
+        )
+    if ROUTED_EXPERTS in quantized and quantized != set(LINEAR_CLASSES) - {ROUTER}:
         label += " experts"
     return Quantization(method, label, {**base, **{c: per for c in quantized}}, group_size=group)
 

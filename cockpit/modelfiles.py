@@ -1,6 +1,9 @@
 """Finding and reading a model's config.json: a file, a folder, the Hugging Face cache, a bundled one.
 
-The edge of `cockpit.model`, which turns the parsed settings into an architecture and reads no files.
+The edge of `cockpit.model` and `cockpit.checkpoint`, which turn the parsed settings into an architecture
+and read no files.
+A config cockpit cannot size alone (a family it does not know) is planned from the checkpoint beside
+it, read by `cockpit.safetensors` (docs/placement.md#models-cockpit-reads-from-their-checkpoint).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cockpit.checkpoint import arch_from_checkpoint
 from cockpit.errors import CockpitError
-from cockpit.model import ModelArch, parse_config
+from cockpit.model import ModelArch, NeedsCheckpoint, parse_config
+from cockpit.safetensors import read_checkpoint
 from cockpit.textfile import read_text
 
 _BUNDLED_DIR = Path(__file__).resolve().parent / "layouts" / "models"
@@ -147,7 +152,26 @@ def read_config(path: Path | str, name: str | None = None) -> ModelArch:
     if not isinstance(config, dict):
         raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
     default_name = path.parent.name if path.name == "config.json" else path.stem
-    return parse_config(config, source=str(path), name=name or default_name)
+    try:
+        return parse_config(config, source=str(path), name=name or default_name)
+    except NeedsCheckpoint as exc:
+        return _from_checkpoint(config, path, name or default_name, exc)
+
+
+def _from_checkpoint(config: Mapping[str, Any], path: Path, name: str, unsized: NeedsCheckpoint) -> ModelArch:
+    """Plan from the tensor headers of the checkpoint beside a config.json (a model folder, or the
+    Hugging Face cache snapshot it came from); with none there, say where to put one."""
+    if path.name != "config.json":  # a loose file: its folder need not be the model's
+        raise unsized
+    folder = path.parent
+    tensors = read_checkpoint(folder)
+    if tensors is None:
+        raise CockpitError(
+            f"{unsized.reason}, and no *.safetensors lie beside it to read the shapes from: download the "
+            f"checkpoint into {folder} (cockpit reads only each shard's header) or point --model at the "
+            "folder that holds config.json and its *.safetensors"
+        ) from None
+    return arch_from_checkpoint(config, tensors, source=str(path), name=name)
 
 
 def parse_json(text: str, path: Path | str) -> Any:

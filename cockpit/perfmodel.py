@@ -6,6 +6,10 @@ context) over its achieved bandwidth, plus the collectives of every layer on the
 fixed per-layer and per-step floors. Pipeline stages run in series for one sequence and overlap
 for many. Every constant lives in one ``Calibration``, keyed by GPU type, link and engine, and a
 profile can override any of them for its own box.
+
+What a benchmark measures is a workload, not pure decode: ``closed_loop`` adds the prefill of the
+prompts, cut into chunks by the engine's step token budget, closed-loop rounds and queueing
+(docs/performance.md#the-workload); every prediction cockpit shows comes from it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
-from cockpit.engines import Placement
+from cockpit.engines import Placement, ServerArgs
+from cockpit.engines.sglang import gpu_defaults
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
@@ -28,6 +33,7 @@ from cockpit.planner import (
     graph_max_bs,
     knob_server_args,
     stage_weights,
+    vllm_batched_tokens,
 )
 
 
@@ -55,28 +61,33 @@ class Calibration:
     # say 15 (docs/performance.md#reference-measurements).
     t_floor_ms: Mapping[str, float] = field(default_factory=dict)
 
-    def overridden(self, overrides: Mapping[str, Any], source: str = "calibration") -> Calibration:
-        """A copy with a profile's overrides; unknown names and absurd values are errors, not ignored."""
+    def overridden(
+        self, overrides: Mapping[str, Any], source: str = "calibration", fix: str = "fix the profile"
+    ) -> Calibration:
+        """A copy with a profile's overrides; unknown names and absurd values are errors, not ignored.
+        ``fix`` ends each error: what the person should do where these overrides came from."""
         known = {f.name: f for f in fields(self)}
         changes: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in known:
                 raise CockpitError(
-                    f"{source}: unknown calibration {shown(key)}: known are {', '.join(sorted(known))}"
+                    f"{source}: unknown calibration {shown(key)}: known are {', '.join(sorted(known))}; {fix}"
                 )
             if key == "t_floor_ms":
                 if not isinstance(value, Mapping):
-                    raise CockpitError(f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}")
+                    raise CockpitError(
+                        f"{source}: t_floor_ms maps layouts to milliseconds, e.g. {{tp8: 38}}: {fix}"
+                    )
                 floors = {
-                    str(k): _calibration_number(f"t_floor_ms {k}", v, source, zero=True)
+                    str(k): _calibration_number(f"t_floor_ms {k}", v, source, fix, zero=True)
                     for k, v in value.items()
                 }
                 changes[key] = {**self.t_floor_ms, **floors}
             elif key == "max_running":
-                changes[key] = _calibration_count(key, value, source)
+                changes[key] = _calibration_count(key, value, source, fix)
             else:
                 high = 1.0 if key.startswith("eta_") else MAX_CALIBRATION
-                changes[key] = _calibration_number(key, value, source, high, zero=key in _ADDED_TERMS)
+                changes[key] = _calibration_number(key, value, source, fix, high, zero=key in _ADDED_TERMS)
         return replace(self, **changes)
 
 
@@ -86,34 +97,30 @@ _ADDED_TERMS = frozenset({"t_layer_us", "t_sched_ms", "alpha_p2p_us"})
 
 
 def _calibration_number(
-    key: str, value: Any, source: str, high: float = MAX_CALIBRATION, zero: bool = False
+    key: str, value: Any, source: str, fix: str, high: float = MAX_CALIBRATION, zero: bool = False
 ) -> float:
     """A calibration constant: a real number above 0 (or 0 for an added overhead) and at most
     ``high`` (1 for the eta_ shares)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CockpitError(
-            f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile"
-        )
+        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: {fix}")
     low_ok = value >= 0 if zero else value > 0
     if not (low_ok and value <= high):  # also refuses nan and inf
         least = "0 or more" if zero else "above 0"
         raise CockpitError(
-            f"{source}: calibration '{key}' must be {least} and at most {high:g} (got {shown(value)}): fix the profile"
+            f"{source}: calibration '{key}' must be {least} and at most {high:g} (got {shown(value)}): {fix}"
         )
     return float(value)
 
 
-def _calibration_count(key: str, value: Any, source: str) -> int:
+def _calibration_count(key: str, value: Any, source: str, fix: str) -> int:
     """max_running: a whole number of requests; 0 keeps the engine's default."""
     if isinstance(value, float) and value.is_integer():
         value = int(value) if abs(value) < 2**53 else value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CockpitError(
-            f"{source}: calibration '{key}' needs a number, got {shown(value)}: fix the profile"
-        )
+        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: {fix}")
     if not 0 <= value <= 10_000_000:
         raise CockpitError(
-            f"{source}: calibration '{key}' must be 0 (the engine's default) to 10,000,000 (got {shown(value)}): fix the profile"
+            f"{source}: calibration '{key}' must be 0 (the engine's default) to 10,000,000 (got {shown(value)}): {fix}"
         )
     return value
 
@@ -152,6 +159,43 @@ def default_max_running(engine: str, hw: Hardware) -> int:
     return 4096
 
 
+def step_token_budget(engine: str, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+    """The most tokens one step computes, which is how prompts are cut into chunks; 0 when
+    chunked prefill is off (whole prompts). vLLM: ``max_num_batched_tokens``, by card
+    (get_batch_defaults in vllm/engine/arg_utils.py); SGLang: ``--chunked-prefill-size``, by GPU
+    memory (_handle_gpu_memory_settings in sglang/srt/arg_groups/memory_hook.py; under DP
+    attention each rank takes a share of it, the step's total stays the same)."""
+    if not server.chunked_prefill:
+        return 0
+    if engine == "vllm":
+        return vllm_batched_tokens(server, hw, model)
+    chunk, _ = gpu_defaults(hw.memory_gib * 1024, tp=1)  # the chunk does not depend on TP
+    return server.max_num_batched_tokens or chunk
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed loop of fixed-length requests in steady state (docs/performance.md#the-workload).
+
+    ``running`` sequences are served at once and the other clients queue; a round is the time in
+    which each running sequence finishes one request: its prompt, in chunks, and its decode steps.
+    """
+
+    concurrency: int
+    running: int
+    input_len: int
+    output_len: int
+    round_s: float
+    prefill_s: float  # the round's time spent computing prompts
+    ttft_s: float  # mean time to first token, queueing for a place in the batch included
+    staggered: bool  # prompts cut into chunks that share steps with other sequences' decodes
+
+    @property
+    def tok_s(self) -> float:
+        """Output tokens per second of the whole server."""
+        return self.running * self.output_len / self.round_s if self.round_s > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class StepBreakdown:
     """Where one decode step's time goes, on the busiest GPU (seconds)."""
@@ -177,6 +221,7 @@ class PerfModel:
     calibration: Calibration
     max_running: int
     graph_max_bs: int = 512  # batches above this run without a CUDA graph; 0: eager mode
+    step_tokens: int = 0  # the most tokens one step computes (step_token_budget); 0: whole prompts
 
     # -- shape of the work ---------------------------------------------------------------------
 
@@ -196,7 +241,8 @@ class PerfModel:
 
     def effective_concurrency(self, concurrency: int, request_len: int) -> int:
         """Requests that run at once: capped by the engine and by KV cache capacity."""
-        kv_cap = self.kv_limit // max(1, request_len) if request_len else concurrency
+        # A hybrid model's fixed state per request counts too (MemoryEstimate.requests_fitting).
+        kv_cap = int(self.memory.requests_fitting(request_len)) if request_len else concurrency
         return max(1, min(concurrency, self.max_running, max(1, kv_cap)))
 
     # -- one decode step -----------------------------------------------------------------------
@@ -248,6 +294,62 @@ class PerfModel:
         running = self.effective_concurrency(concurrency, input_len + output_len)
         context = input_len + output_len / 2
         return running / self.step_time_s(running, context)
+
+    def closed_loop(self, concurrency: int, input_len: int, output_len: int) -> ClosedLoop:
+        """``concurrency`` clients each sending its next request as soon as its last one ends,
+        every request ``input_len`` prompt tokens and ``output_len`` output tokens, as a
+        continuous batcher with a step token budget serves them (docs/performance.md#the-workload)."""
+        out = max(1, output_len)
+        running = self.effective_concurrency(concurrency, input_len + out)
+        context = input_len + out / 2
+        prompts = running * input_len  # prompt tokens of one round
+        budget = self.step_tokens or max(1, prompts)
+        staggered = running > 1 and prompts > budget
+        if not staggered:
+            # Waves: the round's prompts go first, in budget-sized steps with nothing to decode
+            # beside them; the step that finishes them emits every first token, then the whole
+            # batch decodes together, and finishes together.
+            full, rest = divmod(prompts, budget)
+            prefill = full * self.prefill_time_s(budget) + self.prefill_time_s(rest)
+            step = self.step_time_s(running, context)
+            round_s = prefill + out * step
+            first_token = prefill + self.step_time_s(running, input_len)
+        else:
+            # Staggered: chunks finish a few prompts per step, those sequences finish that many
+            # steps apart, and from then on every step that computes prompt tokens also decodes.
+            chunk = max(1, budget - (running - 1))  # each decode takes one token of the budget
+            prefill_steps = prompts / chunk
+            steps = max(out, math.ceil(prefill_steps))  # per round; nearly all of them decode
+            step = self.step_time_s(max(1, round(running * out / steps)), context)
+            prefill = prefill_steps * self.prefill_time_s(chunk)
+            round_s = prefill + steps * step
+            # A request arriving at the end of a step waits for the step already scheduled (in a
+            # burst of prefill steps, all but the first carry a chunk), then for its own chunks;
+            # when prompts are the bottleneck, every step carries a chunk and it waits its turn.
+            chunk_s = self.prefill_time_s(chunk)
+            burst = math.ceil(prefill_steps)
+            in_flight = step + (burst - 1) / burst * chunk_s
+            own = math.ceil(input_len / chunk) * (step + chunk_s)
+            first_token = max(in_flight + own, round_s - (out - 1) * (step + chunk_s))
+        queueing = (concurrency - running) / running * round_s if concurrency > running else 0.0
+        return ClosedLoop(
+            concurrency=concurrency,
+            running=running,
+            input_len=input_len,
+            output_len=out,
+            round_s=round_s,
+            prefill_s=prefill,
+            ttft_s=queueing + first_token,
+            staggered=staggered,
+        )
+
+    def workload_tok_s(self, concurrency: int, input_len: int, output_len: int) -> float:
+        """Output tokens per second a closed-loop benchmark measures: prefill included."""
+        return self.closed_loop(concurrency, input_len, output_len).tok_s
+
+    def workload_ttft_s(self, concurrency: int, input_len: int, output_len: int) -> float:
+        """Mean time to first token in that benchmark, queueing included."""
+        return self.closed_loop(concurrency, input_len, output_len).ttft_s
 
     def prefill_time_s(self, tokens: int) -> float:
         """One prompt's prefill: compute-bound at length, bytes-bound when short."""
@@ -361,10 +463,13 @@ def perf_model(
     calibration: Calibration | None = None,
     max_running: int | None = None,
     graph_max_bs: int = 512,
+    step_tokens: int = 0,
 ) -> PerfModel:
     cal = calibration or calibration_for(hardware, engine)
     cap = max_running or cal.max_running or default_max_running(engine, hardware)
-    return PerfModel(model, hardware, placement, memory, cal, cap, graph_max_bs)
+    if memory.state_slots:  # SGLang admits no more requests than its state pool has slots for
+        cap = min(cap, memory.state_slots)
+    return PerfModel(model, hardware, placement, memory, cal, cap, graph_max_bs, step_tokens)
 
 
 def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
@@ -375,7 +480,7 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     # The profile's own overrides win over what the box taught (cockpit.calibrate).
     cal = calibration_for(setup.hardware, engine, {**setup.learned.calibration, **setup.calibration})
     server = verdict.server or knob_server_args(setup, verdict.layout)
-    graphs = graph_max_bs(server)
+    graphs = graph_max_bs(server, setup.hardware, setup.model)
     return perf_model(
         setup.model,
         setup.hardware,
@@ -385,6 +490,7 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
         cal,
         server.max_num_seqs,
         graphs,
+        step_token_budget(engine, server, setup.hardware, setup.model),
     )
 
 
@@ -394,4 +500,4 @@ def predict_tok_s(
     model = for_verdict(setup, verdict)
     if model is None:
         return {}
-    return {c: model.decode_tok_s(c, input_len, output_len) for c in levels}
+    return {c: model.workload_tok_s(c, input_len, output_len) for c in levels}

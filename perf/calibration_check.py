@@ -1,4 +1,5 @@
-"""Predicted decode tok/s against the reference measurements, printed side by side.
+"""Predicted tok/s (the workload model, 1024 prompt tokens included) against the reference
+measurements, printed side by side.
 
 The measurements (8 x RTX PRO 6000, PCIe) and this script's expected table are in
 docs/performance.md#reference-measurements; the table changes only when the model or its

@@ -186,3 +186,146 @@ def test_plan_with_a_model_carries_no_demo_arguments(capsys):
         "--model-path",
         "Qwen/Qwen3-30B-A3B-FP8",
     ]
+
+
+# -- predicted against measured -------------------------------------------------------------------
+
+MINIMAX = "MiniMaxAI/MiniMax-M2.5"
+FACTS = {
+    "weights_gib": 53.1,
+    "kv_memory_gib": 28.4,
+    "kv_tokens": 212_992,
+    "graph_gib": 0.5,
+    "max_concurrency": 6.5,
+}
+
+
+def journal_launch(
+    layout: str = "tp4",
+    *,
+    gpu_type: str = "rtx-pro-6000",
+    host: str | None = None,
+    facts: dict | None = None,
+    predicted: dict | None = None,
+    points: dict[int, float] | None = None,
+    engine: dict | None = None,
+) -> int:
+    """A launch journaled as the launcher and `cockpit bench` write one: the engine's logged
+    numbers, what was predicted, NVML peaks and benchmark points (with the engine's own figures)."""
+    from cockpit.journal import BenchPoint, Journal
+
+    with Journal() as journal:
+        exp = journal.start_experiment(
+            profile="minimax-m2.5", model=MINIMAX, engine="vllm", layout=layout, argv=[], host=host
+        )
+        journal.update_experiment(
+            exp, facts=FACTS if facts is None else facts, predicted=predicted or {}, gpu_type=gpu_type
+        )
+        journal.set_outcome(exp, "ready", load_seconds=41.0)
+        journal.record_peak(exp, {0: 80 * 2**30, 1: 79 * 2**30})
+        for c, tok_s in (points or {}).items():
+            extra = {"engine": engine} if engine else {}
+            journal.add_point(
+                exp, BenchPoint(c, tok_s, requests=8, input_len=1024, output_len=1024, extra=extra)
+            )
+    return exp
+
+
+def test_results_json_sets_predicted_beside_measured_per_level_and_for_memory(capsys):
+    engine = {"running_avg": 31.5, "running_peak": 32, "waiting_avg": 0.0, "kv_usage_peak": 0.41}
+    predicted = {
+        "memory": {"weights_gib": 52.0, "kv_budget_gib": 30.0, "kv_tokens": 200_000, "graph_gib": 0.4},
+        "tok_s": {"1024/1024": {"1": 80.0, "32": 700.0}},
+        "learned_runs": 2,
+    }
+    exp = journal_launch(predicted=predicted, points={1: 94.2, 32: 655.0}, engine=engine)
+    assert main(["results", "--format", "json"]) == 0
+    records = {r["concurrency"]: r for r in json.loads(capsys.readouterr().out)}
+    at_32 = records[32]
+    assert at_32["output_tok_s"] == 655.0  # the record as it was, the comparison added
+    assert at_32["predicted"] == {
+        "tok_s": 700.0,
+        "weights_gib": 52.0,
+        "kv_gib": 30.0,
+        "kv_tokens": 200_000,
+        "graph_gib": 0.4,
+        "learned_runs": 2,
+    }
+    measured = at_32["measured"]
+    assert measured["experiment"] == exp and measured["tok_s"] == 655.0
+    assert (measured["weights_gib"], measured["kv_gib"], measured["kv_tokens"]) == (53.1, 28.4, 212_992)
+    assert measured["peak_gib"] == {"0": 80.0, "1": 79.0} and measured["load_seconds"] == 41.0
+    assert measured["engine"] == engine
+    assert at_32["measured_over_predicted"] == {
+        "tok_s": 0.936,
+        "weights_gib": 1.021,
+        "kv_gib": 0.947,
+        "kv_tokens": 1.065,
+        "graph_gib": 1.25,
+    }
+    assert records[1]["measured_over_predicted"]["tok_s"] == 1.177
+
+
+def test_results_json_counts_a_data_parallel_pool_once_per_replica(capsys):
+    """vLLM logs one engine core's KV cache; tp4 dp2 has two, as the planner counts them."""
+    journal_launch("tp4 dp2", facts={"kv_tokens": 100_000}, points={1: 90.0})
+    assert main(["results", "--format", "json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["measured"]["kv_tokens"] == 200_000 and record["measured"]["engine"] is None
+    assert record["predicted"]["tok_s"] is None and record["measured_over_predicted"]["tok_s"] is None
+
+
+def _plan_rows(capsys) -> tuple[list[str], dict[str, str]]:
+    assert main(["plan", "--profile", "minimax-m2.5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return lines, {line.split("  ")[0].strip(): line for line in lines[3:]}
+
+
+def test_plan_has_no_measured_column_without_measurements(capsys):
+    journal_launch("tp4", gpu_type="h200", points={32: 900.0})  # another GPU type: not this box
+    journal_launch("tp8 ep", host="elsewhere", points={32: 900.0})
+    lines, _ = _plan_rows(capsys)
+    assert "last measured" not in lines[1]
+    assert lines[-1].endswith(
+        "from the performance model with its default constants (nothing learned on this box yet)"
+    )
+
+
+def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys):
+    journal_launch("tp4", facts={"weights_gib": 50.0, "kv_tokens": 1000}, points={32: 600.0})  # older
+    journal_launch("tp4", points={1: 94.2, 32: 655.0})
+    journal_launch("tp4", gpu_type="h200", facts={"weights_gib": 1.0}, points={32: 9999.0})  # not here
+    journal_launch("tp8 ep", facts={}, points={64: 1512.9})  # benchmarked, memory not logged
+    lines, rows = _plan_rows(capsys)
+    column = lines[1].index("last measured")
+    assert lines[1].index("C=1024") < column < lines[1].index("reason")
+    assert rows["tp4"][column:].startswith("53.1 GiB, 212,992 tok, 655 tok/s at C=32  ")
+    assert rows["tp8 ep"][column:].startswith("1,513 tok/s at C=64  ")
+    assert rows["tp6"][column:].startswith("-  ")
+    assert lines[-2].startswith("last measured: the newest launch of each layout on this host")
+
+    data, _ = _plan_json(capsys, "--profile", "minimax-m2.5", "--layout", "tp4", "--layout", "tp6")
+    tp4, tp6 = data
+    assert tp6["last_measured"] is None
+    last = tp4["last_measured"]
+    assert last["memory"] == {"weights_gib": 53.1, "kv_gib": 28.4, "kv_tokens": 212_992, "graph_gib": 0.5}
+    assert last["best_tok_s"] == 655.0 and last["best_concurrency"] == 32 and last["tok_s"]["1"] == 94.2
+
+
+def test_plan_says_when_its_predictions_are_calibrated(minimax_vllm):
+    from dataclasses import replace
+
+    from cockpit.planner import Learned
+    from cockpit.reports.measured import calibration_mark, prediction_basis
+
+    assert calibration_mark(Learned()) == "default"
+    assert calibration_mark(Learned(runs=1)) == "calibrated from 1 run"
+    learned = replace(minimax_vllm, learned=Learned(runs=3, weights_factor=1.02))
+    assert prediction_basis(learned) == "calibrated from 3 runs on this box (rtx-pro-6000, vLLM)"
+
+
+def test_plan_makes_no_journal_to_look_for_measurements(capsys):
+    from cockpit.journal import default_path
+
+    assert main(["plan", "--layout", "tp4"]) == 0
+    assert "last measured" not in capsys.readouterr().out and not default_path().exists()

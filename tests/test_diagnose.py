@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.planner import Reason
+from cockpit.engines import get_engine
+from cockpit.planner import Reason, Setup, plan_layout
 from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
 from cockpit.runner.phases import log_message
 from cockpit.sim.logs import SGLangLog, VLLMLog
@@ -62,6 +63,13 @@ CASES = {
     "sim_vllm_no_cache_blocks.log": ("kv-cache", "loaded", None, ["no GPU memory is left for the KV cache"]),
     "sglang_not_enough_memory.log": ("kv-cache", "kv_cache", None, ["KV cache pool"]),
     "sim_sglang_not_enough_memory.log": ("kv-cache", "loaded", None, ["KV cache pool"]),
+    # SGLang 0.5.23 (sglang/srt/mem_cache/kv_cache_configurator.py: _profile_available_bytes).
+    "sglang_0_5_23_no_kv_memory.log": (
+        "kv-cache",
+        "kv_cache",
+        None,
+        ["KV cache pool", "--mem-fraction-static=0.55", "0.5731"],
+    ),
     "vllm_free_memory.log": (
         "kv-cache",
         "starting",
@@ -154,6 +162,40 @@ def test_next_steps_follow_the_phase():
         diagnose(log("vllm_kv_max_len.log")).next_step
         == "set --max-model-len 178000 or less, or raise --gpu-memory-utilization"
     )
+
+
+def test_sglang_out_of_pool_memory_in_both_versions_words_names_the_fix():
+    new = diagnose(log("sglang_0_5_23_no_kv_memory.log"))
+    old = diagnose(log("sglang_not_enough_memory.log"))
+    assert new.kind == old.kind == "kv-cache"
+    assert new.next_step == (
+        "raise --mem-fraction-static above 0.574, or use more GPUs per replica so the weights take less of each"
+    )
+    assert old.next_step.startswith("raise --mem-fraction-static, or use more GPUs per replica")
+    assert new.evidence.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache")
+    # Older versions append the share; 0.5.23's pool configurator (no token in the pool) does not.
+    suffixed = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.6"
+    assert "--mem-fraction-static=0.6" in diagnose([suffixed]).cause
+
+
+def test_the_simulated_sglang_prints_the_no_kv_failure_as_0_5_23(kimi, seed_box):
+    setup = Setup(kimi, seed_box, get_engine("sglang"), server_args=("--mem-fraction-static", "0.6"))
+    reason = next(r for r in plan_layout(setup, "tp8").reasons if r.rule == "no-kv-memory")
+    lines: list[str] = []
+    SGLangLog(lines.append).kv_failure(reason)
+    assert reason.message in lines
+    assert any("kv_cache_configurator.py" in line and "_profile_available_bytes" in line for line in lines)
+    found = diagnose(lines)
+    assert (found.kind, found.phase, found.evidence) == ("kv-cache", "kv_cache", reason.message)
+    assert found.next_step.startswith("raise --mem-fraction-static above 0.")
+    lines.clear()
+    SGLangLog(lines.append).kv_failure(
+        Reason(
+            "no-kv-memory", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+        )
+    )
+    assert any("pool_configurator.py" in line and "__post_init__" in line for line in lines)
+    assert diagnose(lines).kind == "kv-cache"
 
 
 def test_the_callers_phase_wins_over_the_log():

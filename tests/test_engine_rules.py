@@ -331,7 +331,9 @@ def test_sglang_share_on_small_gpus_and_unknown_ones():
 
 def test_the_planner_uses_the_derived_share(kimi, seed_box):
     v = plan_layout(Setup(kimi, seed_box, SGLANG), "tp8")
-    assert v.memory.budget_gib == pytest.approx(94.97 * fraction(kimi, "tp8"))
+    # SGLang derives the share from nvidia-smi's total (97,887 MiB), not torch's 94.97 GiB
+    # (get_nvgpu_memory_capacity, sglang/srt/utils/common.py)
+    assert v.memory.budget_gib == pytest.approx(94.97 * fraction(kimi, "tp8", gib=seed_box.smi_total_gib))
 
 
 def test_deepseek_v3_on_h200(seed_box):

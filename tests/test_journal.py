@@ -637,3 +637,87 @@ def test_an_unwritable_data_folder_is_one_line(tmp_path, locked):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Permission denied" in lines[0] and "COCKPIT_JOURNAL" in lines[0], lines
+
+
+# -- what the engine logged beside what the planner predicted (issue 12) -------------------------------
+
+
+def test_an_experiment_keeps_the_prediction_and_the_box_it_was_launched_with(journal):
+    predicted = {"memory": {"weights_gib": 53.63, "kv_tokens": 492117}, "learned_runs": 3}
+    exp = launch(journal, "tp8", predicted=predicted, gpu_type="rtx-pro-6000", engine_version="0.5.23")
+    got = journal.experiment(exp)
+    assert (got.predicted, got.gpu_type, got.engine_version, got.facts) == (
+        predicted,
+        "rtx-pro-6000",
+        "0.5.23",
+        {},
+    )
+    old = journal.experiment(launch(journal, "pp8"))  # an older caller: nothing predicted, nothing known
+    assert (old.predicted, old.gpu_type, old.engine_version, old.facts) == ({}, None, None, {})
+
+
+def test_facts_are_set_and_a_later_reading_replaces_them(journal):
+    exp = launch(journal, "tp8")
+    journal.set_facts(exp, {"weights_gib": 53.75, "kv_tokens": 431204})
+    journal.set_facts(exp, {"weights_gib": 53.75, "kv_tokens": 431204, "graph_gib": 0.71})
+    assert journal.experiment(exp).facts == {"weights_gib": 53.75, "kv_tokens": 431204, "graph_gib": 0.71}
+    with pytest.raises(ValueError, match="no experiment 999"):
+        journal.set_facts(999, {"weights_gib": 1.0})
+
+
+def test_bench_predictions_merge_into_what_was_predicted_at_launch(journal):
+    exp = launch(journal, "tp8", predicted={"memory": {"weights_gib": 53.63}, "learned_runs": 0})
+    journal.merge_predicted(exp, {"tok_s": {"1024/1024": {"1": 26.0, "32": 570.0}}})
+    journal.merge_predicted(exp, {"tok_s": {"1024/1024": {"64": 690.0}, "256/128": {"1": 30.0}}})
+    assert journal.experiment(exp).predicted == {
+        "memory": {"weights_gib": 53.63},
+        "learned_runs": 0,
+        "tok_s": {"1024/1024": {"1": 26.0, "32": 570.0, "64": 690.0}, "256/128": {"1": 30.0}},
+    }
+    with pytest.raises(ValueError, match="no experiment 999"):
+        journal.merge_predicted(999, {"tok_s": {}})
+
+
+def test_a_journal_of_the_second_schema_gets_the_new_columns_empty(tmp_path):
+    import sqlite3
+
+    from cockpit.journal import _MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "journal.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    for script in _MIGRATIONS[:2]:
+        db.executescript(script)
+    db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    db.execute("INSERT INTO schema_version VALUES (2)")
+    db.execute(
+        "INSERT INTO experiments (started, host, profile, model, engine, layout) VALUES (1, 'h', 'p', 'm', 'vllm', 'tp8')"
+    )
+    db.execute(  # a simulated launch journaled before the mark: its argv tells
+        "INSERT INTO experiments (started, host, profile, model, engine, layout, argv) "
+        "VALUES (2, 'h', 'p', 'm', 'vllm', 'tp4', '[\"python\", \"-m\", \"cockpit.sim\", \"vllm\"]')"
+    )
+    db.close()
+    with Journal(path) as journal:
+        got = journal.experiment(1)
+        assert (got.facts, got.predicted, got.gpu_type, got.engine_version) == ({}, {}, None, None)
+        assert (got.simulated, journal.experiment(2).simulated) == (False, True)
+        journal.set_facts(1, {"weights_gib": 53.63})
+        assert journal.experiment(1).facts == {"weights_gib": 53.63}
+    version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0]
+    assert version == SCHEMA_VERSION >= 3
+
+
+def test_broken_facts_and_predictions_read_as_empty(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "journal.sqlite"
+    with Journal(path) as journal:
+        exp = launch(journal, "tp8", predicted={"learned_runs": 1})
+    sqlite3.connect(path, isolation_level=None).execute(
+        "UPDATE experiments SET facts = '{oops', predicted = '[1, 2]'"
+    )
+    with Journal(path) as journal:
+        got = journal.experiment(exp)
+        assert (got.facts, got.predicted) == ({}, {})
+        journal.merge_predicted(exp, {"tok_s": {"1024/1024": {"1": 26.0}}})  # replaced, not a crash
+        assert journal.experiment(exp).predicted == {"tok_s": {"1024/1024": {"1": 26.0}}}

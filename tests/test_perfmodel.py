@@ -165,3 +165,17 @@ def test_an_added_overhead_may_be_zero_a_share_may_not():
     for share in ("eta_bw", "bw_p2p_gbs", "skew"):
         with pytest.raises(CockpitError, match=f"'{share}' must be above 0"):
             Calibration().overridden({share: 0})
+
+
+def test_predictions_are_for_the_workload_prefill_included():
+    """predict_tok_s is what a closed-loop bench measures (docs/performance.md#the-workload): close
+    to pure decode for short prompts, far below it when prompts dominate the round."""
+    setup, _ = build_setup(SetupOverrides(profile="minimax-m2.5"))
+    verdict = plan_layout(setup, "tp8 ep")
+    model = for_verdict(setup, verdict)
+    long_prompts = predict_tok_s(setup, verdict, [1, 32], 8192, 256)
+    assert long_prompts[32] == model.workload_tok_s(32, 8192, 256) < 0.5 * model.decode_tok_s(32, 8192, 256)
+    assert long_prompts[1] < model.decode_tok_s(1, 8192, 256)
+    assert model.workload_tok_s(1, 256, 128) == pytest.approx(model.decode_tok_s(1, 256, 128), rel=0.03)
+    loop = model.closed_loop(1024, 256, 128)  # --max-num-seqs 256: the rest queue
+    assert loop.running == 256 and loop.ttft_s > 3 * loop.round_s

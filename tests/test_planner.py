@@ -3,6 +3,9 @@ startup rule it knows (docs/placement.md#startup-checks)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 from conftest import MODELS
 
@@ -11,7 +14,17 @@ from cockpit.engines.base import stage_layers
 from cockpit.errors import CockpitError
 from cockpit.hardware import hardware
 from cockpit.modelfiles import load_model, read_config
-from cockpit.planner import FAILS, FITS, TIGHT, Setup, nearest_fitting, plan_all, plan_layout
+from cockpit.planner import (
+    FAILS,
+    FITS,
+    TIGHT,
+    Setup,
+    memory_reasons,
+    nearest_fitting,
+    plan_all,
+    plan_layout,
+    sglang_preload_gib,
+)
 
 
 def reason(verdict, rule):
@@ -145,6 +158,7 @@ def test_sglang_argv(kimi_sglang):
         "127.0.0.1",
         "--port",
         "8000",
+        "--enable-metrics",  # SGLang serves /metrics only when asked
     ]
     assert v.placement.attn_tp == 1 and v.placement.attn_replicas == 8
 
@@ -257,6 +271,35 @@ def test_no_kv_memory_left(kimi, seed_box):
     assert reason(v, "no-kv-memory").message.startswith(
         "ValueError: No available memory for the cache blocks."
     )
+
+
+def test_no_kv_memory_left_speaks_sglang_0_5_23(kimi, seed_box):
+    """KVCacheConfigurator._profile_available_bytes (sglang/srt/mem_cache/kv_cache_configurator.py):
+    pre is the free memory before the load, available after it; the least share is 1 - available/pre."""
+    setup = Setup(kimi, seed_box, get_engine("sglang"), server_args=("--mem-fraction-static", "0.6"))
+    v = plan_layout(setup, "tp8")
+    memory = v.memory
+    pre = memory.capacity_gib - sglang_preload_gib(v.placement, seed_box)
+    minimum = 1 - (pre - memory.weights_gib) / pre
+    suggested = math.ceil(minimum * 1000) / 1000
+    assert reason(v, "no-kv-memory").message == (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.6. "
+        f"Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = "
+        f"{minimum:.4f}). If using speculative decoding, draft weights are now counted."
+    )
+    raised = Setup(
+        kimi,
+        seed_box,
+        get_engine("sglang"),
+        server_args=("--mem-fraction-static", f"{suggested + 0.001:.3f}"),
+    )
+    assert plan_layout(raised, "tp8").memory.kv_budget_gib > 0
+    # A pool above zero bytes but under one token: the pool configurator's words, no share appended.
+    crumb = replace(memory, kv_budget_gib=1e-6, kv_tokens=0)
+    reasons = memory_reasons(kimi, get_engine("sglang"), v.placement, crumb, setup.server, setup.request_len)
+    assert [(r.rule, r.message) for r in reasons] == [
+        ("no-kv-memory", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
+    ]
 
 
 def test_thin_kv_budget_is_tight(kimi, seed_box):

@@ -290,3 +290,65 @@ def test_terminal_width_only_for_a_terminal(monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setenv("COLUMNS", "123")
     assert terminal_width() == 123
+
+
+# -- predicted beside measured in the exported table ---------------------------------------------
+
+
+def predict_at_launch(layout: str, predicted: dict[int, float], input_len: int = 1024) -> None:
+    """Journal what the planner predicted when `layout` was launched, as the launcher does."""
+    with Journal() as journal:
+        [exp] = [e for e in journal.experiments("minimax-m2.5") if e.layout == layout]
+        tok_s = {f"{input_len}/256": {str(c): v for c, v in predicted.items()}}
+        journal.update_experiment(exp.id, predicted={"tok_s": tok_s, "learned_runs": 0})
+
+
+def test_exported_table_shows_predicted_tok_s_only_when_asked(minimax_vllm):
+    journal_results()
+    comp = minimax_comparison()
+    plain = markdown_report(comp, context_from_setup(minimax_vllm, "minimax-m2.5", comp))
+    predict_at_launch("tp4", {1: 90.0, 32: 700.0})
+    predict_at_launch("tp8 ep", {32: 790.0})
+    comp = minimax_comparison()
+    context = context_from_setup(minimax_vllm, "minimax-m2.5", comp)
+    assert markdown_report(comp, context) == plain  # off by default: the table as it always was
+    lines = markdown_report(comp, context, predicted=True).splitlines()
+    assert "| Layout | C=1 tok/s | C=32 | C=64 | Peak |" in lines
+    assert "| tp4 | **94.2 (90.0)** | 655.0 (700.0) | - | 655.0 (C=32) |" in lines
+    assert "| tp8 ep | 77.1 | **830.4 (790.0)** | 1,513 | **1,513 (C=64)** |" in lines  # none at C=1, 64
+    assert "_In parentheses: the tok/s predicted for that level when the layout was launched._" in lines
+
+
+def test_results_csv_and_table_take_the_predicted_option(capsys):
+    journal_results()
+    predict_at_launch("tp4", {1: 90.0, 32: 700.0})
+    assert main(["results", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(",best")  # unchanged without the option
+    assert main(["results", "--format", "csv", "--predicted"]) == 0
+    rows = {(r["layout"], r["concurrency"]): r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows["tp4", "32"]["predicted_tok_s"] == "700.0"
+    assert rows["tp4", "32"]["measured_over_predicted"] == "0.936"
+    assert rows["tp8 ep", "32"]["predicted_tok_s"] == "" and rows["tp8", ""]["predicted_tok_s"] == ""
+    assert main(["results", "--profile", "minimax-m2.5", "--predicted"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    [tp4] = [line for line in out if line.startswith("tp4 ")]
+    assert "94.2 (90.0)" in tp4 and "655.0 (700.0)" in tp4
+    assert out[-1] == "In parentheses: the tok/s predicted for that level when the layout was launched."
+
+
+def test_report_names_the_engine_version_the_launches_ran(minimax_vllm):
+    journal_results()
+    with Journal() as journal:
+        for exp in journal.experiments("minimax-m2.5"):
+            journal.update_experiment(exp.id, engine_version="0.33.0")  # as cockpit knew it at launch
+    comp = minimax_comparison()
+    lines = markdown_report(comp, context_from_setup(minimax_vllm, "minimax-m2.5", comp)).splitlines()
+    assert lines[0] == "## MiniMax-M2.5 on 8 × RTX PRO 6000 Blackwell · vLLM 0.33.0"
+    assert "- Engine: vLLM 0.33.0" in lines
+    with Journal() as journal:
+        [tp4] = [e for e in journal.experiments("minimax-m2.5") if e.layout == "tp4"]
+        journal.update_experiment(tp4.id, facts={"engine_version": "0.32.1"})  # what its engine logged
+    comp = minimax_comparison()
+    assert "- Engine: vLLM 0.32.1, 0.33.0" in markdown_report(
+        comp, context_from_setup(minimax_vllm, "minimax-m2.5", comp)
+    )

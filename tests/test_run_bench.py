@@ -33,7 +33,9 @@ def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
         assert result.returncode == 0, result.stdout + result.stderr
         assert "bench     done: 3 level(s) journaled" in result.stdout
     table = cockpit("results", "--profile", "kimi-k2.6", "--format", "markdown").stdout.splitlines()
-    assert table[0] == "## Kimi-K2.6 on 8 × RTX PRO 6000 Blackwell · SGLang"  # the report's title and context
+    assert (
+        table[0] == "## Kimi-K2.6 on 8 × RTX PRO 6000 Blackwell · SGLang 0.5.23"
+    )  # the report's title and context
     assert "- Request lengths: input 32 tokens, output 8 tokens" in table
     head = next(i for i, line in enumerate(table) if line.startswith("| Layout |"))
     assert table[head].startswith("| Layout | C=1 tok/s | C=32 | C=64 | Peak |")

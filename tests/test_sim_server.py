@@ -137,7 +137,7 @@ def test_model_info_is_sglang_only(vllm, sglang):
 def test_metrics(vllm):
     httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     text = httpx.get(f"{vllm.url}/metrics").text
-    assert f'vllm:num_requests_running{{model_name="{MODEL}"}} 0.0' in text
+    assert f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 0.0' in text
     assert "vllm:num_requests_waiting" in text
     assert "vllm:generation_tokens_total" in text
 

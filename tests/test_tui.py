@@ -291,3 +291,121 @@ def test_knobs_complete_from_the_engine_table_and_launch_in_their_own_picker_row
         assert exp.layout == "tp4 --max-num-seqs 64" and exp.argv[-2:] == ("--max-num-seqs", "64")
 
     run(scenario())
+
+
+def test_the_engine_line_fills_during_a_bench_and_clears_when_the_server_stops(minimax):
+    """The engine's own /metrics, polled while the server is ready: running requests climb to the
+    level's concurrency with the KV cache in use; the journal's points carry the same figures."""
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            line = app.main.engine_line
+            assert not line.display  # no server: no line
+            await launch_ready(pilot, app)
+            await until(pilot, lambda: app.engine_view.last is not None, what="the engine's figures")
+            assert line.display and app.engine_view.last.running == 0
+            await submit(pilot, "bench c=8 t=3 in=64 out=64")
+            running: list[float] = []
+
+            def busy() -> bool:
+                last = app.engine_view.last
+                if last is not None and last.running:
+                    running.append(last.running)
+                return bool(running) and max(running) == 8
+
+            await until(pilot, busy, timeout=40, what="8 requests running on the engine line")
+            kv = app.engine_view.last.kv_usage
+            assert kv is not None and kv > 0
+            await pilot.pause(0.1)
+            shown = screen_text(app)
+            assert "engine vLLM" in shown and "wait " in shown and "preempt 0" in shown, shown
+            assert "KV " in str(line.render())
+            await until(pilot, lambda: not app.control.benching, timeout=40, what="bench done")
+            await stop_server(pilot, app)
+            assert not line.display and app.engine_view.last is None
+        [exp] = Journal().experiments()
+        [point] = Journal().points(exp.id)
+        engine = point.extra["engine"]
+        assert engine["running_peak"] == 8 and engine["kv_usage_avg"] > 0, engine
+        assert {"running_avg", "waiting_avg", "waiting_peak", "kv_usage_peak", "preemptions"} <= set(engine)
+
+    run(scenario())
+
+
+def detail_text(app) -> str:
+    return str(app.main.query_one("#layout-detail").content)
+
+
+def test_the_picker_sets_what_a_launch_measured_beside_the_prediction(minimax):
+    import re
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.main.picker.select("tp4")
+            assert "predicted tok/s (default): C=1 " in detail_text(app)
+            assert "measured" not in detail_text(app)  # nothing launched on this box yet
+            await launch_ready(pilot, app)
+            await submit(pilot, "bench")  # the profile's levels and lengths, as predicted
+            await until(
+                pilot,
+                lambda: not app.control.benching and not app.bench_view.running,
+                timeout=40,
+                what="bench done",
+            )
+            app.main.picker.select("tp4")
+            text = detail_text(app)
+            [exp] = Journal().experiments()
+            assert re.search(rf"measured #{exp.id}: weights [\d.]+ GiB \([+−]\d+%\) · KV ", text), text
+            assert "peak " in text and "load " in text
+            assert re.search(rf"measured tok/s #{exp.id}: C=1 [\d,]+ \([+−]\d+%\) · C=4 ", text), text
+            await stop_server(pilot, app)
+
+    run(scenario())
+
+
+def test_the_picker_marks_calibrated_predictions_and_reads_the_journal_once_per_refresh(minimax):
+    import re
+    from dataclasses import replace
+
+    from cockpit.journal import BenchPoint
+    from cockpit.planner import Learned
+    from cockpit.tui.session import Session
+    from cockpit.tui.widgets.layout_picker import describe
+
+    session = Session.open(minimax, sim=True)
+    try:
+        [tp4] = [v for v in session.verdicts if str(v.layout) == "tp4"]
+        reads = []
+        experiments = session.journal.experiments
+        session.journal.experiments = lambda *a, **k: reads.append(1) or experiments(*a, **k)
+        assert session.against(tp4).basis == "default" and session.against(tp4).last is None
+        exp = session.journal.start_experiment(
+            profile="minimax-m2.5",
+            model=session.setup.model_path,
+            engine="vllm",
+            layout="tp4",
+            argv=[],
+            gpu_type=session.setup.hardware.gpu.key,
+        )
+        session.journal.update_experiment(exp, facts={"weights_gib": 53.1, "kv_tokens": 212_992})
+        session.journal.add_point(exp, BenchPoint(1, 90.0, input_len=64, output_len=16))
+        session.journal.add_point(exp, BenchPoint(4, 300.0, input_len=512, output_len=16))
+        for _ in range(5):  # keypresses: the answer kept
+            assert session.against(tp4).last is None
+        assert len(reads) == 1
+        session.comparison()  # what the screen asks when an experiment ends or a level is measured
+        read = len(reads)
+        text = str(describe(tp4, "", against=session.against(tp4)))
+        assert session.against(tp4).last is not None and len(reads) == read + 1
+        assert re.search(rf"measured #{exp}: weights 53.1 GiB \([+−]\d+%\) · KV 212,992 tokens", text)
+        assert re.search(r"C=1 90 \([+−]\d+%\) · C=4 300 \(in=512 out=16\)", text)  # other lengths: no %
+
+        session.setup = replace(session.setup, learned=Learned(runs=3))  # the box taught it
+        session.learned_changed()
+        [tp4] = [v for v in session.verdicts if str(v.layout) == "tp4"]
+        text = str(describe(tp4, "", against=session.against(tp4)))
+        assert "predicted tok/s (calibrated from 3 runs): C=1 " in text
+    finally:
+        session.close()

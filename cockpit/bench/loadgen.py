@@ -35,8 +35,10 @@ from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
 from cockpit.errors import CockpitError
+from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineWindow
 
 TICK_S = 1.0
+ENGINE_TIMEOUT_S = 2.0  # a /metrics slower than this gives no figures for that scrape
 GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
 DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
 MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
@@ -203,12 +205,15 @@ class LevelResult:
     cancelled: int = 0  # in flight when the level ended: neither completed nor errors
     failed: bool = False  # errors > half of the requests that ended, or no token came back
     error: str | None = None  # why it failed, one line
+    # The engine's own figures over the window (EngineWindow.summary): running, waiting and KV
+    # usage averages and peaks, preemptions, prefix hit rate; {} when it serves no /metrics.
+    engine: dict[str, float] = field(default_factory=dict)
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name == "records":
+            if f.name == "records" or (f.name == "engine" and not self.engine):
                 continue
             value = getattr(self, f.name)
             out[f.name] = value.to_json() if isinstance(value, Summary) else value
@@ -280,12 +285,13 @@ async def run_sweep(
     indices = itertools.count()  # request numbers across the sweep: every prompt tag is unique
     progress = Progress()
     results: list[LevelResult] = []
+    engine = AsyncEngineScraper(cfg.base_url, timeout=min(cfg.timeout, ENGINE_TIMEOUT_S), api_key=cfg.api_key)
     try:
         async with open_transport(cfg, cfg.base_url + workload.path, progress) as transport:
             for concurrency in cfg.concurrency:
                 on_event(LevelStart(concurrency))
                 _quiet_gc()
-                level = _Level(cfg, concurrency, transport, workload, indices, on_event, model)
+                level = _Level(cfg, concurrency, transport, workload, indices, on_event, model, engine)
                 result = await level.run()
                 if keep_records:
                     result = replace(result, records=tuple(level.records))
@@ -293,6 +299,7 @@ async def run_sweep(
                 on_event(LevelDone(result))
     finally:
         gc.unfreeze()
+        await engine.aclose()
     on_event(SweepDone(tuple(results)))
     return results
 
@@ -394,8 +401,11 @@ class _Level:
         indices: Iterator[int],
         on_event: Callable[[object], None],
         model: str = "",
+        engine: AsyncEngineScraper | None = None,
     ) -> None:
         self.cfg = cfg
+        self.engine = engine
+        self.engine_window = EngineWindow()
         self.model = model
         self.concurrency = concurrency
         self.transport = transport
@@ -421,6 +431,7 @@ class _Level:
         progress = self.transport.progress
         load = asyncio.create_task(self._open_loop() if self.cfg.rate else self._closed_loop())
         ticker: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         try:
             if self.warmup == 0:
                 self._open_window(perf_counter())
@@ -430,14 +441,16 @@ class _Level:
                 cpu.start()
                 lag.start()
                 ticker = asyncio.create_task(self._ticks())
+                if self.engine is not None:
+                    watcher = asyncio.create_task(self._watch_engine(self.engine))
                 await self._wait_window(load)
             cores = cpu.cores() if ticker is not None else 0.0
             await lag.stop()
         finally:
-            for task in (load, ticker):
-                if task is not None:
-                    task.cancel()
-            await asyncio.gather(load, *([ticker] if ticker else []), return_exceptions=True)
+            helpers = [task for task in (ticker, watcher) if task is not None]
+            for task in (load, *helpers):
+                task.cancel()
+            await asyncio.gather(load, *helpers, return_exceptions=True)
             await lag.stop()
         failure = ticker.exception() if ticker is not None and not ticker.cancelled() else None
         if failure is not None:
@@ -543,6 +556,18 @@ class _Level:
         except asyncio.TimeoutError:
             self._close_window(deadline)
 
+    async def _watch_engine(self, engine: AsyncEngineScraper) -> None:
+        """The engine's /metrics at the window's start and about once a second after, into
+        ``engine_window``; a scrape still unanswered when the window ends is dropped."""
+        assert self.window_start is not None
+        due = self.window_start
+        while True:
+            metrics = await engine.scrape()
+            if metrics is not None and not self.over.is_set():
+                self.engine_window.add(metrics)
+            due = max(due + TICK_S, perf_counter())
+            await asyncio.sleep(due - perf_counter())
+
     async def _ticks(self) -> None:
         assert self.window_start is not None
         progress = self.transport.progress
@@ -616,6 +641,7 @@ class _Level:
             cancelled=sum(r.cancelled for r in records),
             failed=failure is not None,
             error=failure,
+            engine=self.engine_window.summary(),
         )
 
 

@@ -317,6 +317,8 @@ class Engine(ABC):
     label: str
     default_command: tuple[str, ...]
     ready_paths: tuple[str, ...]
+    # Arguments every launch gets, whatever the profile says: what cockpit reads needs them.
+    always_args: tuple[str, ...] = ()
 
     def __init__(self, version: str | None = None) -> None:
         """``version``: the engine on the box (None: unknown, spoken as the newest table's)."""
@@ -386,5 +388,6 @@ class Engine(ABC):
             "127.0.0.1",
             "--port",
             str(port),
+            *self.always_args,
             *extra_args,
         ]

@@ -72,6 +72,9 @@ class SGLang(Engine):
     label = "SGLang"
     default_command = ("python", "-m", "sglang.launch_server")
     ready_paths = ("/health", "/get_model_info", "/v1/models")
+    # SGLang serves /metrics only when asked (sglang/srt/entrypoints/http_server.py): the engine
+    # line and each benchmark level's engine figures read it (docs/metrics.md).
+    always_args = ("--enable-metrics",)
 
     @property
     def speaks_attn_dp_size(self) -> bool:

@@ -28,6 +28,14 @@ class ComparisonRow:
     diagnosis: str = ""  # the one-line cause, for a row without numbers
     # levels with only failed points: .error says why
     failed: dict[int, BenchPoint] = field(default_factory=dict)
+    # the journal's records of the experiments the row's points came from (and of the row's own),
+    # by id: what was predicted for each and what its engine logged (cockpit.reports.measured)
+    sources: dict[int, Experiment] = field(default_factory=dict)
+
+    def source(self, point: BenchPoint | None = None) -> Experiment | None:
+        """The experiment a point was measured in; without a point, the row's own."""
+        wanted = point.experiment_id if point is not None else self.experiment
+        return self.sources.get(wanted) if wanted is not None else None
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,9 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
     rows = [_layout_row(runs) for runs in history.values()]
     for layout, exp in failed.items():
         if layout not in history:
-            row = ComparisonRow(layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "")
+            row = ComparisonRow(
+                layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "", sources={exp.id: exp}
+            )
             rows.append((exp, row))
     ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[0].started, pair[0].id))]
 
@@ -94,7 +104,10 @@ def _layout_row(runs: list[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experi
             failed[level] = at_level[0]
     peak = max(cells.values(), key=lambda p: p.output_tok_s) if cells else None
     diagnosis = "" if cells else _bench_failure(failed)
-    return exp, ComparisonRow(exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed)
+    sources = {run.id: run for run, _ in runs}
+    return exp, ComparisonRow(
+        exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed, sources
+    )
 
 
 def _bench_failure(failed: Mapping[int, BenchPoint]) -> str:

@@ -28,7 +28,7 @@ class ReportContext:
     engine: str  # the engine's label: vLLM, SGLang
     name: str = ""  # the model's short name for the title; the model's last path part if ""
     quant: str = ""  # the quantization label, e.g. "FP8 block 128x128"
-    engine_version: str = ""  # nothing journals it yet
+    engine_version: str = ""  # what the measured launches ran (`engine_versions`)
     gpu_count: int | None = None
     gpu_label: str = ""  # "RTX PRO 6000 Blackwell"
     gpu_detail: str = ""  # memory and link: "94.97 GiB, PCIe 5"
@@ -82,6 +82,7 @@ class _Measured(TypedDict):
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
     date: str
+    engine_version: str
 
 
 def _measured(comp: Comparison, now: float | None) -> _Measured:
@@ -94,7 +95,20 @@ def _measured(comp: Comparison, now: float | None) -> _Measured:
         "input_lens": tuple(sorted({p.input_len for p in points if p.input_len is not None})),
         "output_lens": tuple(sorted({p.output_len for p in points if p.output_len is not None})),
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(when)),
+        "engine_version": engine_versions(comp),
     }
+
+
+def engine_versions(comp: Comparison) -> str:
+    """The engine versions the compared launches ran: as the engine logged it, else as cockpit
+    knew it at launch; several are listed, none is "" (older journals kept none)."""
+    launches = [row.source(point) for row in comp.rows for point in [None, *row.cells.values()]]
+    versions = {
+        str(exp.facts.get("engine_version") or exp.engine_version)
+        for exp in launches
+        if exp is not None and (exp.facts.get("engine_version") or exp.engine_version)
+    }
+    return ", ".join(sorted(versions))
 
 
 def _points(comp: Comparison) -> list[BenchPoint]:
@@ -109,17 +123,18 @@ def _short_name(model: str) -> str:
     return parts[-1] if parts else model
 
 
-def markdown_report(comp: Comparison, context: ReportContext) -> str:
+def markdown_report(comp: Comparison, context: ReportContext, predicted: bool = False) -> str:
     """A titled markdown document: what was measured, tok/s per layout and concurrency, then
     TTFT and ITL per level, ready to paste into an issue or a chat. It is pasted where anyone
-    reads it, so a URL's password (a model at s3://u:p@...) or a secret in a diagnosis is blanked."""
+    reads it, so a URL's password (a model at s3://u:p@...) or a secret in a diagnosis is blanked.
+    `predicted` puts the tok/s predicted at launch beside each measured one."""
     lines = [report_title(context), "", *context_lines(context), ""]
     if not comp.rows:
         return redact_text("\n".join([*lines, "No benchmark results yet."]))
     lines += [
         "### Output tok/s",
         "",
-        format_comparison(comp, "markdown"),
+        format_comparison(comp, "markdown", predicted),
     ]  # the table `cockpit results --format markdown` prints
     if any(row.cells for row in comp.rows):
         lines += ["", "### Latency (ms)", "", latency_table(comp)]

@@ -10,9 +10,10 @@ import re
 import shutil
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cockpit.planner import FAILS, FITS, TIGHT, Reason, Verdict
+from cockpit.reports.measured import LastMeasured
 
 MARKS = {FITS: "✓ fits", TIGHT: "~ tight", FAILS: "✗ fails"}
 # The engines' own short aliases, so the table leaves room for the reason.
@@ -95,10 +96,18 @@ def _oom_head(message: str) -> str:
     return match[1] if match else first
 
 
-def plan_table(verdicts: Sequence[Verdict], levels: Sequence[int] = (), width: int | None = None) -> str:
-    """One row per layout; a single layout shows every reason in full, many show the first."""
+def plan_table(
+    verdicts: Sequence[Verdict],
+    levels: Sequence[int] = (),
+    width: int | None = None,
+    measured: Mapping[str, LastMeasured] | None = None,
+) -> str:
+    """One row per layout; a single layout shows every reason in full, many show the first.
+    `measured` (layout -> its newest numbers on this box) adds a "last measured" column beside
+    the predicted ones, where at least one shown layout has been measured."""
+    measured = {str(v.layout): m for v in verdicts if (m := (measured or {}).get(str(v.layout)))}
     headers = ["layout", "GPUs", "engine flags", "verdict", "weights/GPU", "KV tokens"]
-    headers += [f"C={c}" for c in levels] + ["reason"]
+    headers += [f"C={c}" for c in levels] + (["last measured"] if measured else []) + ["reason"]
     rows = []
     for v in verdicts:
         flags = short_flags(v.placement.flags) if v.placement else "(not expressible)"
@@ -106,9 +115,25 @@ def plan_table(verdicts: Sequence[Verdict], levels: Sequence[int] = (), width: i
         kv = f"{v.memory.kv_tokens:,}" if v.memory and v.verdict != FAILS else "-"
         gpus = f"{v.gpus_used}" if v.placement else "-"
         speeds = [f"{v.predicted_tok_s[c]:,.0f}" if c in v.predicted_tok_s else "-" for c in levels]
+        if measured:
+            last = measured.get(str(v.layout))
+            speeds.append(measured_cell(last) if last else "-")
         reason = _reason_cell(v, every=len(verdicts) == 1)
         rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, *speeds, reason])
     return format_table(headers, rows, width)
+
+
+def measured_cell(last: LastMeasured) -> str:
+    """`47.9 GiB, 311,296 tok, 1,513 tok/s at C=64`: what the engine logged for weights per GPU
+    and the KV pool, and the best tok/s benchmarked, in the predicted columns' units."""
+    parts = []
+    if last.memory.weights_gib is not None:
+        parts.append(f"{last.memory.weights_gib:.1f} GiB")
+    if last.memory.kv_tokens is not None:
+        parts.append(f"{last.memory.kv_tokens:,} tok")
+    if (best := last.best) is not None:
+        parts.append(f"{best.output_tok_s:,.0f} tok/s at C={best.concurrency}")
+    return ", ".join(parts) or "-"
 
 
 def _reason_cell(v: Verdict, every: bool) -> str:

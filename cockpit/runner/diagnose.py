@@ -34,6 +34,8 @@ NEXT_WHOLE_TILES = (
 )
 NEXT_NCCL = "check the GPU links (nvidia-smi topo -m), try NCCL_P2P_DISABLE=1, rerun with NCCL_DEBUG=INFO"
 NEXT_READ_LOG = "read the log above the traceback"
+# After "raise --mem-fraction-static ...": the other way to leave SGLang room for its pool.
+NEXT_MORE_SHARE = "or use more GPUs per replica so the weights take less of each"
 
 # --- Wrappers: lines that say something failed elsewhere; never a root cause ---------------
 
@@ -107,7 +109,19 @@ CONTEXT_TOO_LONG = re.compile(
     r"User-specified (?:max_model_len|context_length) \((?P<asked>\d+)\) is greater than the derived "
     r"(?:max_model_len \(\w+=(?P<vllm>\d+)|context_length \((?P<sglang>\d+))"
 )
-SGLANG_NOT_ENOUGH_MEMORY = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
+# SGLang before 0.5.23 when the pool had no room, and 0.5.23 when it rounds down to no token
+# (MemoryPoolConfig.__post_init__, sglang/srt/model_executor/pool_configurator.py).
+SGLANG_NOT_ENOUGH_MEMORY = re.compile(
+    r"Not enough memory\. Please try to increase --mem-fraction-static\.?"
+    r"(?: Current value: mem_fraction_static=(?P<share>[\d.]+))?"
+)
+# SGLang 0.5.23 when the loaded weights leave the static share no room for the pool
+# (KVCacheConfigurator._profile_available_bytes, sglang/srt/mem_cache/kv_cache_configurator.py).
+SGLANG_NO_KV_FOR_WEIGHTS = re.compile(
+    r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<share>\S+?)\. "
+    r"Raise --mem-fraction-static above (?P<suggested>[\d.]+)"
+    r"(?: \(minimum viable = 1 - available/pre = (?P<minimum>[\d.]+)\))?"
+)
 SGLANG_UNBALANCED_MEMORY = re.compile(
     r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"
 )
@@ -190,7 +204,13 @@ PHASE_HINTS = (
         "cuda_graphs",
     ),
     (re.compile(r"profile_run|determine_available_memory|determine_num_available_blocks"), "profiling"),
-    (re.compile(r"initialize_kv_cache|allocate_kv_cache|init_memory_pool|_create_buffers"), "kv_cache"),
+    (
+        re.compile(
+            r"initialize_kv_cache|allocate_kv_cache|init_memory_pool|alloc_memory_pool|kv_cache_configurator"
+            r"|_create_buffers"
+        ),
+        "kv_cache",
+    ),
     (re.compile(r"load_weights|weight_loader|model_loader|load_model|Load weight begin"), "loading"),
 )
 TRACEBACK_START = re.compile(
@@ -495,10 +515,21 @@ def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
 
 
 def _sglang_not_enough_memory(match: re.Match[str], site: _Site) -> Diagnosis:
+    share = f" at --mem-fraction-static={match['share']}" if match["share"] else ""
     return site.diagnosis(
         "kv-cache",
-        "SGLang has no room for its KV cache pool after the weights",
-        "raise --mem-fraction-static, or use more GPUs per replica so the weights take less of each",
+        f"SGLang has no room for its KV cache pool after the weights{share}",
+        f"raise --mem-fraction-static, {NEXT_MORE_SHARE}",
+    )
+
+
+def _sglang_no_kv_for_weights(match: re.Match[str], site: _Site) -> Diagnosis:
+    took = f": loading took {match['minimum']} of the memory free before it" if match["minimum"] else ""
+    return site.diagnosis(
+        "kv-cache",
+        f"SGLang has no room for its KV cache pool after the weights at --mem-fraction-static={match['share']}"
+        f"{took}",
+        f"raise --mem-fraction-static above {match['suggested']}, {NEXT_MORE_SHARE}",
     )
 
 
@@ -732,6 +763,7 @@ ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
     (CONTEXT_TOO_LONG, _context_too_long),
     (NO_CACHE_BLOCKS, _no_cache_blocks),
     (SGLANG_NOT_ENOUGH_MEMORY, _sglang_not_enough_memory),
+    (SGLANG_NO_KV_FOR_WEIGHTS, _sglang_no_kv_for_weights),
     (SGLANG_UNBALANCED_MEMORY, _unbalanced_memory),
     (FREE_MEMORY_AT_START, _free_memory_at_start),
     (EXTERNAL_WEIGHTS, _external_weights),

@@ -70,12 +70,18 @@ class Phase:
         return f"phase     {self.name}{pct}" + (f": {self.detail}" if self.detail else "")
 
 
+# What the engine logged about its own launch (cockpit.runner.launchfacts): weights, KV cache,
+# graphs, times. Ready and Failed carry it: a failed launch's numbers are true all the same.
+LaunchReport = dict[str, float | int | str]
+
+
 @dataclass(frozen=True)
 class Ready:
     experiment: int
     url: str
     load_seconds: float
     started: float | None = None  # wall-clock time the server started: ready since started + load_seconds
+    facts: LaunchReport = field(default_factory=dict)
 
     @property
     def ready_at(self) -> float | None:
@@ -89,6 +95,7 @@ class Ready:
 class Failed:
     experiment: int
     diagnosis: Diagnosis
+    facts: LaunchReport = field(default_factory=dict)
 
     def __str__(self) -> str:
         text = f"failed    {self.diagnosis.cause}"

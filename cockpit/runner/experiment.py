@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cockpit.commands import Bench
@@ -18,6 +19,7 @@ from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.layout import Layout
 from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
+from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
 from cockpit.runner.events import Diagnosis, Event, Failed, Launching, LogLine, Planned, Ready, Stopped
@@ -27,6 +29,8 @@ from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port
 from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
+
+log = logging.getLogger(__name__)
 
 GIB = 2**30
 BUSY_GPU_BYTES = 2 * GIB  # a GPU holding more than this (or any process) is not free
@@ -100,8 +104,16 @@ class Launcher:
     _stopping: set[int] = field(default_factory=set, repr=False)  # experiments we are stopping
     _scrubber: Scrubber | None = field(default=None, repr=False)
     cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
+    # Told the experiment's id when something new was measured (a launch came up, a bench ended):
+    # the lab learns from the journal there. What it raises is logged, never passed on.
+    after_measure: Callable[[int], None] | None = None
 
     # -- before launch ----------------------------------------------------------------------
+
+    def replan(self, setup: Setup) -> None:
+        """Plan from now on with ``setup`` (the box taught the planner something new)."""
+        self.setup = setup
+        self._verdicts = None
 
     def verdicts(self) -> list[Verdict]:
         if self._verdicts is None:
@@ -164,6 +176,10 @@ class Launcher:
                 layout=str(layout),
                 argv=list(redact_argv(verdict.argv)),
                 gpus=list(gpus),
+                predicted=self._predicted(verdict),
+                gpu_type=self.setup.hardware.gpu.key,
+                engine_version=self.setup.engine.version,
+                simulated=self.sim,
             )
             try:
                 refusal = self._refusal(verdict, force, used, free, samples, held, others)
@@ -265,11 +281,13 @@ class Launcher:
             if isinstance(event, Failed) and exp in self._stopping:
                 return  # it died of our own SIGTERM: `stop` journals and reports that
             if isinstance(event, Failed):
-                event = Failed(exp, self._with_next_step(event.diagnosis, handle.entry.layout))
+                event = replace(event, diagnosis=self._with_next_step(event.diagnosis, handle.entry.layout))
                 self.journal.set_outcome(exp, FAILED, diagnosis=event.diagnosis)
+                self._record_facts(exp, event.facts)  # what it logged before it failed is true all the same
                 self._record_peaks(exp)
                 self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
                 self._forget(handle)
+                self._measured(exp)
             elif isinstance(event, Ready):
                 record = self.journal.experiment(exp)
                 if record is not None and record.outcome == READY and record.load_seconds is not None:
@@ -278,7 +296,9 @@ class Launcher:
                     event = replace(event, load_seconds=record.load_seconds)
                 else:
                     self.journal.set_outcome(exp, READY, load_seconds=event.load_seconds)
+                self._record_facts(exp, event.facts)
                 self._record_peaks(exp)
+                self._measured(exp)
             yield event
 
     def bench(self, bench: Bench) -> Iterator[Event]:
@@ -288,9 +308,11 @@ class Launcher:
         if self.handle is None:
             raise CockpitError("no server is running: `try <layout>` first")
         exp = self.handle.entry.experiment
+        self._predict_bench(exp, self.handle.entry.layout, bench)
         argv = bench_child(self.handle.url, None, bench, self.profile, exp)
         yield from run_bench_child(argv, exp, self.api_key())
         self._record_peaks(exp)
+        self._measured(exp)
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
         handle = self.handle
@@ -392,6 +414,42 @@ class Launcher:
         return replace(
             diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else "")
         )
+
+    def _predicted(self, verdict: Verdict) -> dict:
+        """What the planner says of this launch, kept beside what the engine will log."""
+        return {
+            "memory": verdict.memory.to_json() if verdict.memory else None,
+            "learned_runs": self.setup.learned.runs,
+        }
+
+    def _predict_bench(self, exp: int, layout: str, bench: Bench) -> None:
+        """The tok/s predicted for each of the bench's levels, journaled before it runs."""
+        defaults = self.profile.bench
+        levels = bench.concurrency or defaults.concurrency
+        input_len = bench.input_len or defaults.input_len
+        output_len = bench.output_len or defaults.output_len
+        try:
+            verdict = plan_layout(self.setup, layout)
+        except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
+            log.warning("no tok/s prediction for experiment %s (%s): %s", exp, layout, exc)
+            return
+        tok_s = predict_tok_s(self.setup, verdict, levels, input_len, output_len)
+        if tok_s:
+            per_level = {str(c): round(v, 2) for c, v in tok_s.items()}
+            self.journal.merge_predicted(exp, {"tok_s": {f"{input_len}/{output_len}": per_level}})
+
+    def _record_facts(self, exp: int, facts: Mapping[str, float | int | str]) -> None:
+        if facts:
+            self.journal.set_facts(exp, facts)
+
+    def _measured(self, exp: int) -> None:
+        """Tell ``after_measure``; a hook that fails must not take the experiment down with it."""
+        if self.after_measure is None:
+            return
+        try:
+            self.after_measure(exp)
+        except Exception:
+            log.exception("after_measure failed for experiment %s", exp)
 
     def _record_peaks(self, exp: int) -> None:
         if self.monitor:

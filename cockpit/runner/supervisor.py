@@ -24,6 +24,7 @@ from cockpit.errors import CockpitError
 from cockpit.paths import private_dir
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
+from cockpit.runner.launchfacts import LaunchFacts
 from cockpit.runner.phases import PhaseTracker, strip_ansi
 from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
@@ -201,25 +202,32 @@ class Supervisor:
         poll: float = 0.05,
         api_key: str | None = None,
     ) -> Iterator[Event]:
-        """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``."""
+        """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``, with
+        the numbers the engine logged about its launch (``facts``)."""
         experiment = handle.entry.experiment
         tracker = PhaseTracker(experiment)
+        facts = LaunchFacts()
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         reader = LogTail(Path(handle.entry.log_path))
         error_at: float | None = None
         next_health = 0.0
         import httpx  # here, not at the top: the screen's first frame does not wait for it
 
+        def take(line: str, phases: bool = True) -> Iterator[Event]:
+            """One log line: kept for the diagnosis, shown, read for facts and (while the engine
+            runs) for phases."""
+            tail.append(line)
+            yield LogLine(experiment, line)
+            facts.feed(line)
+            phase = tracker.feed(line) if phases else None
+            if phase is not None:
+                yield phase
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         with httpx.Client(timeout=1.0, headers=headers) as http:
             while True:
-                lines = reader.read()
-                for line in lines:
-                    tail.append(line)
-                    yield LogLine(experiment, line)
-                    phase = tracker.feed(line)
-                    if phase is not None:
-                        yield phase
+                for line in reader.read():
+                    yield from take(line)
                     if error_at is None and _ERRORISH.search(line):
                         early = diagnose([line], phase=tracker.phase)
                         if early is not None and early.kind in _CERTAIN:
@@ -227,22 +235,27 @@ class Supervisor:
                 code = handle.returncode()
                 if code is not None:
                     for line in reader.flush():
-                        tail.append(line)
-                        yield LogLine(experiment, line)
-                    yield Failed(experiment, diagnose_exit(list(tail), code, tracker.phase))
+                        yield from take(line, phases=False)
+                    yield Failed(experiment, diagnose_exit(list(tail), code, tracker.phase), facts.to_json())
                     return
                 now = time.monotonic()
                 if error_at is not None and now - error_at > ERROR_GRACE_S:
                     found = diagnose(list(tail), phase=tracker.phase)
                     if found is not None and found.kind in _CERTAIN:
-                        yield Failed(experiment, found)
+                        yield Failed(experiment, found, facts.to_json())
                         return
                     error_at = None  # a scary line that was not an error after all
                 if now >= next_health:
                     next_health = now + HEALTH_EVERY_S
                     if self._ready(http, handle.url, ready_paths):
+                        for line in reader.read():  # what it wrote just before it answered
+                            yield from take(line)
                         yield Ready(
-                            experiment, handle.url, now - handle.started, handle.entry.started or None
+                            experiment,
+                            handle.url,
+                            now - handle.started,
+                            handle.entry.started or None,
+                            facts.to_json(),
                         )
                         return
                 if now - handle.started > timeout:
@@ -255,6 +268,7 @@ class Supervisor:
                             next_step=f"read the log {handle.entry.log_path}; if loading is just slow, raise --startup-timeout",
                             phase=where,
                         ),
+                        facts.to_json(),
                     )
                     return
                 time.sleep(poll)

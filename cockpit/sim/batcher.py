@@ -1,24 +1,35 @@
 """Continuous batching for the simulated engine, paced by a performance model on an honest clock.
 
-The model, kept deliberately simple:
+The model, kept deliberately simple, is vLLM's v1 scheduler with chunked prefill
+(vllm/v1/core/sched/scheduler.py, ``schedule``: running requests first, then waiting ones with
+what is left of the step's token budget); docs/performance.md#the-workload explains the choice:
 
-- One loop runs decode steps. At the start of a step, waiting sequences are admitted in FIFO
-  order while there is room: fewer than ``max_running`` running, and the KV cache can hold the
-  whole life of the new sequence (prompt + max_tokens) next to what the running ones reserve.
-  Reserving the full length means the sim never has to preempt, like SGLang's conservative
-  admission; a lone sequence larger than the cache is still admitted, so nothing waits forever.
-- A step lasts ``step_time_s(batch, mean context)``; the step that admits sequences also pays
-  ``prefill_time_s`` of their prompt tokens, so prefill stalls decode as on an engine without
-  chunked prefill. Every running sequence gets exactly one token at the end of the step.
+- One loop runs steps. A step has a token budget, ``token_budget`` (the engine's
+  ``max_num_batched_tokens``, SGLang's ``chunked_prefill_size``; None: unlimited, whole prompts,
+  as an engine without chunked prefill). Running sequences come first, in arrival order: one
+  token each for those decoding, the next chunk of the prompt for those still prefilling.
+- Then waiting sequences are admitted in FIFO order while budget is left and there is room:
+  fewer than ``max_running`` running, and the KV cache can hold the whole life of the new
+  sequence (prompt + max_tokens) next to what the running ones reserve. Reserving the full length
+  means the sim never has to preempt, like SGLang's conservative admission; a lone sequence
+  larger than the cache is still admitted, so nothing waits forever. An admitted sequence gets
+  as much of its prompt as the budget leaves; the rest comes in later steps.
+- A step lasts ``step_time_s(emitting, their mean context)`` plus ``prefill_time_s`` of the
+  prompt tokens it prefills. The sequences that emit are those decoding and those whose last
+  chunk ran in this step: each gets exactly one token at the end of the step, so a sequence's
+  first token comes at the end of the step that finished its prompt. The total prefill work of a
+  request is the same with or without chunks; chunks spread its stall over several steps.
 - A sequence always generates ``max_tokens`` tokens: the sim has no EOS, so ``ignore_eos``
   changes nothing.
 
-The clock is honest: steps are scheduled against absolute ``perf_counter`` deadlines, so
-sleep overshoot never accumulates and measured tokens/s match the pacer. A step that starts
-more than ``SLIP_S`` late (an overloaded machine) counts as a slip and restarts the schedule
-from now instead of bursting to catch up. The loop waits for deadlines in a helper thread:
-asyncio's timers count whole milliseconds (and round up twice on some Pythons), waking up to
-~2 ms late, while ``time.sleep`` in a thread wakes within ~0.5 ms and burns no CPU spinning.
+The clock is honest: steps are scheduled against absolute deadlines on a ``Clock``, by default
+``RealClock`` (``perf_counter``), so sleep overshoot never accumulates and measured tokens/s
+match the pacer. A step that starts more than ``SLIP_S`` late (an overloaded machine) counts as a
+slip and restarts the schedule from now instead of bursting to catch up. The real clock waits for
+deadlines in a helper thread: asyncio's timers count whole milliseconds (and round up twice on
+some Pythons), waking up to ~2 ms late, while ``time.sleep`` in a thread wakes within ~0.5 ms and
+burns no CPU spinning. ``VirtualClock`` jumps to each deadline at once, so a test can serve
+minutes of simulated load in a fraction of a second with the same scheduling.
 """
 
 from __future__ import annotations
@@ -40,15 +51,22 @@ SLIP_S = 0.002
 class Pacer(Protocol):
     """How long the simulated GPU takes: the performance model behind the batcher."""
 
-    max_running: int
-    kv_tokens: int
+    @property
+    def max_running(self) -> int:
+        """The engine's cap on running sequences."""
+        ...
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV cache tokens the running sequences' reservations must fit in."""
+        ...
 
     def step_time_s(self, batch: int, context_tokens: float) -> float:
         """One decode step for ``batch`` sequences whose mean context is ``context_tokens``."""
         ...
 
     def prefill_time_s(self, tokens: int) -> float:
-        """Prefill of ``tokens`` prompt tokens admitted in one step."""
+        """Prefill of ``tokens`` prompt tokens (whole prompts or chunks) computed in one step."""
         ...
 
 
@@ -68,6 +86,66 @@ class ConstantPacer:
         return tokens * self.prefill_s_per_token
 
 
+class Clock(Protocol):
+    """Where the batcher reads the time and waits for a step's deadline."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic clock."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return at ``deadline`` (or at once if it has passed), letting other tasks run meanwhile."""
+        ...
+
+    def close(self) -> None:
+        """Release what waiting needed; the clock may be used again afterwards."""
+        ...
+
+
+class RealClock:
+    """``perf_counter``, waited on in a helper thread (see the module docstring for why)."""
+
+    def __init__(self) -> None:
+        self._thread: ThreadPoolExecutor | None = None
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    async def sleep_until(self, deadline: float) -> None:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-clock")
+        await asyncio.get_running_loop().run_in_executor(self._thread, _sleep_until, deadline)
+
+    def close(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=False, cancel_futures=True)
+
+
+class VirtualClock:
+    """Simulated time for tests: a wait lets every other ready task run, then jumps to the deadline.
+
+    Clients woken by a step's tokens run (and send their next request) at the time the step
+    ended, as they would with no network between them and the engine; nothing ever sleeps.
+    """
+
+    YIELDS = 8  # event-loop turns given to other tasks before the jump: a client's whole turnaround
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.time = start
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep_until(self, deadline: float) -> None:
+        for _ in range(self.YIELDS):
+            await asyncio.sleep(0)
+        self.time = max(self.time, deadline)
+
+    def close(self) -> None:
+        pass
+
+
 class BatcherClosed(RuntimeError):
     """The batcher was closed (or its loop died) while the sequence was in it."""
 
@@ -83,12 +161,17 @@ class Sequence:
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.generated = 0
+        self.prefilled = 0  # prompt tokens computed so far: chunked prefill advances it
         self._batcher = batcher
         self._out: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
 
     @property
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.generated
+
+    @property
+    def prefill_left(self) -> int:
+        return self.prompt_tokens - self.prefilled
 
     @property
     def reserved_tokens(self) -> int:
@@ -120,19 +203,44 @@ class Sequence:
         self._out.put_nowait(item)
 
 
+@dataclass
+class _Step:
+    """What one step does: the prompt tokens each prefilling sequence gets, and who emits a token."""
+
+    chunks: dict[Sequence, int]
+    emitting: list[Sequence]
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(self.chunks.values())
+
+
 class Batcher:
     """The engine's scheduler: a queue, a running batch and a step loop on the event loop.
 
     Create it anywhere; its loop task starts on the first ``submit`` inside a running event
     loop and sleeps while there is nothing to do. ``on_step(batch)`` is called at the start of
-    every step with the batch size it serves, and with 0 when the engine goes idle.
+    every step with the number of running sequences, and with 0 when the engine goes idle.
+    ``token_budget`` caps the tokens of one step (module docstring); ``clock`` paces the steps.
     """
 
-    def __init__(self, pacer: Pacer, *, on_step: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        pacer: Pacer,
+        *,
+        on_step: Callable[[int], None] | None = None,
+        token_budget: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if token_budget is not None and token_budget < 1:
+            raise ValueError(f"token_budget must be 1 or more (None: unlimited), got {token_budget}")
         self.pacer = pacer
         self.on_step = on_step
+        self.token_budget = token_budget
+        self.clock: Clock = clock or RealClock()
         self.steps = 0
         self.tokens_out = 0
+        self.prefill_tokens = 0  # prompt tokens computed, chunk by chunk
         self.slips = 0
         self._waiting: dict[Sequence, None] = {}  # dicts: FIFO order and O(1) removal
         self._running: dict[Sequence, None] = {}
@@ -184,9 +292,8 @@ class Batcher:
     # -- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-clock")
         try:
-            await self._steps(clock)
+            await self._steps()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a broken pacer must not leave clients hanging forever
@@ -194,51 +301,81 @@ class Batcher:
             self._closed = True
             self._fail_all(BatcherClosed(f"the batcher loop died: {exc!r}"))
         finally:
-            clock.shutdown(wait=False, cancel_futures=True)
+            self.clock.close()
 
-    async def _steps(self, clock: ThreadPoolExecutor) -> None:
-        loop = asyncio.get_running_loop()
-        start = time.perf_counter()  # when the next step is due to start
+    async def _steps(self) -> None:
+        clock = self.clock
+        start = clock.now()  # when the next step is due to start
         while True:
             if not self._running and not self._waiting:
                 self._notify(0)
                 self._wake.clear()
                 await self._wake.wait()
-                start = time.perf_counter()
-            now = time.perf_counter()
+                start = clock.now()
+            now = clock.now()
             if now - start > SLIP_S:
                 self.slips += 1
                 start = now  # run late, never burst to catch up
-            admitted_tokens = self._admit()
-            batch = len(self._running)
-            if batch == 0:
-                continue  # everything admitted so far was cancelled
-            self._notify(batch)
-            context = sum(seq.context_tokens for seq in self._running) / batch
-            duration = self.pacer.step_time_s(batch, context)
-            if admitted_tokens is not None:
-                duration += self.pacer.prefill_time_s(admitted_tokens)
-            start += duration
-            await loop.run_in_executor(clock, _sleep_until, start)
-            self._emit()
+            step = self._schedule()
+            if not step.emitting and not step.chunks:  # nothing may run (max_running 0): no busy loop
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._notify(len(self._running))
+            start += self._duration(step)
+            await clock.sleep_until(start)
+            self._emit(step)
 
-    def _admit(self) -> int | None:
-        """Move waiting sequences into the batch; return their prompt tokens, None if none."""
-        admitted: int | None = None
-        while self._waiting and len(self._running) < self.pacer.max_running:
+    def _schedule(self) -> _Step:
+        """This step's work: running sequences first, then admissions, within the token budget."""
+        budget = self.token_budget if self.token_budget is not None else float("inf")
+        step = _Step({}, [])
+        for seq in self._running:
+            if budget <= 0:
+                break
+            if seq.prefill_left > 0:
+                budget -= self._plan_chunk(step, seq, budget)
+            else:  # decoding: one token
+                step.emitting.append(seq)
+                budget -= 1
+        while self._waiting and budget > 0 and len(self._running) < self.pacer.max_running:
             seq = next(iter(self._waiting))
             if self._running and self._reserved + seq.reserved_tokens > self.pacer.kv_tokens:
                 break  # strict FIFO: the head waits, and so does everyone behind it
             del self._waiting[seq]
             self._running[seq] = None
             self._reserved += seq.reserved_tokens
-            admitted = (admitted or 0) + seq.prompt_tokens
-        return admitted
+            budget -= self._plan_chunk(step, seq, budget)
+        return step
 
-    def _emit(self) -> None:
-        """End of a step: one token to every sequence still in the batch."""
+    @staticmethod
+    def _plan_chunk(step: _Step, seq: Sequence, budget: float) -> int:
+        """Give ``seq`` the next chunk of its prompt; it emits if that finishes the prompt."""
+        chunk = int(min(seq.prefill_left, budget))
+        if chunk:
+            step.chunks[seq] = chunk
+        if chunk == seq.prefill_left:
+            step.emitting.append(seq)
+        return chunk
+
+    def _duration(self, step: _Step) -> float:
+        seconds = 0.0
+        if step.emitting:
+            context = sum(seq.prompt_tokens + seq.generated for seq in step.emitting) / len(step.emitting)
+            seconds += self.pacer.step_time_s(len(step.emitting), context)
+        if step.chunks:
+            seconds += self.pacer.prefill_time_s(step.prefill_tokens)
+        return seconds
+
+    def _emit(self, step: _Step) -> None:
+        """End of a step: chunks done, one token to every emitting sequence still in the batch."""
+        for seq, chunk in step.chunks.items():
+            seq.prefilled += chunk
+        self.prefill_tokens += step.prefill_tokens
         emitted = 0
-        for seq in list(self._running):
+        for seq in step.emitting:
+            if seq not in self._running:
+                continue  # cancelled during the step
             seq._push(seq.generated)
             seq.generated += 1
             emitted += 1

@@ -4,6 +4,10 @@ It uses the planner for what the engine would do (the same rules, the same memor
 exactly where the planner says, with the engine's own text, and the performance model for how
 fast it serves. Loading takes real time (weights read at ``LOAD_GBPS`` per GPU) divided by
 ``COCKPIT_SIM_TIME_SCALE``; the serving clock is never scaled.
+
+A box can be given its own truth (``COCKPIT_SIM_TRUTH``, docs/simulator.md#a-box-with-its-own-truth):
+constants that differ from the planner's defaults, which the engine then loads, allocates, logs
+and paces by, while cockpit's own planner keeps its defaults and must learn them from launches.
 """
 
 from __future__ import annotations
@@ -17,17 +21,22 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from cockpit.engines import api_keys, get_engine
-from cockpit.errors import CockpitError
+from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.modelfiles import load_model
-from cockpit.perfmodel import PerfModel, for_verdict
-from cockpit.planner import GiB, Setup, Verdict, oom_text, plan_layout
+from cockpit.perfmodel import Calibration, PerfModel, for_verdict
+from cockpit.planner import GiB, Learned, Setup, Verdict, oom_text, plan_layout
 from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
 from cockpit.sim.flags import EngineArgs
+from cockpit.textfile import read_text
 
 LOAD_GBPS = 3.0  # weights read per GPU per second (NVMe and page cache, a few GB/s)
 PUBLISH_INTERVAL_S = 0.2
@@ -59,6 +68,62 @@ def calibration_from_env(env: Mapping[str, str]) -> dict:
     return value
 
 
+TRUTH_KEYS = ("calibration", "reserve_offset_gib", "weights_factor")
+TRUTH_MAX_BYTES = 2**20  # a few lines of YAML
+MAX_RESERVE_OFFSET_GIB = 1024.0  # more than any GPU holds, either way
+WEIGHTS_FACTOR_RANGE = (0.25, 4.0)  # a repacked layout changes weights by tens of percent, not 4x
+
+
+def truth_from_env(env: Mapping[str, str]) -> Learned:
+    """The box's own truth from ``COCKPIT_SIM_TRUTH`` (a YAML file), as the planner's ``Learned``
+    seam takes it: performance-model constants, the memory an engine keeps beyond the modelled
+    reserve, and measured over modelled weights. Unset: the planner's defaults are the truth."""
+    raw = env.get("COCKPIT_SIM_TRUTH", "")
+    if not raw:
+        return Learned()
+    path = Path(raw).expanduser()
+    fix = f"fix {path} or unset COCKPIT_SIM_TRUTH"
+    example = "{calibration: {eta_bw: 0.5}, reserve_offset_gib: 4, weights_factor: 1.05}"
+    text = read_text(path, limit=TRUTH_MAX_BYTES, what=f"the COCKPIT_SIM_TRUTH file {path}", fix=fix)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise CockpitError(f"COCKPIT_SIM_TRUTH: {path} is not valid YAML{line}: {fix}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise CockpitError(f"COCKPIT_SIM_TRUTH: {path} must be a mapping like {example}: {fix}")
+    if unknown := sorted(str(k) for k in data if k not in TRUTH_KEYS):
+        raise CockpitError(
+            f"COCKPIT_SIM_TRUTH: unknown key {shown(unknown[0])} in {path}: known are {', '.join(TRUTH_KEYS)}; {fix}"
+        )
+    calibration = data.get("calibration") or {}
+    if not isinstance(calibration, dict):
+        raise CockpitError(
+            f"COCKPIT_SIM_TRUTH: calibration in {path} maps constants to numbers, like {{eta_bw: 0.5}}: {fix}"
+        )
+    Calibration().overridden(calibration, f"COCKPIT_SIM_TRUTH {path}", fix)  # known names, sane ranges
+    offset = _truth_number(
+        data, "reserve_offset_gib", 0.0, (-MAX_RESERVE_OFFSET_GIB, MAX_RESERVE_OFFSET_GIB), fix
+    )
+    factor = _truth_number(data, "weights_factor", 1.0, WEIGHTS_FACTOR_RANGE, fix)
+    return Learned(runs=0, calibration=dict(calibration), reserve_offset_gib=offset, weights_factor=factor)
+
+
+def _truth_number(
+    data: Mapping[str, Any], key: str, default: float, bounds: tuple[float, float], fix: str
+) -> float:
+    value = data.get(key, default)
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise CockpitError(
+            f"COCKPIT_SIM_TRUTH: {key} must be a number from {low:g} to {high:g}, got {shown(value)}: {fix}"
+        )
+    return float(value)
+
+
 def visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
     """Physical GPU indices the process may use: CUDA_VISIBLE_DEVICES, as a real engine sees it."""
     raw = env.get("CUDA_VISIBLE_DEVICES")
@@ -81,6 +146,7 @@ class SimEngine:
     def __post_init__(self) -> None:
         self.scale = time_scale(self.env)
         self.gpu_ids = visible_gpus(self.env, self.box.hardware.count)
+        self.truth = truth_from_env(self.env)
         self.log = logs.for_engine(self.args.engine, self.out)
         self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
         self.held: dict[int, int] = {}
@@ -89,6 +155,8 @@ class SimEngine:
     # -- planning, exactly as cockpit plans --------------------------------------------------
 
     def plan(self) -> tuple[Setup, Verdict]:
+        """The planner's verdict with the box's truth as what was learned: memory, logs and pace
+        follow it. Its speed constants also win over the profile's: they are the box itself."""
         model = load_model(self.args.model)
         visible = Hardware(self.box.hardware.gpu, max(1, len(self.gpu_ids)), self.box.hardware.memory_gib)
         setup = Setup(
@@ -97,7 +165,8 @@ class SimEngine:
             get_engine(self.args.engine, self.args.version or None),
             server_args=self.args.argv,
             model_path=self.args.model,
-            calibration=calibration_from_env(self.env),
+            calibration={**calibration_from_env(self.env), **self.truth.calibration},
+            learned=self.truth,
         )
         return setup, plan_layout(setup, self.args.layout)
 
@@ -175,7 +244,10 @@ class SimEngine:
             self.log.kv_failure(failure)
             return 1
         kv_bytes = int(max(0.0, memory.kv_budget_gib) * GiB)
-        reserve = int(memory.reserve_gib * GiB) if self.args.engine == "vllm" else int(1.5 * GiB)
+        # SGLang keeps activations and graphs outside its static pool: 1.5 GiB, plus whatever
+        # more the truth says it keeps.
+        sglang_reserve = 1.5 + max(0.0, self.truth.reserve_offset_gib)
+        reserve = int((memory.reserve_gib if self.args.engine == "vllm" else sglang_reserve) * GiB)
         for gpu in used:
             self.held[gpu] = int(memory.weights_gib * GiB + 0.5 * GiB + kv_bytes + reserve)
         self.held = {g: min(b, int(memory.capacity_gib * GiB)) for g, b in self.held.items()}
@@ -222,7 +294,7 @@ class SimEngine:
                 busy = min(1.0, 0.4 + 0.6 * batch / 32)
                 self.publish(utilization=min(100.0, 60 + 40 * busy), busy=busy)
 
-        batcher = Batcher(pacer, on_step=on_step)
+        batcher = Batcher(pacer, on_step=on_step, token_budget=perf.step_tokens or None)
         app = make_app(
             model_id=self.args.served_name,
             engine=self.args.engine,
@@ -230,6 +302,7 @@ class SimEngine:
             max_model_len=setup.server.max_model_len or setup.model.max_context,
             model_path=self.args.model,
             api_key=api_keys(self.args.engine, self.args.argv, self.env),
+            metrics=self.args.engine != "sglang" or bool(dict(self.args.non_default).get("enable_metrics")),
         )
         try:
             runner = await serve(app, host=self.args.host, port=self.args.port)

@@ -59,6 +59,9 @@ class _Served:
     created: int
     prompt_tokens_total: int = 0
     truth: _Truth = field(default_factory=lambda: _Truth())
+    # SGLang counts tokens when a request finishes: is_streaming -> [prompt, generated]
+    finished_tokens: dict[bool, list[int]] = field(default_factory=lambda: {False: [0, 0], True: [0, 0]})
+    last_scrape: tuple[float, int] = (0.0, 0)  # (perf_counter, tokens out) at the last /metrics
 
 
 class _Truth:
@@ -118,9 +121,11 @@ def make_app(
     max_model_len: int,
     model_path: str | None = None,
     api_key: str | Seq[str] | None = None,
+    metrics: bool = True,
 ) -> web.Application:
     """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end.
-    With ``api_key`` (one key or several, as vLLM takes), requests need ``Authorization: Bearer``."""
+    With ``api_key`` (one key or several, as vLLM takes), requests need ``Authorization: Bearer``.
+    ``metrics``: serve /metrics (SGLang only with --enable-metrics, sglang/srt/entrypoints/http_server.py)."""
     if engine not in DEFAULT_PORTS:
         raise ValueError(f"engine must be one of {sorted(DEFAULT_PORTS)}, got {engine!r}")
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
@@ -133,7 +138,8 @@ def make_app(
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat_completions)
-    app.router.add_get("/metrics", _metrics)
+    if metrics:
+        app.router.add_get("/metrics", _metrics)
     app.router.add_get("/cockpit/truth", _truth)
     if engine == "sglang":
         app.router.add_get("/get_model_info", _model_info)
@@ -243,40 +249,176 @@ async def _model_info(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    """A few Prometheus lines under the engine's own metric names."""
+    """Prometheus text under the engine's own names and labels, driven by the batcher (see
+    docs/metrics.md): what cockpit's engine line and the benchmark read from a real engine."""
     served = request.app[STATE]
-    batcher = served.batcher
-    names: tuple[str, ...]
-    if served.engine == "vllm":
-        names = (
-            "vllm:num_requests_running",
-            "vllm:num_requests_waiting",
-            "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total",
-        )
-    else:
-        names = (
-            "sglang:num_running_reqs",
-            "sglang:num_queue_reqs",
-            "sglang:prompt_tokens_total",
-            "sglang:generation_tokens_total",
-        )
-    values: tuple[int, ...] = (
-        batcher.running,
-        batcher.waiting,
-        served.prompt_tokens_total,
-        batcher.tokens_out,
-    )
-    kinds: tuple[str, ...] = ("gauge", "gauge", "counter", "counter")
-    label = json.dumps(served.model_id)
+    families = _vllm_metrics(served) if served.engine == "vllm" else _sglang_metrics(served)
     # The simulator's own health: steps that started late mean the machine, not the model, paced them.
-    names += ("cockpit_sim_steps_total", "cockpit_sim_step_slips_total")
-    values += (batcher.steps, batcher.slips)
-    kinds += ("counter", "counter")
-    lines = []
-    for name, kind, value in zip(names, kinds, values):
-        lines += [f"# TYPE {name} {kind}", f"{name}{{model_name={label}}} {float(value)}"]
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+    batcher = served.batcher
+    label = {"model_name": served.model_id}
+    families += [
+        _Metric("cockpit_sim_steps_total", "counter", "Simulated engine steps.", label, batcher.steps),
+        _Metric("cockpit_sim_step_slips_total", "counter", "Steps that started late.", label, batcher.slips),
+    ]
+    text = "".join(metric.render() for metric in families)
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+@dataclass(frozen=True)
+class _Metric:
+    """One series with its HELP and TYPE lines, written as prometheus_client writes them (labels sorted)."""
+
+    name: str
+    kind: str
+    help: str
+    labels: dict[str, str]
+    value: float
+
+    def render(self) -> str:
+        labels = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(self.labels.items()))
+        return (
+            f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n"
+            f"{self.name}{{{labels}}} {float(self.value)}\n"
+        )
+
+
+def _kv_usage(batcher: Batcher) -> float:
+    """KV tokens reserved over the cache's tokens, 0..1 (a lone sequence larger than the cache is
+    admitted anyway: it reads full)."""
+    capacity = batcher.pacer.kv_tokens
+    return min(1.0, batcher.kv_reserved / capacity) if capacity > 0 else 0.0
+
+
+def _preemptions(batcher: Batcher) -> int:
+    """Sequences the batcher preempted; it reserves each one's whole life, so none unless it counts them."""
+    return int(getattr(batcher, "preemptions", 0))
+
+
+def _vllm_metrics(served: _Served) -> list[_Metric]:
+    """vllm/v1/metrics/loggers.py (PrometheusStatLogger): counters carry `_total` on the wire, and
+    every series its engine's index and the model's name, as vLLM 0.33 labels them; the simulator
+    is one engine."""
+    batcher = served.batcher
+    label = {"engine": "0", "model_name": served.model_id}
+    return [
+        _Metric(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            label,
+            batcher.running,
+        ),
+        _Metric(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Number of requests waiting to be processed.",
+            label,
+            batcher.waiting,
+        ),
+        _Metric(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            label,
+            _kv_usage(batcher),
+        ),
+        _Metric(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            label,
+            _preemptions(batcher),
+        ),
+        _Metric(  # the simulator has no prefix cache: every prompt token is a query that misses
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            label,
+            served.prompt_tokens_total,
+        ),
+        _Metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            label,
+            0,
+        ),
+        _Metric(
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            label,
+            served.prompt_tokens_total,
+        ),
+        _Metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            label,
+            batcher.tokens_out,
+        ),
+    ]
+
+
+def _sglang_metrics(served: _Served) -> list[_Metric]:
+    """sglang/srt/observability/metrics_collector.py: the scheduler's gauges labelled per rank
+    (one scheduler here: ranks 0), the tokenizer's counters per is_streaming, counted when a
+    request finishes. gen_throughput is tokens over the time since the last scrape (SGLang's is
+    since its last decode log)."""
+    batcher = served.batcher
+    ranks = {
+        "model_name": served.model_id,
+        "engine_type": "unified",
+        "tp_rank": "0",
+        "pp_rank": "0",
+        "moe_ep_rank": "0",
+    }
+    now = time.perf_counter()
+    since, tokens = served.last_scrape
+    rate = (batcher.tokens_out - tokens) / (now - since) if since and now > since else 0.0
+    served.last_scrape = (now, batcher.tokens_out)
+    families = [
+        _Metric(
+            "sglang:num_running_reqs", "gauge", "The number of running requests.", ranks, batcher.running
+        ),
+        _Metric(
+            "sglang:num_queue_reqs",
+            "gauge",
+            "The number of requests in the waiting queue.",
+            ranks,
+            batcher.waiting,
+        ),
+        _Metric("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", ranks, rate),
+        _Metric("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", ranks, 0.0),
+        _Metric("sglang:token_usage", "gauge", "The token usage.", ranks, _kv_usage(batcher)),
+        _Metric(
+            "sglang:num_retracted_requests_total",
+            "counter",
+            "Total number of retracted requests.",
+            ranks,
+            _preemptions(batcher),
+        ),
+    ]
+    for streaming in (False, True):
+        labels = {
+            "model_name": served.model_id,
+            "engine_type": "unified",
+            "is_streaming": str(streaming).lower(),
+        }
+        prompt, generated = served.finished_tokens[streaming]
+        families += [
+            _Metric(
+                "sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels, prompt
+            ),
+            _Metric(
+                "sglang:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                labels,
+                generated,
+            ),
+        ]
+    return families
 
 
 # -- generation --------------------------------------------------------------------------------
@@ -321,10 +463,15 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError") from None
     served.prompt_tokens_total += ask.prompt_tokens
     chunks = _Chunks(ask, served.model_id)
-    async with seq:  # leaving, for whatever reason (a client gone), frees the batch slot
-        if ask.stream:
-            return await _stream(request, seq, ask, chunks, served.truth, received)
-        return await _whole(seq, ask, chunks)
+    try:
+        async with seq:  # leaving, for whatever reason (a client gone), frees the batch slot
+            if ask.stream:
+                return await _stream(request, seq, ask, chunks, served.truth, received)
+            return await _whole(seq, ask, chunks)
+    finally:
+        finished = served.finished_tokens[ask.stream]
+        finished[0] += ask.prompt_tokens
+        finished[1] += seq.generated
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 Data flow:
     Monitor thread --post_message(GpuSamples)--> GPU panes (1 Hz, newest replaces unhandled)
+    engine timer (1 Hz, while a server is ready) --a worker: GET /metrics on a thread--> EngineView --> engine line
     Control threads --LogBuffer--> flush timer (10 Hz) --> Log.write_lines (batches)
                     --post_message(RunnerEventPosted)--> ServerView / BenchView --> header, banner, bench pane
                     --post_message(JobEventPosted)--> status line (sweep steps, notices, job failures)
@@ -12,6 +13,7 @@ one-off jobs (opening a profile, looking for servers left running) are Textual t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -56,6 +58,7 @@ from cockpit.runner.events import (
 )
 from cockpit.runner.registry import ServerEntry
 from cockpit.telemetry.base import GpuSample
+from cockpit.telemetry.enginemetrics import EngineMetrics, EngineScraper
 from cockpit.tui.control import (
     Control,
     JobEvent,
@@ -80,13 +83,14 @@ from cockpit.tui.screens.dialog import TypedPast
 from cockpit.tui.screens.help import HelpScreen
 from cockpit.tui.screens.main import MainScreen
 from cockpit.tui.session import Session, hostname
-from cockpit.tui.state import READY, BenchView, ServerView
+from cockpit.tui.state import READY, BenchView, EngineView, ServerView
 from cockpit.tui.widgets.layout_picker import describe
 from cockpit.tui.widgets.prompt_bar import complete
 
 SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "leave_prompt"}
 LOG_FLUSH_S = 0.1
 HEADER_TICK_S = 1.0
+ENGINE_TIMEOUT_S = 1.0  # a /metrics slower than this leaves the engine line as it was for one poll
 HANGUP_GRACE_S = 5.0  # after SIGHUP, how long a clean exit may take before the process just ends
 KEYS = (  # the screen's keys; the help lists the shown ones
     Binding("f1,question_mark", "help", "Help", key_display="F1/?", id="help"),
@@ -121,7 +125,8 @@ class CockpitApp(App[None]):
         history: PromptHistory | None = None,
         interval: float = 1.0,
     ) -> None:
-        """`poll=False` starts no GPU monitor thread (snapshots feed samples themselves)."""
+        """`poll=False` starts no GPU monitor thread and scrapes no engine metrics (snapshots feed
+        samples themselves); `interval` is both polls' period."""
         super().__init__()
         self.session = session if session is not None else Session.open(profile, sim=sim, interval=interval)
         self.host = host or hostname()
@@ -131,6 +136,10 @@ class CockpitApp(App[None]):
         self.history = history if history is not None else PromptHistory()
         self.server = ServerView()
         self.bench_view = BenchView()
+        self.engine_view = EngineView()
+        self.engine_interval = interval
+        self._engine_scraper: EngineScraper | None = None
+        self._engine_busy = False  # a scrape is in flight: the next poll waits for it
         self.log_buffer = LogBuffer()
         self.control = Control(
             self.session, self.log_buffer, on_event=self._post_runner_event, on_job=self._post_job_event
@@ -149,6 +158,8 @@ class CockpitApp(App[None]):
         await self._open(self.session)
         self.set_interval(LOG_FLUSH_S, self.flush_log)
         self.set_interval(HEADER_TICK_S, self._tick_header)
+        if self.poll:
+            self.set_interval(self.engine_interval, self._poll_engine)
         if self.look_for_servers:
             self.find_live_servers()
         self.main.prompt.focus()  # typed words go to the prompt, never to the pane keys
@@ -163,6 +174,8 @@ class CockpitApp(App[None]):
     def on_unmount(self) -> None:
         self.control.close()
         self._close_session()
+        if self._engine_scraper is not None:
+            self._engine_scraper.close()
 
     def _listen_for_signals(self) -> None:
         """SIGTERM stops the server and the bench, then quits (143); SIGHUP (the terminal is
@@ -238,7 +251,7 @@ class CockpitApp(App[None]):
 
     def _describe(self, verdict: Verdict) -> Text:
         suggestion = self.session.suggest(verdict) if verdict.verdict == FAILS else ""
-        return describe(verdict, self.session.argv_text(verdict), suggestion)
+        return describe(verdict, self.session.argv_text(verdict), suggestion, self.session.against(verdict))
 
     def _candidates(self, text: str) -> list[str]:
         return complete(
@@ -263,8 +276,40 @@ class CockpitApp(App[None]):
             return
         header.show(self.host, self.session.describe(), self.server, self.clock())
 
+    def _poll_engine(self) -> None:
+        """While a server is ready, scrape its /metrics off the loop; once it is not, clear the line."""
+        url = self.server.url if self.server.state == READY else ""
+        if not url:
+            self._clear_engine()
+            return
+        if not self._engine_busy:
+            self._engine_busy = True
+            self.scrape_engine(url)
+
+    def _clear_engine(self) -> None:
+        if self.engine_view.url or self.engine_view.last is not None:
+            self.engine_view.clear()
+            self._show_engine()
+
+    def _show_engine(self) -> None:
+        try:
+            line = self.main.engine_line
+        except NoMatches:  # a scrape can land while the screen is built or torn down
+            return
+        line.show(self.engine_view)
+
+    def _engine_sampled(self, url: str, metrics: EngineMetrics | None) -> None:
+        """A scrape's figures, unless its server is no longer the ready one (a late answer)."""
+        if metrics is None or self.server.state != READY or self.server.url != url:
+            return
+        self.engine_view.watch(url)
+        self.engine_view.apply(metrics)
+        self._show_engine()
+
     def refresh_results(self) -> None:
+        """The comparison, and the picker: measured again, and planned again if the box taught."""
         self.main.bench.show_comparison(self.session.comparison())
+        self.main.picker.reload(self.session.verdicts)
 
     def refresh_gpus(self) -> None:
         if not self._last_samples:
@@ -317,6 +362,8 @@ class CockpitApp(App[None]):
     def _server_event(self, event: Event) -> None:
         """The log pane, the status line and the view shown follow the server's life."""
         main = self.main
+        if self.server.state != READY:
+            self._clear_engine()
         match event:
             case Planned():
                 self.flush_log()  # the last launch's lines stay above this one's separator
@@ -327,6 +374,7 @@ class CockpitApp(App[None]):
             case Ready():
                 self.flush_log()
                 main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
+                self.refresh_results()  # what it logged is measured now, beside the prediction
                 if not self.control.sweeping:
                     main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
             case Failed():
@@ -574,6 +622,21 @@ class CockpitApp(App[None]):
             self.call_from_thread(self.main.say, str(exc), True)
             return
         self.post_message(SessionOpened(session, attach))
+
+    @work(exclusive=True, group="engine")
+    async def scrape_engine(self, url: str) -> None:
+        """One GET of the ready server's /metrics on a thread (the parse too: a DP engine's text
+        is long); a down or silent server gives nothing within ENGINE_TIMEOUT_S."""
+        scraper = self._engine_scraper
+        if scraper is None or scraper.server_url != url:
+            if scraper is not None:
+                scraper.close()
+            scraper = self._engine_scraper = EngineScraper(url, timeout=ENGINE_TIMEOUT_S)
+        try:
+            metrics = await asyncio.to_thread(scraper.scrape)
+        finally:
+            self._engine_busy = False
+        self._engine_sampled(url, metrics)
 
     @work(thread=True, exclusive=True, group="servers")
     def find_live_servers(self) -> None:

@@ -19,9 +19,10 @@ from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.outcome import LAUNCHING, READY
 from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, FITS, TIGHT, Verdict, plan_layout
+from cockpit.planner import FAILS, FITS, TIGHT, Learned, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
 from cockpit.reports.comparison import Comparison, comparison
+from cockpit.reports.measured import Against, Box, LastMeasured, calibration_mark, last_measured
 from cockpit.reports.results import format_comparison
 from cockpit.runner.experiment import DEFAULT_STARTUP_TIMEOUT_S
 from cockpit.runner.registry import ServerEntry
@@ -36,6 +37,11 @@ class Session(Lab):
     """A lab as the screen reads it: with its layouts planned and ordered for the picker."""
 
     verdicts: list[Verdict] = field(default_factory=list)  # the profile's layouts first, then the plan's
+    # what the verdicts were planned with: their predictions' mark, "calibrated from n runs" or "default"
+    planned_with: Learned = field(default_factory=Learned)
+    # layout -> what this box last measured of it: read from the journal once, when first asked
+    # after a refresh, never per keypress (None: to be read again)
+    _measured: dict[str, LastMeasured] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(
@@ -52,6 +58,7 @@ class Session(Lab):
             profile, sim=sim, engine=engine, interval=interval, startup_timeout=startup_timeout
         )
         try:
+            session.planned_with = session.setup.learned
             session.verdicts = session._ordered(session.launcher.verdicts())
         except BaseException:
             session.close()
@@ -59,6 +66,19 @@ class Session(Lab):
         return session
 
     # -- the plan ---------------------------------------------------------------------------
+
+    def learn(self, experiment: int) -> None:
+        """The launcher's after-measure hook (set by Lab.open), after a launch got ready or a
+        benchmark finished: fit again, and read this box's measurements again when next asked."""
+        super().learn(experiment)
+        self.forget_measured()
+
+    def learned_changed(self) -> None:
+        """The box taught the planner something (on the launcher's thread): plan the layouts again
+        with it, so the picker's predictions and their mark agree once it reloads them."""
+        learned = self.setup.learned
+        self.verdicts = self._ordered(self.launcher.verdicts())
+        self.planned_with = learned
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -154,6 +174,30 @@ class Session(Lab):
     def suggest(self, verdict: Verdict) -> str:
         return self.launcher.suggest(verdict)
 
+    # -- predicted against measured ---------------------------------------------------------
+
+    def against(self, verdict: Verdict) -> Against:
+        """How the verdict's predictions were made, and what this box last measured of its layout."""
+        bench = self.profile.bench
+        return Against(
+            calibration_mark(self.planned_with),
+            self.last_measured().get(str(verdict.layout)),
+            (bench.input_len, bench.output_len),
+        )
+
+    def last_measured(self) -> dict[str, LastMeasured]:
+        """Each layout's newest numbers on this box (host, GPU type, engine, model), kept until
+        `forget_measured`: one pass over the journal per refresh."""
+        measured = self._measured
+        if measured is None:
+            box = Box.of(self.setup, socket.gethostname())  # the host the journal files launches under
+            measured = self._measured = last_measured(self.journal, box)
+        return measured
+
+    def forget_measured(self) -> None:
+        """Read the measurements again when next asked."""
+        self._measured = None
+
     # -- what the header shows --------------------------------------------------------------
 
     def describe(self) -> dict[str, str]:
@@ -177,20 +221,25 @@ class Session(Lab):
     # -- results ----------------------------------------------------------------------------
 
     def comparison(self) -> Comparison:
+        """The results, read again; the screen asks when an experiment fails or a level ends, so
+        the measurements are read again too."""
+        self.forget_measured()
         return comparison(self.journal, self.profile.name)
 
-    def export(self, fmt: str, folder: Path | None = None, now: float | None = None) -> Path:
+    def export(
+        self, fmt: str, folder: Path | None = None, now: float | None = None, predicted: bool = False
+    ) -> Path:
         """Write the results in `folder` (the cwd, else the data folder): md as a titled report with
-        the context a reader needs (cockpit.reports.export.markdown_report), csv as one record per level."""
+        the context a reader needs (cockpit.reports.export.markdown_report), csv as one record per level.
+        `predicted` adds the tok/s predicted at launch beside each measured one."""
         from cockpit.reports.export import context_from_setup, markdown_report
 
         comp = self.comparison()
         if fmt == "md":
-            text = (
-                markdown_report(comp, context_from_setup(self.setup, self.profile.name, comp, now=now)) + "\n"
-            )
+            context = context_from_setup(self.setup, self.profile.name, comp, now=now)
+            text = markdown_report(comp, context, predicted) + "\n"
         else:
-            text = format_comparison(comp, fmt) + "\n"
+            text = format_comparison(comp, fmt, predicted) + "\n"
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         name = f"cockpit-{self.profile.name}-{stamp}.{EXPORT_SUFFIX[fmt]}"
         folders = [folder] if folder is not None else [Path.cwd(), _data_dir() / "exports"]

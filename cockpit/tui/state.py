@@ -23,7 +23,10 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
+from cockpit.telemetry.enginemetrics import EngineMetrics
 from cockpit.tui.format import duration
+
+ENGINE_HISTORY = 120  # scrapes kept for the engine line's sparklines
 
 # The server's states on screen: the journal's outcomes, plus the steps before one is reached.
 NONE, STARTING, LOADING = "none", "starting", "loading"
@@ -179,3 +182,44 @@ class BenchView:
             f"TTFT p50 {ms('ttft_ms', 'p50')} p99 {ms('ttft_ms', 'p99')} ms · "
             f"ITL p50 {ms('itl_ms', 'p50')} p99 {ms('itl_ms', 'p99')} ms"
         )
+
+
+@dataclass
+class EngineView:
+    """The ready server's own figures, one scrape a poll: the engine line renders from it.
+
+    Bound to one server (its URL); `clear()` when it stops. Preemptions count from the first
+    scrape of this server, so the line shows the ones that happened while it was watched.
+    """
+
+    url: str = ""
+    last: EngineMetrics | None = None
+    running: deque[float | None] = field(default_factory=lambda: deque(maxlen=ENGINE_HISTORY))
+    waiting: deque[float | None] = field(default_factory=lambda: deque(maxlen=ENGINE_HISTORY))
+    kv_usage: deque[float | None] = field(default_factory=lambda: deque(maxlen=ENGINE_HISTORY))
+    first_preemptions: float | None = None
+
+    def watch(self, url: str) -> None:
+        """Follow the server at `url`; nothing of another server's stays."""
+        if url != self.url:
+            self.clear()
+            self.url = url
+
+    def clear(self) -> None:
+        vars(self).update(vars(EngineView()))
+
+    def apply(self, metrics: EngineMetrics) -> None:
+        self.last = metrics
+        self.running.append(metrics.running)
+        self.waiting.append(metrics.waiting)
+        self.kv_usage.append(metrics.kv_usage)
+        if self.first_preemptions is None:
+            self.first_preemptions = metrics.preemptions_total
+
+    @property
+    def preemptions(self) -> float | None:
+        """Preemptions since this server was first scraped; None when the engine does not count them."""
+        if self.last is None or self.last.preemptions_total is None:
+            return None
+        since = self.first_preemptions or 0.0
+        return max(0.0, self.last.preemptions_total - since)

@@ -39,6 +39,16 @@ def bare(message: str) -> str:
     return line.split(": ", 1)[1] if ": " in line and EXCEPTION.match(line) else line
 
 
+UNMODELLED_GRAPH_GIB = 0.5  # what the graphs take where the memory estimate does not model them
+
+
+def graph_gib(memory: MemoryEstimate) -> float:
+    """The memory the simulated engine's CUDA graphs take, as both engines report it after the
+    capture: the planner's model of them (docs/memory.md), or half a GiB where it has none (SGLang
+    keeps its graphs in the memory it leaves free, so the estimate does not size them)."""
+    return memory.graph_gib or UNMODELLED_GRAPH_GIB
+
+
 def gb(value: float) -> str:
     """vLLM's format_gib (vllm/utils/mem_utils.py): round to 2 places, no padding."""
     return f"{round(value, 2)}"

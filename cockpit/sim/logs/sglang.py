@@ -9,17 +9,78 @@ from collections.abc import Sequence
 
 from cockpit.engines import Placement
 from cockpit.layout import Layout
-from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
+from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict, sglang_static_share
 from cockpit.sim.flags import EngineArgs
-from cockpit.sim.logs.base import EngineLog, Frame, Out, Raise, capture_sizes, exception_line, raises
+from cockpit.sim.logs.base import (
+    EngineLog,
+    Frame,
+    Out,
+    Raise,
+    capture_sizes,
+    exception_line,
+    graph_gib,
+    raises,
+)
 
-_SGLANG_SCHEDULER = Frame(  # sglang/srt/managers/scheduler.py
-    "sglang/srt/managers/scheduler.py",
+_SCHEDULER = "sglang/srt/managers/scheduler.py"
+_SGLANG_SCHEDULER = Frame(
+    _SCHEDULER,
     6362,
     "run_scheduler_process",
     "scheduler = Scheduler(server_args, port_args)",
 )
 _MOE_EP_SETUP = "sglang/srt/model_executor/model_runner_components/moe_ep_setup.py"
+_KV_CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py"
+# SGLang 0.5.23 sizes the KV pool after loading: the scheduler asks the model runner for it, the
+# KV cache configurator profiles the free memory and turns it into a pool config.
+_POOL_SIZING = (
+    _SGLANG_SCHEDULER,
+    Frame(_SCHEDULER, 568, "__init__", "self.init_model_worker()"),
+    Frame(_SCHEDULER, 1137, "init_model_worker", "self.init_memory_pools()"),
+    Frame(_SCHEDULER, 1100, "init_memory_pools", "self.init_target_memory_pool()"),
+    Frame(_SCHEDULER, 1090, "init_target_memory_pool", "self.tp_worker.alloc_memory_pool("),
+    Frame(
+        "sglang/srt/managers/tp_worker.py", 409, "alloc_memory_pool", "self.model_runner.alloc_memory_pool("
+    ),
+    Frame(
+        "sglang/srt/model_executor/model_runner.py",
+        982,
+        "alloc_memory_pool",
+        "result = self.kv_cache_configurator.configure(",
+    ),
+    Frame(
+        _KV_CONFIGURATOR, 476, "configure", "config = self._resolve_memory_pool_config(pre_model_load_memory)"
+    ),
+)
+# The weights leave the static share no room: KVCacheConfigurator._profile_available_bytes.
+_NO_ROOM = (
+    Frame(
+        _KV_CONFIGURATOR,
+        3182,
+        "_resolve_memory_pool_config",
+        "available_bytes = self._profile_available_bytes(pre_model_load_memory)",
+    ),
+    Frame(_KV_CONFIGURATOR, 3050, "_profile_available_bytes", "raise ValueError("),
+)
+# The pool holds no token: DefaultPoolConfigurator.calculate_pool_sizes builds a MemoryPoolConfig
+# that refuses it (sglang/srt/model_executor/pool_configurator.py; the dataclass's own __init__
+# frame between them is left out).
+_NO_TOKEN = (
+    Frame(
+        _KV_CONFIGURATOR,
+        3183,
+        "_resolve_memory_pool_config",
+        "config = self.config_from_budget(available_bytes)",
+    ),
+    Frame(_KV_CONFIGURATOR, 3204, "config_from_budget", "config = configurator.calculate_pool_sizes("),
+    Frame(
+        "sglang/srt/model_executor/pool_configurator.py",
+        647,
+        "calculate_pool_sizes",
+        "return MemoryPoolConfig(max_total_num_tokens=max_total_num_tokens)",
+    ),
+    Frame("sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"),
+)
 _SGLANG_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
     (re.compile(pattern), raised)
     for pattern, raised in (
@@ -145,7 +206,12 @@ class SGLangLog(EngineLog):
             "attn_dp_size": attn_dp,
             "enable_dp_attention": attn_dp > 1,
             "ep_size": layout.ep or 1,
-            "mem_fraction_static": server.mem_fraction_static,
+            # resolved: the flag, or the share SGLang derived (None only before any memory estimate)
+            "mem_fraction_static": (
+                server.mem_fraction_static
+                if verdict.memory is None
+                else sglang_static_share(server, verdict.memory)
+            ),
             "host": args.host,
             "port": args.port,
         }
@@ -194,10 +260,13 @@ class SGLangLog(EngineLog):
         )
 
     def kv_failure(self, reason: Reason) -> None:
-        pool = Frame(
-            "sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"
-        )
-        self._scheduler_died([_SGLANG_SCHEDULER, pool], exception_line(reason.message, "RuntimeError"))
+        """SGLang 0.5.23 raises a ValueError when the weights leave no room for the pool, a
+        RuntimeError when the pool holds no token: the text says which."""
+        if exception_line(reason.message, "RuntimeError").startswith("RuntimeError"):
+            frames = [*_POOL_SIZING, *_NO_TOKEN]
+        else:
+            frames = [*_POOL_SIZING, *_NO_ROOM]
+        self._scheduler_died(frames, exception_line(reason.message, "RuntimeError"))
 
     def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None:
         per_replica = memory.kv_tokens // max(1, placement.attn_replicas)
@@ -218,7 +287,7 @@ class SGLangLog(EngineLog):
         self.line(f"Memory pool end. avail mem={avail:.2f} GB")
         graphs = 0.0
         if setup.server.cuda_graphs:  # sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py
-            graphs = 0.5
+            graphs = graph_gib(memory)
             self.line(
                 f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB"
             )

@@ -11,7 +11,18 @@ from cockpit.engines import Placement
 from cockpit.layout import Layout
 from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
-from cockpit.sim.logs.base import SITE, EngineLog, Frame, Out, Raise, bare, exception_line, gb, raises
+from cockpit.sim.logs.base import (
+    SITE,
+    EngineLog,
+    Frame,
+    Out,
+    Raise,
+    bare,
+    exception_line,
+    gb,
+    graph_gib,
+    raises,
+)
 
 _VLLM_CONFIG_CALLS = {  # vllm/engine/arg_utils.py: create_engine_config
     "VllmConfig": Frame("vllm/engine/arg_utils.py", 2883, "create_engine_config", "config = VllmConfig("),
@@ -170,6 +181,7 @@ class VLLMLog(EngineLog):
         super().__init__(out)
         self.engine_core = "EngineCore"
         self.worker = "Worker"
+        self.memory: MemoryEstimate | None = None  # what was loaded: a KV failure says what was left
 
     def line(self, text: str, source: str, process: str = "APIServer", level: str = "INFO") -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
@@ -333,6 +345,7 @@ class VLLMLog(EngineLog):
         self._worker_failure(frame, text)
 
     def loaded(self, setup: Setup, memory: MemoryEstimate) -> None:
+        self.memory = memory
         self.line(  # vllm/v1/worker/gpu_model_runner.py
             f"Model loading took {gb(memory.weights_gib)} GiB memory and {self.elapsed():.6f} seconds",
             "gpu_model_runner.py:5088",
@@ -340,7 +353,10 @@ class VLLMLog(EngineLog):
         )
 
     def kv_failure(self, reason: Reason) -> None:
-        """The engine core sizes the KV cache from what the workers report (vllm/v1/core/kv_cache_planning.py)."""
+        """The engine core sizes the KV cache from what the workers report (vllm/v1/core/kv_cache_planning.py):
+        each worker has said what it has left (vllm/v1/worker/gpu_worker.py) before the check fails."""
+        if self.memory is not None:
+            self._available_kv(self.memory)
         check = 57 if "No available memory" in reason.message else 77
         frames = [
             Frame(
@@ -367,10 +383,14 @@ class VLLMLog(EngineLog):
     def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None:
         per_replica = memory.kv_tokens // max(1, placement.attn_replicas)
         length = setup.server.max_model_len or setup.model.max_context
-        # vllm/v1/worker/gpu_worker.py
-        self.line(
-            f"Available KV cache memory: {gb(memory.kv_budget_gib)} GiB", "gpu_worker.py:772", self.worker
-        )
+        graphs = graph_gib(memory)
+        if setup.server.cuda_graphs:  # vllm/v1/worker/gpu_model_runner.py: profile_cudagraph_memory
+            self.line(
+                f"Estimated CUDA graph memory: {graphs:.2f} GiB total",
+                "gpu_model_runner.py:6409",
+                self.worker,
+            )
+        self._available_kv(memory)
         self.line(  # vllm/v1/core/kv_cache_utils.py: update_kv_cache_capacity, one line since 0.33
             f"GPU KV cache size: {per_replica:,} tokens, "
             f"Maximum concurrency for {length:,} tokens per request: {per_replica / length:.2f}x",
@@ -381,13 +401,20 @@ class VLLMLog(EngineLog):
             self.out(
                 "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:01<00:00, 67.00it/s]"
             )
-            self.line(
-                "Graph capturing finished in 1 secs, took 0.50 GiB", "gpu_model_runner.py:6516", self.worker
+            self.line(  # vllm/v1/worker/gpu_model_runner.py: capture_model
+                f"Graph capturing finished in 1 secs, took {graphs:.2f} GiB",
+                "gpu_model_runner.py:6516",
+                self.worker,
             )
         self.line(  # vllm/v1/engine/core.py
             f"init engine (profile, create kv cache, warmup model) took {self.elapsed():.2f} s",
             "core.py:412",
             self.engine_core,
+        )
+
+    def _available_kv(self, memory: MemoryEstimate) -> None:
+        self.line(  # vllm/v1/worker/gpu_worker.py: determine_available_memory
+            f"Available KV cache memory: {gb(memory.kv_budget_gib)} GiB", "gpu_worker.py:772", self.worker
         )
 
     def ready(self, args: EngineArgs) -> None:

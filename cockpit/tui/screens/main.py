@@ -1,7 +1,9 @@
-"""The one screen: header, GPU panes, layout picker, launch log, benchmark pane, prompt bar, footer.
+"""The one screen: header, GPU panes, the engine line, layout picker, launch log, benchmark pane,
+prompt bar, footer.
 
 Wide terminals show the picker, the log and the bench pane side by side; a compact one
-(80x24) shows one of them at a time (l, o, b switch) and the GPU panes shrink to one line.
+(80x24) shows one of them at a time (l, o, b switch) and the GPU panes shrink to one line. The
+engine line shows only while a ready server answers with its metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from textual.widgets import Footer
 
 from cockpit.tui.history import PromptHistory
 from cockpit.tui.widgets.bench_pane import BenchPane
+from cockpit.tui.widgets.engine_line import EngineLine
 from cockpit.tui.widgets.gpu_pane import GpuGrid
 from cockpit.tui.widgets.header import StatusHeader
 from cockpit.tui.widgets.launch_log import LaunchLog
@@ -41,6 +44,7 @@ class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
         yield GpuGrid(id="gpus")
+        yield EngineLine(id="engine")
         with Container(id="main"):
             yield LayoutPicker(id="view-layouts", classes="view")
             yield LaunchLog(id="view-log", classes="view")
@@ -65,6 +69,10 @@ class MainScreen(Screen):
     @property
     def gpus(self) -> GpuGrid:
         return self.query_one(GpuGrid)
+
+    @property
+    def engine_line(self) -> EngineLine:
+        return self.query_one(EngineLine)
 
     @property
     def picker(self) -> LayoutPicker:

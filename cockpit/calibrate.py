@@ -1,0 +1,351 @@
+"""What a box taught the planner: a few constants fitted from its journaled launches.
+
+Pure: launches come in (what the engine logged, what the benchmark measured), a
+``planner.Learned`` comes out; ``cockpit.learning`` reads the journal and keeps the result per
+(GPU type, engine, engine version, simulated or not). The fit is made against the setup being
+planned, so every launch's prediction is recomputed by today's planner with the default
+``Learned`` (never the one journaled at the time, which already held older lessons), and only
+launches whose argv that setup would launch again are used: a run under other server arguments
+(another memory fraction, another context length) says nothing about these constants.
+
+- Memory (docs/memory.md): ``weights_factor``, the median of logged over modelled weights,
+  only when it is clearly off (more than 1%); then ``reserve_offset_gib``, the median of
+  modelled minus logged KV cache memory per GPU once the weights are corrected. vLLM logs
+  "Available KV cache memory: X GiB" (vllm/v1/worker/gpu_worker.py); SGLang logs the pool's
+  "#tokens: N" (sglang/srt/mem_cache/memory_pool.py), turned into GiB with the model's KV bytes
+  per token. One launch with a logged number is enough: each is a direct reading.
+- Speed (docs/performance.md#calibration): ``eta_bw`` (the achieved share of memory bandwidth:
+  the bytes term of every decode step, which shrinks with TP) and ``t_layer_us`` (the per-layer
+  floor of kernel launches and syncs: the same on every TP size). They are the two largest
+  terms of a decode step on these boxes, and two layouts of different sizes tell them apart;
+  one layout alone cannot (a faster card and a slower launch give the same step), so speed
+  needs good points from at least two layouts (different parallel sizes) and four in all. The
+  fit minimises the mean absolute log error of predicted against measured output tok/s
+  (robust: an outlier moves it less than a squared error would), by nested bounded line
+  searches (a grid, then golden section). Failed and client-limited levels never count: they measure
+  the client or a broken run, not the server. A constant the profile sets itself is not
+  fitted: the profile's word wins over what was learned (``perfmodel.for_verdict``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from cockpit.errors import CockpitError
+from cockpit.perfmodel import calibration_for, for_verdict, predict_tok_s
+from cockpit.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, plan_layout
+from cockpit.secrets import redact_argv
+
+# The speed constants fitted, with the bounds of the search.
+SPEED_PARAMETERS: dict[str, tuple[float, float]] = {"eta_bw": (0.1, 1.0), "t_layer_us": (0.0, 1000.0)}
+MIN_SPEED_LAYOUTS = 2  # parallel layouts with good points: one cannot tell bandwidth from launches
+MIN_SPEED_POINTS = 4  # good benchmark levels in all
+WEIGHTS_TOLERANCE = 0.01  # logged weights within 1% of the model: the model stands
+GRID_POINTS = 9  # the first look along each constant's range
+LINE_TOLERANCE = 1e-3  # of the range: 0.001 of eta_bw, 1 us of t_layer_us
+PRIOR_WEIGHT = 1e-3  # on a flat stretch of the error, the value nearest the default wins
+MISSING_PREDICTION = 10.0  # the log error of a level the model cannot predict (a layout it says fails)
+
+
+class Launched(Protocol):
+    """A journaled launch as the fit reads it (``cockpit.journal.Experiment`` is one)."""
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def argv(self) -> Sequence[str]: ...
+
+    @property
+    def facts(self) -> Mapping[str, Any]: ...
+
+
+class Measured(Protocol):
+    """A benchmark level as the fit reads it (``cockpit.journal.BenchPoint`` is one)."""
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def output_tok_s(self) -> float: ...
+
+    @property
+    def input_len(self) -> int | None: ...
+
+    @property
+    def output_len(self) -> int | None: ...
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def client_limited(self) -> bool: ...
+
+
+Run = tuple[Launched, Sequence[Measured]]
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    weights_factor: float | None  # None: no weights logged
+    reserve_offset_gib: float | None  # None: no KV cache logged
+    used: frozenset[int]  # indices of the runs it read
+
+
+@dataclass(frozen=True)
+class SpeedFit:
+    calibration: dict[str, float]
+    used: frozenset[int]
+
+
+def fit(setup: Setup, runs: Sequence[Run], prior: Learned | None = None) -> Learned:
+    """What ``runs`` teach about the box ``setup`` plans for. A part with too little data keeps
+    ``prior``'s (what was learned before, perhaps from another model on the same box)."""
+    prior = prior or Learned()
+    comparable = [(i, run) for i, run in enumerate(runs) if _replanned(setup, run[0])]
+    memory = fit_memory(setup, comparable, prior.weights_factor)
+    weights_factor = prior.weights_factor
+    offset = prior.reserve_offset_gib
+    if memory is not None and memory.weights_factor is not None:
+        weights_factor = memory.weights_factor
+    if memory is not None and memory.reserve_offset_gib is not None:
+        offset = memory.reserve_offset_gib
+    learned_memory = Learned(reserve_offset_gib=offset, weights_factor=weights_factor)
+    speed = fit_speed(replace(setup, learned=learned_memory), comparable)
+    if memory is None and speed is None:
+        return prior
+    used = (memory.used if memory else frozenset()) | (speed.used if speed else frozenset())
+    return Learned(
+        runs=len(used),
+        calibration=speed.calibration if speed else dict(prior.calibration),
+        reserve_offset_gib=offset,
+        weights_factor=weights_factor,
+    )
+
+
+# -- which runs speak for this setup ----------------------------------------------------------
+
+
+def _replanned(setup: Setup, launched: Launched) -> bool:
+    """Whether ``setup`` would launch this run's layout with the argv it was launched with
+    (launcher words and port aside); a layout that no longer parses would not be."""
+    try:
+        verdict = plan_layout(setup, launched.layout)
+    except CockpitError:
+        return False
+    return launched_as_planned(setup, verdict, launched.argv)
+
+
+def launched_as_planned(setup: Setup, verdict: Verdict, argv: Sequence[str]) -> bool:
+    """The journaled argv ends with the words the planner gives this layout today: the model,
+    the parallel flags and the server arguments. The launcher (a venv's path, the simulator's
+    wrapper) and the port may differ: they change where it ran, not how it served."""
+    if not verdict.argv or not argv:
+        return False
+    launcher = len(setup.command or setup.engine.default_command)
+    ours = _server_words(redact_argv(verdict.argv)[launcher:])
+    theirs = list(argv)
+    return len(theirs) >= len(ours) and _server_words(theirs[len(theirs) - len(ours) :]) == ours
+
+
+def _server_words(words: Sequence[str]) -> list[str]:
+    masked = list(words)
+    for i, word in enumerate(masked[:-1]):
+        if word == "--port":
+            masked[i + 1] = "*"
+    return masked
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+def fit_memory(
+    setup: Setup, runs: Sequence[tuple[int, Run]], weights_factor: float = 1.0
+) -> MemoryFit | None:
+    """Weights factor and reserve offset from what the engine logged; None without any number.
+    ``weights_factor``: the one learned before, which corrects the weights when none was logged."""
+    base = replace(setup, learned=Learned())
+    ratios: list[tuple[int, float]] = []  # (run, logged / modelled weights)
+    kv: list[tuple[int, MemoryEstimate, float]] = []  # (run, the model's memory, logged KV GiB per GPU)
+    for index, (launched, _) in runs:
+        verdict = plan_layout(base, launched.layout)
+        memory = verdict.memory
+        if memory is None:
+            continue
+        logged = _number(launched.facts, "weights_gib")
+        if logged is not None and memory.weights_gib > 0:
+            ratios.append((index, logged / memory.weights_gib))
+        measured = logged_kv_gib(launched.facts, verdict)
+        if measured is not None:
+            kv.append((index, memory, measured))
+    if not ratios and not kv:
+        return None
+    factor = statistics.median(r for _, r in ratios) if ratios else None
+    if factor is not None and abs(factor - 1.0) <= WEIGHTS_TOLERANCE:
+        factor = 1.0
+    # The KV budget is what weights and reserve leave: corrected weights first, the rest is reserve.
+    scale = (weights_factor if factor is None else factor) - 1.0
+    offsets = [m.kv_budget_gib - m.weights_gib * scale - measured for _, m, measured in kv]
+    offset = round(statistics.median(offsets), 3) if offsets else None
+    used = frozenset(i for i, _ in ratios) | frozenset(i for i, _, _ in kv)
+    return MemoryFit(None if factor is None else round(factor, 4), offset, used)
+
+
+def logged_kv_gib(facts: Mapping[str, Any], verdict: Verdict) -> float | None:
+    """KV cache memory per GPU as the engine logged it: vLLM's GiB, else SGLang's pool tokens
+    (one attention replica's, smallest rank) times the model's KV bytes per token per GPU. A pool
+    cut by --max-total-tokens says nothing about the memory left."""
+    memory = verdict.memory
+    if memory is None:
+        return None
+    gib = _number(facts, "kv_memory_gib")
+    if gib is not None:
+        return gib
+    tokens = _number(facts, "kv_tokens")
+    server = verdict.server
+    if tokens is None or (server is not None and server.max_total_tokens):
+        return None
+    return tokens * memory.kv_bytes_per_token / GiB
+
+
+def _number(facts: Mapping[str, Any], key: str) -> float | None:
+    value = facts.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+# -- speed --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The good levels of one run at one request shape."""
+
+    verdict: Verdict
+    input_len: int
+    output_len: int
+    levels: tuple[int, ...]
+    measured: tuple[float, ...]
+
+
+def usable_level(point: Measured) -> bool:
+    """A level that measured the server: not failed, not held back by the client, with lengths."""
+    return (
+        not point.failed
+        and not point.client_limited
+        and point.output_tok_s > 0
+        and math.isfinite(point.output_tok_s)
+        and bool(point.input_len)
+        and bool(point.output_len)
+    )
+
+
+def fit_speed(setup: Setup, runs: Sequence[tuple[int, Run]]) -> SpeedFit | None:
+    """eta_bw and t_layer_us (those the profile leaves free) from the good levels; None when the
+    data cannot tell them apart (fewer than two layouts or four levels)."""
+    free = [name for name in SPEED_PARAMETERS if name not in setup.calibration]
+    groups, used = _speed_groups(setup, runs)
+    layouts = {g.verdict.layout.parallel for g in groups}
+    points = sum(len(g.levels) for g in groups)
+    if not free or len(layouts) < MIN_SPEED_LAYOUTS or points < MIN_SPEED_POINTS:
+        return None
+    defaults = calibration_for(setup.hardware, setup.engine.name, setup.calibration)
+    start = {name: float(getattr(defaults, name)) for name in free}
+
+    def objective(values: Mapping[str, float]) -> float:
+        """Mean absolute log error, plus a hair of distance from the defaults."""
+        trial = replace(setup, learned=replace(setup.learned, calibration=dict(values)))
+        total = 0.0
+        for group in groups:
+            predicted = predict_tok_s(
+                trial, group.verdict, sorted(set(group.levels)), group.input_len, group.output_len
+            )
+            for level, measured in zip(group.levels, group.measured):
+                tok_s = predicted.get(level, 0.0)
+                total += abs(math.log(tok_s / measured)) if tok_s > 0 else MISSING_PREDICTION
+        moved = sum(
+            abs(values[n] - start[n]) / (SPEED_PARAMETERS[n][1] - SPEED_PARAMETERS[n][0]) for n in free
+        )
+        return total / points + PRIOR_WEIGHT * moved
+
+    best, _ = search(objective, [(name, *SPEED_PARAMETERS[name]) for name in free])
+    rounded = {name: round(value, 4 if name.startswith("eta_") else 2) for name, value in best.items()}
+    return SpeedFit(rounded, frozenset(used))
+
+
+def _speed_groups(setup: Setup, runs: Sequence[tuple[int, Run]]) -> tuple[list[_Group], set[int]]:
+    groups: list[_Group] = []
+    used: set[int] = set()
+    for index, (launched, points) in runs:
+        good = [p for p in points if usable_level(p)]
+        if not good:
+            continue
+        verdict = plan_layout(setup, launched.layout)
+        if for_verdict(setup, verdict) is None:
+            continue  # the model says it cannot run: no prediction to fit against
+        for (input_len, output_len), same in itertools.groupby(sorted(good, key=_shape), key=_shape):
+            level_points = list(same)
+            groups.append(
+                _Group(
+                    verdict,
+                    input_len,
+                    output_len,
+                    tuple(p.concurrency for p in level_points),
+                    tuple(p.output_tok_s for p in level_points),
+                )
+            )
+        used.add(index)
+    return groups, used
+
+
+def _shape(point: Measured) -> tuple[int, int]:
+    return int(point.input_len or 0), int(point.output_len or 0)
+
+
+def search(
+    objective: Callable[[Mapping[str, float]], float],
+    bounds: Sequence[tuple[str, float, float]],
+    fixed: Mapping[str, float] | None = None,
+) -> tuple[dict[str, float], float]:
+    """The lowest ``objective`` within ``bounds`` (name, low, high) and its value: a line search
+    over the first constant, each of its values scored by the best of the others (searched the
+    same way). Nested line searches follow a narrow diagonal valley, which the bandwidth and the
+    per-layer floor make (a little more of one offsets a little less of the other), where a grid
+    refined round by round or one constant at a time would stall."""
+    fixed = dict(fixed or {})
+    (name, low, high), rest = bounds[0], bounds[1:]
+    tried: dict[float, tuple[dict[str, float], float]] = {}
+
+    def score(value: float) -> float:
+        if value not in tried:
+            values = {**fixed, name: value}
+            tried[value] = search(objective, rest, values) if rest else (values, objective(values))
+        return tried[value][1]
+
+    line_search(score, low, high)
+    return min(tried.values(), key=lambda found: found[1])
+
+
+def line_search(score: Callable[[float], float], low: float, high: float) -> float:
+    """The best of a grid over [low, high], then golden-section search within one grid step of
+    it: for the V-shaped error of one constant (tok/s moves one way with it) that finds the
+    bottom to LINE_TOLERANCE of the range."""
+    step = (high - low) / (GRID_POINTS - 1)
+    best = min((low + step * k for k in range(GRID_POINTS)), key=score)
+    a, b = max(low, best - step), min(high, best + step)
+    ratio = (math.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    while b - a > LINE_TOLERANCE * (high - low):
+        if score(c) <= score(d):
+            b, d = d, c
+            c = b - ratio * (b - a)
+        else:
+            a, c = c, d
+            d = a + ratio * (b - a)
+    return min((best, c, d), key=score)

@@ -1,0 +1,270 @@
+"""The engine's own numbers about a launch, read from its log one line at a time.
+
+vLLM and SGLang print what the weights took, the memory left for the KV cache, the tokens it
+holds, what the CUDA graphs took and how long each step was. Those lines are the truth the
+planner's prediction is compared with and learned from (docs/measured.md lists every line,
+both engines, current and previous wordings, with the upstream file that prints it).
+
+Every rank prints its own lines: the weights are the busiest rank's (the GPU that fills
+first), the KV cache the smallest rank's (the engine sizes every rank's pool to it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from cockpit.runner.events import LaunchReport
+from cockpit.runner.phases import KV_MEMORY, KV_TOKENS, log_message, strip_ansi
+
+# -- who says it ---------------------------------------------------------------------------------
+
+# vLLM's process tag "(Worker_TP1 pid=12)", "(VllmWorker rank=1 pid=3)", "(EngineCore_DP0 pid=9)"
+# (vllm/logger.py); SGLang's "[2026-11-30 10:01:35 DP0 TP1 EP1]" (sglang/srt/utils/common.py:
+# configure_logger). The pid tells apart older vLLM's "(VllmWorkerProcess pid=N)", which all
+# carry the same name; a line without a tag is the main process's.
+_RANK_TAG = re.compile(
+    r"^\s*\((?P<process>[^()]*\bpid=\d+)\)"
+    r"|^\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?P<ranks>(?: [A-Z]+\d+)*)\]"
+)
+
+# -- vLLM ----------------------------------------------------------------------------------------
+
+# vllm/v1/worker/gpu_model_runner.py: "Model loading took %s GiB memory and %.6f seconds" (0.33);
+# "Model loading took 11.4384 GiB and 5.338305 seconds" (0.8, 0.9); V0 and early V1 print
+# "Loading model weights took %.4f GB" (vllm/worker/model_runner.py), bytes / 2**30 in fact: GiB.
+_VLLM_WEIGHTS = re.compile(
+    r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) Gi?B(?: memory)?"
+    r"(?: and (?P<seconds>[\d.]+) seconds?)?"
+)
+# vllm/v1/core/kv_cache_utils.py: update_kv_cache_capacity, on the size's line in 0.33, on a line
+# of its own in older versions (0.26 and before).
+_VLLM_CONCURRENCY = re.compile(
+    r"Maximum concurrency for (?P<length>[\d,]+) tokens per request: (?P<x>[\d.]+)x"
+)
+# vllm/v1/worker/gpu_model_runner.py: capture_model, "Graph capturing finished in %.0f secs, took
+# %.2f GiB"; the oldest print the time alone ("Graph capturing finished in 5 secs.").
+_VLLM_GRAPHS = re.compile(
+    r"Graph capturing finished in (?P<seconds>[\d.]+) secs?(?:, took (?P<gib>-?[\d.]+) GiB)?"
+)
+# vllm/v1/worker/gpu_model_runner.py: profile_cudagraph_memory, the estimate vLLM takes off the KV
+# cache before it captures (by default since 0.21).
+_VLLM_GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: (?P<gib>[\d.]+) GiB total")
+# vllm/v1/engine/core.py: "... took %.2f s" (V1); V0's llm_engine.py says "seconds".
+_VLLM_INIT = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s(?:econds)?\b"
+)
+# V0 only: vllm/worker/worker.py said how much memory was left for the KV cache in words.
+_VLLM_V0_KV_MEMORY = (
+    re.compile(r"Memory profiling results: .*\bkv_cache_size=(?P<gib>[\d.]+)GiB"),
+    re.compile(r"the rest of the memory reserved for KV Cache is (?P<gib>[\d.]+)\s?GiB"),
+)
+_VLLM_VERSION = (
+    # vllm/entrypoints/common/startup.py (0.33: "vLLM server version %s, serving model %s"),
+    # vllm/entrypoints/openai/api_server.py before ("vLLM API server version %s").
+    re.compile(r"\bvLLM (?:API )?server version (?P<version>\d[\w.+-]*)"),
+    # vllm/entrypoints/common/startup.py: the logo's "version" row, when logs are coloured or plain.
+    re.compile(r"█\s+version\s+(?P<version>\d[\w.+-]*)"),
+    # vllm/v1/engine/core.py and V0's llm_engine.py: "Initializing a V1 LLM engine (v0.33.0) with config".
+    re.compile(r"Initializing an? (?:V\d )?LLM engine \(v(?P<version>\d[\w.+-]*)\)"),
+)
+
+# -- SGLang --------------------------------------------------------------------------------------
+# SGLang's "GB" is GiB everywhere these lines come from: get_available_gpu_memory returns
+# free bytes / (1 << 30) (sglang/srt/utils/common.py), and the KV pool's sizes are bytes / GB
+# with GB = 1024 * 1024 * 1024 (sglang/srt/mem_cache/memory_pool.py).
+
+# sglang/srt/model_executor/model_runner.py: load_model, "Load weight end. elapsed=%.2f s,
+# type=X, [quant=..., ]avail mem=%.2f GB, mem usage=%.2f GB." (older: no elapsed; the oldest:
+# no mem usage). A draft model loads with its own line and type on the same GPU.
+_SGLANG_WEIGHTS = re.compile(r"Load weight end\.")
+_SGLANG_TYPE = re.compile(r"\btype=(?P<type>\w+)")
+# A draft model's load ("LlamaForCausalLMEagle3", "...MTP") says what is left after it, not after
+# the target's weights.
+_DRAFT_SUFFIXES = ("Eagle", "Eagle3", "MTP", "NextN")
+_ELAPSED = re.compile(r"\b(?:elapsed=|Time elapsed: )(?P<seconds>[\d.]+) s\b")
+_AVAIL = re.compile(r"\bavail mem=(?P<gib>[\d.]+) GB")
+_MEM_USAGE = re.compile(r"\bmem usage=(?P<gib>-?[\d.]+) GB")
+# sglang/srt/mem_cache/memory_pool.py: _finalize_allocation_log, "K size: %.2f GB, V size: %.2f GB"
+# or one "KV size" (MLA, and kv_pool_runtime.py's post-capture resize).
+_KV_SIZES = re.compile(r"\bK size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|\bKV size: (?P<kv>[\d.]+) GB")
+# sglang/srt/managers/scheduler.py: the pool the scheduler runs with, after every resize.
+_SGLANG_SCHEDULER_TOKENS = re.compile(r"^max_total_num_tokens=(?P<tokens>\d+)")
+# sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py (0.5.23): "Capture target
+# decode CUDA graph end. bs=[...], elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB." and the
+# same for "target prefill", "target verify", "draft decode"; older: "Capture cuda graph end. Time
+# elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB." and "Capture piecewise CUDA graph end. ...".
+# Each capture keeps its own memory: a rank's graphs are the sum of its captures.
+_SGLANG_GRAPHS = re.compile(r"^Capture (?P<name>[\w ]*?) ?(?:cuda|CUDA) graph end\.")
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass
+class _PerRank:
+    """One number per rank and part (a draft model, one graph capture); the last line of each
+    wins, so a line printed twice counts once."""
+
+    values: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def set(self, rank: str, value: float, part: str = "") -> None:
+        self.values[(rank, part)] = value
+
+    def per_rank(self) -> dict[str, float]:
+        """Each rank's parts added up: what that GPU holds."""
+        totals: dict[str, float] = {}
+        for (rank, _), value in self.values.items():
+            totals[rank] = totals.get(rank, 0.0) + value
+        return totals
+
+    def pick(self, choose: Callable[[list[float]], float]) -> float | None:
+        totals = list(self.per_rank().values())
+        return choose(totals) if totals else None
+
+
+@dataclass
+class LaunchFacts:
+    """Feed it the server's log lines in order; `to_json` says what the engine reported."""
+
+    weights_gib: _PerRank = field(default_factory=_PerRank)
+    weights_seconds: _PerRank = field(default_factory=_PerRank)
+    kv_memory_gib: _PerRank = field(default_factory=_PerRank)
+    kv_tokens: _PerRank = field(default_factory=_PerRank)
+    max_concurrency: _PerRank = field(default_factory=_PerRank)
+    max_concurrency_len: int | None = None
+    graph_gib: _PerRank = field(default_factory=_PerRank)
+    graph_seconds: _PerRank = field(default_factory=_PerRank)
+    graph_estimate_gib: _PerRank = field(default_factory=_PerRank)
+    avail_after_load_gib: _PerRank = field(default_factory=_PerRank)
+    engine_init_seconds: _PerRank = field(default_factory=_PerRank)
+    engine_version: str | None = None
+
+    def feed(self, line: str) -> None:
+        # tqdm redraws with carriage returns: the last drawing is the line (as in log_message).
+        segments = [part for part in strip_ansi(line).split("\r") if part.strip()]
+        message = log_message(segments[-1]) if segments else ""
+        if message:
+            self._read(_rank(segments[-1]), message)
+
+    def _read(self, rank: str, message: str) -> None:
+        if self._read_vllm(rank, message):
+            return
+        self._read_sglang(rank, message)
+
+    def _read_vllm(self, rank: str, message: str) -> bool:
+        if match := _VLLM_WEIGHTS.search(message):
+            self.weights_gib.set(rank, float(match["gib"]))
+            if match["seconds"]:
+                self.weights_seconds.set(rank, float(match["seconds"]))
+            return True
+        if match := KV_MEMORY.search(message):
+            self.kv_memory_gib.set(rank, float(match["gib"]))
+            return True
+        for pattern in _VLLM_V0_KV_MEMORY:
+            if match := pattern.search(message):
+                self.kv_memory_gib.set(rank, float(match["gib"]))
+                return True
+        found = False
+        if match := KV_TOKENS[0].search(message):  # vLLM's "GPU KV cache size: N tokens"
+            self.kv_tokens.set(rank, _number(match["tokens"]))
+            found = True
+        if match := _VLLM_CONCURRENCY.search(message):  # on the same line in 0.33
+            self.max_concurrency.set(rank, float(match["x"]))
+            self.max_concurrency_len = int(_number(match["length"]))
+            found = True
+        if found:
+            return True
+        if match := _VLLM_GRAPHS.search(message):
+            self.graph_seconds.set(rank, float(match["seconds"]))
+            if match["gib"]:
+                self.graph_gib.set(rank, float(match["gib"]))
+            return True
+        if match := _VLLM_GRAPH_ESTIMATE.search(message):
+            self.graph_estimate_gib.set(rank, float(match["gib"]))
+            return True
+        if match := _VLLM_INIT.search(message):
+            self.engine_init_seconds.set(rank, float(match["seconds"]))
+            return True
+        if self.engine_version is None:
+            for pattern in _VLLM_VERSION:
+                if match := pattern.search(message):
+                    self.engine_version = match["version"]
+                    return True
+        return False
+
+    def _read_sglang(self, rank: str, message: str) -> None:
+        if _SGLANG_WEIGHTS.search(message):
+            part = match["type"] if (match := _SGLANG_TYPE.search(message)) else ""
+            if match := _MEM_USAGE.search(message):
+                self.weights_gib.set(rank, float(match["gib"]), part)
+            if match := _ELAPSED.search(message):
+                self.weights_seconds.set(rank, float(match["seconds"]), part)
+            if (match := _AVAIL.search(message)) and not part.endswith(_DRAFT_SUFFIXES):
+                self.avail_after_load_gib.set(rank, float(match["gib"]))
+            return
+        for pattern in (*KV_TOKENS[1:], _SGLANG_SCHEDULER_TOKENS):
+            if match := pattern.search(message):
+                self.kv_tokens.set(rank, _number(match["tokens"]))
+                if sizes := _KV_SIZES.search(message):
+                    pool = float(sizes["kv"]) if sizes["kv"] else float(sizes["k"]) + float(sizes["v"])
+                    self.kv_memory_gib.set(rank, pool)
+                return
+        if match := _SGLANG_GRAPHS.match(message):
+            capture = match["name"]
+            if usage := _MEM_USAGE.search(message):
+                self.graph_gib.set(rank, float(usage["gib"]), capture)
+            if elapsed := _ELAPSED.search(message):
+                self.graph_seconds.set(rank, float(elapsed["seconds"]), capture)
+
+    def to_json(self) -> LaunchReport:
+        """The journal's `facts`: only what the engine said (docs/measured.md names every key)."""
+        facts: LaunchReport = {}
+        busiest = {
+            "weights_gib": self.weights_gib,
+            "weights_seconds": self.weights_seconds,
+            "graph_gib": self.graph_gib,
+            "graph_seconds": self.graph_seconds,
+            "graph_estimate_gib": self.graph_estimate_gib,
+            "engine_init_seconds": self.engine_init_seconds,
+        }
+        smallest = {
+            "kv_memory_gib": self.kv_memory_gib,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": self.max_concurrency,
+            "avail_after_load_gib": self.avail_after_load_gib,
+        }
+        for name, ranks in busiest.items():
+            _put(facts, name, ranks.pick(max))
+        for name, ranks in smallest.items():
+            _put(facts, name, ranks.pick(min))
+        if "kv_tokens" in facts:
+            facts["kv_tokens"] = int(facts["kv_tokens"])
+        if self.max_concurrency_len is not None and "max_concurrency" in facts:
+            facts["max_concurrency_len"] = self.max_concurrency_len
+        if self.engine_version:
+            facts["engine_version"] = self.engine_version
+        return facts
+
+
+def _put(facts: LaunchReport, name: str, value: float | None) -> None:
+    if value is not None:
+        facts[name] = round(value, 4)
+
+
+def _rank(line: str) -> str:
+    """Which process said it: vLLM's process tag, SGLang's rank list, "" for the main process."""
+    match = _RANK_TAG.match(line)
+    if match is None:
+        return ""
+    return (match["process"] or match["ranks"] or "").strip()
+
+
+def read_facts(lines: Iterable[str]) -> LaunchReport:
+    """The facts of a whole log at once (a log read after the fact, tests)."""
+    reader = LaunchFacts()
+    for line in lines:
+        reader.feed(line)
+    return reader.to_json()

@@ -1,0 +1,324 @@
+"""The serving engine's own figures, read from its Prometheus `/metrics`: running and waiting
+requests, KV cache usage, preemptions, prefix cache hits, generated tokens.
+
+Three parts: `parse_engine_metrics` turns the text into an `EngineMetrics` snapshot (pure; vLLM's
+and SGLang's names, old and new spellings); `EngineWindow` sums up snapshots over a stretch of
+time (a benchmark level: averages, peaks, counter deltas); `EngineScraper` and
+`AsyncEngineScraper` fetch the text, bounded in time, and answer None rather than raise. docs/metrics.md
+lists the names and where each engine defines them.
+
+Several series of one metric are one per engine replica: vLLM labels each data-parallel engine
+`engine="<index>"` (vllm/v1/metrics/loggers.py, `per_engine_labelvalues`), SGLang each DP rank
+`dp_rank` (sglang/srt/observability/metrics_collector.py, `SchedulerMetricsCollector` labels).
+Counts and counters are summed over replicas. KV usage is the fullest replica's: each replica
+admits from its own pool, so one full pool makes requests wait while a mean over replicas would
+hide it behind an idle one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 2.0
+
+
+# -- the names -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Family:
+    """One figure: its spellings, newest first (the first one served wins), and how the series of
+    several replicas combine."""
+
+    spellings: tuple[str, ...]
+    combine: Callable[[Sequence[float]], float]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+# vLLM 0.33: vllm/v1/metrics/loggers.py (PrometheusStatLogger). prometheus_client adds `_total` to a
+# counter's name on the wire. The old spellings are vLLM v0's (vllm/engine/metrics.py) and early
+# v1's: `gpu_cache_usage_perc` was deprecated for `kv_cache_usage_perc` and `gpu_prefix_cache_*`
+# for `prefix_cache_*` (vllm-project/vllm#18354), then hidden. v0 kept a prefix hit-rate gauge.
+VLLM: dict[str, _Family] = {
+    "running": _Family(("vllm:num_requests_running",), sum),
+    "waiting": _Family(("vllm:num_requests_waiting",), sum),
+    "kv_usage": _Family(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), max),
+    "preemptions_total": _Family(("vllm:num_preemptions_total",), sum),
+    "prefix_hits_total": _Family(("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"), sum),
+    "prefix_queries_total": _Family(
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"), sum
+    ),
+    "prefix_hit_rate": _Family(("vllm:gpu_prefix_cache_hit_rate",), _mean),
+    "generation_tokens_total": _Family(("vllm:generation_tokens_total",), sum),
+}
+
+# SGLang 0.5.23: sglang/srt/observability/metrics_collector.py (sglang/srt/metrics/collector.py in
+# earlier releases, same names). Scheduler gauges: SchedulerMetricsCollector; token counters (counted
+# when a request finishes, labelled is_streaming): TokenizerMetricsCollector. Retractions are
+# SGLang's preemptions: the counter `num_retracted_requests_total` (older releases only had the
+# `num_retracted_reqs` gauge, a count per report, which sums to nothing meaningful and is not read).
+# The prefix hit rate comes from cached over prompt tokens where both counters are served; the
+# `cache_hit_rate` gauge (the last prefill batch's) is the fallback.
+SGLANG: dict[str, _Family] = {
+    "running": _Family(("sglang:num_running_reqs",), sum),
+    "waiting": _Family(("sglang:num_queue_reqs",), sum),
+    "kv_usage": _Family(("sglang:token_usage",), max),
+    "preemptions_total": _Family(("sglang:num_retracted_requests_total",), sum),
+    "prefix_hits_total": _Family(("sglang:cached_tokens_total",), sum),
+    "prefix_queries_total": _Family(("sglang:prompt_tokens_total",), sum),
+    "prefix_hit_rate": _Family(("sglang:cache_hit_rate",), _mean),
+    "generation_tokens_total": _Family(("sglang:generation_tokens_total",), sum),
+    "gen_throughput": _Family(("sglang:gen_throughput",), sum),
+}
+
+ENGINES: dict[str, dict[str, _Family]] = {"vllm": VLLM, "sglang": SGLANG}
+
+# Labels that tell apart the schedulers of one replica: with --enable-metrics-for-all-schedulers
+# every TP rank reports the same scheduler state, which must count once, not once per rank.
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+
+_WANTED = frozenset(name for families in ENGINES.values() for f in families.values() for name in f.spellings)
+_PREFIXES = ("vllm:", "sglang:")
+
+
+# -- a snapshot ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One scrape. Every figure may be None: not served by this engine or this version.
+
+    kv_usage is 0..1; the *_total fields are counters (since the engine started); prefix_hit_rate
+    is a gauge 0..1 and gen_throughput tok/s (SGLang's own figures). time is time.time()."""
+
+    engine: str
+    time: float
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    preemptions_total: float | None = None
+    prefix_hits_total: float | None = None
+    prefix_queries_total: float | None = None
+    prefix_hit_rate: float | None = None
+    generation_tokens_total: float | None = None
+    gen_throughput: float | None = None
+
+
+Series = tuple[str, dict[str, str], float]  # name, labels, value
+
+
+def parse_engine_metrics(text: str, at: float = 0.0) -> EngineMetrics | None:
+    """The snapshot in a `/metrics` text, or None when it holds neither engine's figures.
+
+    Lines that are not a series of ours (comments, other metrics, histograms, garbage) are skipped.
+    """
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for name, labels, value in parse_series(text):
+        by_name.setdefault(name, []).append((labels, value))
+    engine = next((e for e in ENGINES if any(n.startswith(e + ":") for n in by_name)), None)
+    if engine is None:
+        return None
+    figures = {key: _figure(family, by_name) for key, family in ENGINES[engine].items()}
+    return EngineMetrics(engine=engine, time=at, **figures)
+
+
+def parse_series(text: str) -> Iterable[Series]:
+    """The engines' series of interest in a Prometheus text exposition, one by one."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith(_PREFIXES):
+            continue
+        match = _SERIES.fullmatch(line)
+        if match is None or match["name"] not in _WANTED:
+            continue
+        labels = _parse_labels(match["labels"] or "")
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        if labels is None or not math.isfinite(value):
+            continue
+        yield match["name"], labels, value
+
+
+_SERIES = re.compile(
+    r"(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?[ \t]+(?P<value>\S+)(?:[ \t]+-?\d+)?"
+)
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _parse_labels(text: str) -> dict[str, str] | None:
+    """`a="1",b="x\\"y"` as a dict, or None when the text is not a label set."""
+    labels: dict[str, str] = {}
+    position, end = 0, len(text.rstrip())
+    while position < end:
+        match = _LABEL.match(text, position)
+        if match is None:
+            return None
+        labels[match[1]] = _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], match[2])
+        position = match.end()
+    return labels
+
+
+def _figure(family: _Family, by_name: Mapping[str, list[tuple[dict[str, str], float]]]) -> float | None:
+    """The family's value over every replica, from its newest spelling served; None if none is."""
+    series = next((by_name[name] for name in family.spellings if name in by_name), None)
+    if not series:
+        return None
+    replicas: dict[tuple[tuple[str, str], ...], float] = {}
+    for labels, value in series:
+        if labels.get("priority"):  # SGLang's per-priority breakdown; the total has priority=""
+            continue
+        key = tuple(sorted((k, v) for k, v in labels.items() if k not in _RANK_LABELS))
+        replicas[key] = max(value, replicas.get(key, value))
+    return family.combine(list(replicas.values())) if replicas else None
+
+
+# -- a stretch of time -----------------------------------------------------------------------------
+
+
+class EngineWindow:
+    """Snapshots over one stretch of time (a benchmark level), summed up as the journal keeps them.
+
+    `summary()` holds, for what was served: running/waiting/kv_usage averages and peaks over the
+    snapshots, preemptions during the stretch (a counter's delta: two snapshots needed), and the
+    prefix hit rate (hits over queries during the stretch, else the mean of the gauge).
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[EngineMetrics] = []
+
+    def add(self, metrics: EngineMetrics) -> None:
+        self.samples.append(metrics)
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name in ("running", "waiting", "kv_usage"):
+            values = self._values(name)
+            if values:
+                digits = 4 if name == "kv_usage" else 2
+                out[f"{name}_avg"] = round(_mean(values), digits)
+                out[f"{name}_peak"] = round(max(values), digits)
+        preemptions = self.delta("preemptions_total")
+        if preemptions is not None:
+            out["preemptions"] = preemptions
+        rate = self.prefix_hit_rate()
+        if rate is not None:
+            out["prefix_hit_rate"] = round(rate, 4)
+        return out
+
+    def delta(self, counter: str) -> float | None:
+        """How much a counter grew from the first snapshot that has it to the last; a counter
+        that went down (the engine restarted) counts from zero."""
+        pairs = [(m.time, v) for m in self.samples if (v := getattr(m, counter)) is not None]
+        if len(pairs) < 2:
+            return None
+        grown = 0.0
+        for (_, before), (_, after) in zip(pairs, pairs[1:]):
+            grown += after - before if after >= before else after
+        return grown
+
+    def prefix_hit_rate(self) -> float | None:
+        queries = self.delta("prefix_queries_total")
+        hits = self.delta("prefix_hits_total")
+        if queries and hits is not None:
+            return max(0.0, min(1.0, hits / queries))
+        gauge = self._values("prefix_hit_rate")
+        return _mean(gauge) if gauge else None
+
+    def _values(self, name: str) -> list[float]:
+        return [v for m in self.samples if (v := getattr(m, name)) is not None]
+
+
+# -- fetching --------------------------------------------------------------------------------------
+
+
+def metrics_url(server_url: str) -> str:
+    """`http://host:8000/metrics` for a server given with or without `/v1`."""
+    return server_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+class _Outage:
+    """Says once that the endpoint gives no metrics, and once that it does again."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.failing = False
+
+    def read(self, response: httpx.Response | None, error: str = "") -> EngineMetrics | None:
+        if response is not None and response.status_code != 200:
+            error = f"HTTP {response.status_code}"
+        metrics = None
+        if response is not None and not error:
+            metrics = parse_engine_metrics(response.text, time.time())
+            error = "" if metrics is not None else "no vLLM or SGLang metrics in the reply"
+        if metrics is None:
+            if not self.failing:  # a server without /metrics is normal (SGLang without --enable-metrics)
+                log.info("%s: no engine metrics (%s)", self.url, error)
+                self.failing = True
+            return None
+        if self.failing:
+            log.info("%s gives engine metrics again", self.url)
+            self.failing = False
+        return metrics
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class EngineScraper:
+    """GET <server>/metrics from a thread; None when the server is down, slow or serves none."""
+
+    def __init__(
+        self, server_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, api_key: str | None = None
+    ) -> None:
+        self.server_url = server_url
+        self.url = metrics_url(server_url)
+        self._outage = _Outage(self.url)
+        self._client = httpx.Client(timeout=timeout, headers=_headers(api_key))
+
+    def scrape(self) -> EngineMetrics | None:
+        try:
+            response = self._client.get(self.url)
+        except Exception as error:  # httpx.HTTPError, a bad encoding, anything: no figures, no crash
+            return self._outage.read(None, repr(error))
+        return self._outage.read(response)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class AsyncEngineScraper:
+    """GET <server>/metrics on an event loop; None when the server is down, slow or serves none."""
+
+    def __init__(
+        self, server_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, api_key: str | None = None
+    ) -> None:
+        self.server_url = server_url
+        self.url = metrics_url(server_url)
+        self._outage = _Outage(self.url)
+        self._client = httpx.AsyncClient(timeout=timeout, headers=_headers(api_key))
+
+    async def scrape(self) -> EngineMetrics | None:
+        try:
+            response = await self._client.get(self.url)
+        except Exception as error:  # httpx.HTTPError, a bad encoding, anything: no figures, no crash
+            return self._outage.read(None, repr(error))
+        return self._outage.read(response)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

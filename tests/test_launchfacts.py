@@ -1,0 +1,427 @@
+"""The engine's own numbers about a launch: read from public logs of both engines (current and older
+wordings), journaled by a launch that serves or fails, and printed by the simulated engine as the
+real ones print them."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from cockpit.runner.launchfacts import LaunchFacts, read_facts
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PUBLIC = FIXTURES / "launch_logs"
+
+
+def public_log(name: str) -> list[str]:
+    """A public excerpt without its first line (the address it was taken from)."""
+    lines = (PUBLIC / name).read_text().splitlines()
+    assert lines[0].startswith("# https://github.com/"), f"{name} must name its source first"
+    return lines[1:]
+
+
+# Every number of every public excerpt, and nothing else: the reader takes no stray line for a fact.
+PUBLIC_FACTS = {
+    # vLLM, oldest first.
+    "vllm_v0_6_rtx3090.log": {
+        "weights_gib": 14.9888,  # V0's "GB" is bytes / 2**30
+        "kv_memory_gib": 3.81,  # V0's memory profiling summary
+        "max_concurrency": 1.56,
+        "max_concurrency_len": 20000,
+    },
+    "vllm_v1_0_7_llama70b.log": {
+        "weights_gib": 67.7229,
+        "max_concurrency": 10.79,
+        "max_concurrency_len": 2048,
+    },
+    "vllm_v0_7_kv_cache_words.log": {"kv_memory_gib": 56.18},
+    "vllm_0_8_two_ranks.log": {"weights_gib": 11.4384, "weights_seconds": 5.6822},  # the slower rank
+    "vllm_0_8_v0_version.log": {"engine_version": "0.8.3"},
+    "vllm_v0_init_engine_seconds.log": {"engine_init_seconds": 52.96},
+    "vllm_0_11_two_lines.log": {
+        "kv_memory_gib": 6.51,
+        "kv_tokens": 42656,
+        "max_concurrency": 1.3,
+        "max_concurrency_len": 32768,
+    },
+    "vllm_0_11_tp2_repeated_line.log": {
+        "kv_memory_gib": 2.3,
+        "kv_tokens": 75840,
+        "max_concurrency": 2.48,
+        "max_concurrency_len": 120000,
+    },
+    "vllm_0_14_version.log": {"engine_version": "0.14.1"},
+    "vllm_0_19_graph_estimate.log": {
+        "graph_estimate_gib": 0.26,
+        "kv_memory_gib": 17.36,
+        "kv_tokens": 188640,
+        "max_concurrency": 5.23,
+        "max_concurrency_len": 131072,
+    },
+    "vllm_0_2x_memory_and_seconds.log": {"weights_gib": 12.66, "weights_seconds": 31.657},
+    "vllm_0_2x_tp4_graph_estimate.log": {"graph_estimate_gib": 0.17, "kv_memory_gib": 15.72},
+    "vllm_0_2x_tp2_kv.log": {
+        "kv_memory_gib": 9.84,
+        "kv_tokens": 619202,
+        "max_concurrency": 2.36,
+        "max_concurrency_len": 262144,
+    },
+    "vllm_0_2x_graph_capturing.log": {"graph_gib": 0.11, "graph_seconds": 4.0, "kv_memory_gib": 6.13},
+    "vllm_0_28_one_kv_line.log": {  # the size and the concurrency on one line, as 0.33 prints them
+        "kv_memory_gib": 21.54,
+        "kv_tokens": 1942028,
+        "max_concurrency": 1.94,
+        "max_concurrency_len": 1000000,
+    },
+    # SGLang, oldest first; its "GB" is GiB.
+    "sglang_0_4_4_gemma3.log": {
+        "weights_gib": 8.13,
+        "avail_after_load_gib": 131.08,
+        "kv_tokens": 834615,
+        "kv_memory_gib": 108.24,  # K size + V size
+    },
+    "sglang_0_5_tp8_kv_per_rank.log": {"kv_tokens": 2795207, "kv_memory_gib": 106.62},
+    "sglang_0_5_5_graph_two_ranks.log": {"graph_gib": 1.04, "graph_seconds": 11.39},  # the busiest rank
+    "sglang_0_5_6_scheduler_tokens.log": {"graph_gib": 1.44, "graph_seconds": 5.92, "kv_tokens": 2261377},
+    "sglang_0_5_6_piecewise.log": {"graph_gib": 1.99, "graph_seconds": 58.13, "kv_tokens": 889384},
+    "sglang_0_5_9_decode_then_piecewise.log": {"graph_gib": 0.83, "graph_seconds": 27.41},
+    "sglang_0_5_6_kv_dtype.log": {"kv_tokens": 1106304, "kv_memory_gib": 50.64},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_FACTS))
+def test_every_number_of_a_public_log_is_read(name):
+    assert read_facts(public_log(name)) == PUBLIC_FACTS[name]
+
+
+def test_every_public_excerpt_is_tested():
+    assert {p.name for p in PUBLIC.glob("*.log")} == set(PUBLIC_FACTS)
+
+
+def test_every_item_1_number_comes_from_a_public_log_of_each_engine():
+    vllm = {k for name, facts in PUBLIC_FACTS.items() if name.startswith("vllm") for k in facts}
+    sglang = {k for name, facts in PUBLIC_FACTS.items() if name.startswith("sglang") for k in facts}
+    assert {
+        "weights_gib",
+        "weights_seconds",
+        "kv_memory_gib",
+        "kv_tokens",
+        "max_concurrency",
+        "max_concurrency_len",
+        "graph_gib",
+        "graph_seconds",
+        "graph_estimate_gib",
+        "engine_init_seconds",
+        "engine_version",
+    } <= vllm
+    assert {
+        "weights_gib",
+        "avail_after_load_gib",
+        "kv_tokens",
+        "kv_memory_gib",
+        "graph_gib",
+        "graph_seconds",
+    } <= sglang
+
+
+# The current versions' wording (vLLM 0.33.0, SGLang 0.5.23), written from their sources: no public
+# log of these versions was found; tests/test_phases.py reads the same files for the phases.
+
+
+def test_vllm_0_33_startup():
+    lines = (FIXTURES / "logs" / "vllm_0_33_startup.log").read_text().splitlines()
+    assert (
+        read_facts(lines)
+        == {
+            "engine_version": "0.33.0",
+            "weights_gib": 53.63,
+            "weights_seconds": 78.3015,  # "Model loading took 53.63 GiB memory and 78.301544 seconds", the slower rank
+            "kv_memory_gib": 29.1,
+            "kv_tokens": 492117,
+            "max_concurrency": 2.5,
+            "max_concurrency_len": 196608,
+            "graph_gib": 0.71,
+            "graph_seconds": 14.0,
+            "engine_init_seconds": 43.88,
+        }
+    )
+
+
+def test_sglang_0_5_23_startup():
+    lines = (FIXTURES / "logs" / "sglang_0_5_23_startup.log").read_text().splitlines()
+    assert (
+        read_facts(lines)
+        == {
+            "weights_gib": 53.75,
+            "weights_seconds": 83.3,  # "Load weight end. elapsed=83.30 s", the slowest rank
+            "avail_after_load_gib": 40.04,
+            "kv_tokens": 431204,
+            "kv_memory_gib": 25.5,
+            "graph_gib": 0.71,  # "Capture target decode CUDA graph end. bs=[...], elapsed=27.41 s, mem usage=0.71 GB"
+            "graph_seconds": 27.41,
+        }
+    )
+
+
+# -- ranks, repeats, wordings not in a public excerpt (each in its engine's source format) ------------
+
+
+def test_weights_are_the_busiest_rank_and_the_kv_cache_the_smallest():
+    lines = [
+        "(Worker_TP0 pid=11) INFO 11-30 10:01:43 [gpu_model_runner.py:5088] Model loading took 40.10 GiB memory and 70.5 seconds",
+        "(Worker_TP1 pid=12) INFO 11-30 10:01:43 [gpu_model_runner.py:5088] Model loading took 41.25 GiB memory and 71.0 seconds",
+        "(Worker_TP0 pid=11) INFO 11-30 10:02:10 [gpu_worker.py:772] Available KV cache memory: 30.5 GiB",
+        "(Worker_TP1 pid=12) INFO 11-30 10:02:10 [gpu_worker.py:772] Available KV cache memory: 29.25 GiB",
+        "(Worker_TP0 pid=11) INFO 11-30 10:02:26 [gpu_model_runner.py:6516] Graph capturing finished in 14 secs, took 0.71 GiB",
+        "(Worker_TP1 pid=12) INFO 11-30 10:02:26 [gpu_model_runner.py:6516] Graph capturing finished in 15 secs, took 0.80 GiB",
+    ]
+    facts = read_facts(lines)
+    assert (facts["weights_gib"], facts["weights_seconds"]) == (41.25, 71.0)
+    assert facts["kv_memory_gib"] == 29.25
+    assert (facts["graph_gib"], facts["graph_seconds"]) == (0.8, 15.0)
+
+
+def test_data_parallel_replicas_keep_the_smallest_pool():
+    lines = [  # vLLM: one engine core per replica; SGLang DP attention: one pool per DP rank
+        "(EngineCore_DP0 pid=9) INFO 11-30 10:02:11 [kv_cache_utils.py:1147] GPU KV cache size: 492,117 tokens, Maximum concurrency for 196,608 tokens per request: 2.50x",
+        "(EngineCore_DP1 pid=10) INFO 11-30 10:02:11 [kv_cache_utils.py:1147] GPU KV cache size: 490,001 tokens, Maximum concurrency for 196,608 tokens per request: 2.49x",
+    ]
+    facts = read_facts(lines)
+    assert (facts["kv_tokens"], facts["max_concurrency"], facts["max_concurrency_len"]) == (
+        490001,
+        2.49,
+        196608,
+    )
+    sglang = [
+        "[2026-11-30 10:01:37 DP0 TP0 EP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 200000, KV size: 7.50 GB",
+        "[2026-11-30 10:01:37 DP1 TP1 EP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 199000, KV size: 7.46 GB",
+    ]
+    assert read_facts(sglang) == {"kv_tokens": 199000, "kv_memory_gib": 7.46}
+
+
+def test_sglang_adds_a_ranks_captures_and_counts_a_repeated_line_once():
+    lines = [  # sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py
+        "[2026-11-30 10:02:05 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=27.41 s, mem usage=0.71 GB, avail mem=13.41 GB.",
+        "[2026-11-30 10:02:05 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=27.41 s, mem usage=0.71 GB, avail mem=13.41 GB.",
+        "[2026-11-30 10:02:09 TP0] Capture target prefill CUDA graph end. elapsed=3.59 s, mem usage=0.29 GB, avail mem=13.12 GB.",
+        "[2026-11-30 10:02:05 TP1] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=27.00 s, mem usage=0.70 GB, avail mem=13.42 GB.",
+    ]
+    assert read_facts(lines) == {"graph_gib": 1.0, "graph_seconds": 31.0}
+
+
+def test_sglang_counts_a_draft_models_weights_on_the_same_gpu():
+    lines = [  # sglang/srt/model_executor/model_runner.py: load_model, for the target then the draft
+        "[2026-11-30 10:01:35 TP0] Load weight end. elapsed=83.10 s, type=LlamaForCausalLM, avail mem=40.04 GB, mem usage=15.00 GB.",
+        "[2026-11-30 10:01:40 TP0] Load weight end. elapsed=2.00 s, type=LlamaForCausalLMEagle3, avail mem=38.00 GB, mem usage=2.04 GB.",
+    ]
+    assert read_facts(lines) == {"weights_gib": 17.04, "weights_seconds": 85.1, "avail_after_load_gib": 40.04}
+
+
+def test_sglangs_pool_resized_after_the_graphs_is_the_one_that_counts():
+    lines = [  # 0.5.23: sglang/srt/model_executor/model_runner_components/kv_pool_runtime.py
+        "[2026-11-30 10:01:37 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 12.75 GB, V size: 12.75 GB",
+        "[2026-11-30 10:02:06 TP0] Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 420000, KV size: 24.84 GB, avail mem=13.00 GB",
+    ]
+    assert read_facts(lines) == {"kv_tokens": 420000, "kv_memory_gib": 24.84}
+
+
+def test_versions_of_vllm_in_each_wording():
+    assert read_facts(  # vllm/entrypoints/openai/api_server.py before 0.33
+        ["INFO 11-29 20:46:46 [api_server.py:1800] vLLM API server version 0.11.0"]
+    ) == {"engine_version": "0.11.0"}
+    logo = [  # vllm/entrypoints/common/startup.py: the monochrome logo (its first line carries the prefix)
+        "(APIServer pid=2817) INFO 11-30 10:00:01 [startup.py:38] ",
+        "       █     █     █▄   ▄█",
+        " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.33.0",
+        "  █▄█▀ █     █     █     █  model   MiniMaxAI/MiniMax-M2.5",
+    ]
+    assert read_facts(logo) == {"engine_version": "0.33.0"}
+
+
+def test_colour_and_progress_redraws_do_not_hide_a_line():
+    reader = LaunchFacts()
+    reader.feed(
+        "Loading safetensors checkpoint shards: 100% Completed | 130/130\r"
+        "\x1b[1;36m(Worker_TP0 pid=3101)\x1b[0;0m INFO 11-30 10:01:43 [gpu_model_runner.py:5088] "
+        "Model loading took 53.63 GiB memory and 78.114215 seconds"
+    )
+    assert reader.to_json() == {"weights_gib": 53.63, "weights_seconds": 78.1142}
+
+
+def test_a_log_that_says_nothing_gives_no_facts():
+    assert read_facts(["INFO:     Started server process [4242]", "", "garbage \x1b[0m"]) == {}
+
+
+# -- journaled at the end of a launch, from a real simulated engine ------------------------------------
+
+
+@pytest.fixture
+def sim_lab(tmp_path, monkeypatch):
+    monkeypatch.setenv("COCKPIT_SIM_STATE", str(tmp_path / "simbox"))
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
+
+
+def launcher_for(profile_path: str, journal, **fields):
+    from cockpit.lab import gpu_source, lab_setup
+    from cockpit.resolve import SetupOverrides, resolve_profile
+    from cockpit.runner.experiment import Launcher
+    from cockpit.runner.registry import Registry
+    from cockpit.runner.supervisor import Supervisor
+
+    profile = resolve_profile(SetupOverrides(profile=profile_path))
+    setup = lab_setup(profile, sim=True)
+    supervisor = Supervisor(Registry(), gpu_source(setup.hardware, True))
+    return Launcher(profile, setup, journal, supervisor, sim=True, **fields)
+
+
+def launch(launcher, layout: str, *, force: bool = False) -> list:
+    from cockpit.layout import parse_layout
+
+    try:
+        return list(launcher.run(parse_layout(layout), force=force))
+    finally:
+        launcher.stop("done")
+
+
+def logged(path: str, pattern: str) -> str:
+    """The one value the simulated engine printed for ``pattern`` (its first group)."""
+    found = re.findall(pattern, Path(path).read_text())
+    assert found, f"{pattern!r} not in the log"
+    return found[-1]
+
+
+def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_lab, profile_file):
+    from cockpit.journal import Journal
+    from cockpit.runner.events import Ready
+
+    profile, _ = profile_file("minimax-m2.5")
+    measured: list[int] = []
+    with Journal() as journal:
+        launcher = launcher_for(profile, journal, after_measure=measured.append)
+        events = launch(launcher, "tp4")
+        ready = next(e for e in events if isinstance(e, Ready))
+        row = journal.experiment(ready.experiment)
+    assert measured == [row.id]  # told once the launch was journaled
+    log = row.log_path
+    assert row.facts == ready.facts
+    assert row.facts == {
+        "engine_version": logged(log, r"vLLM server version (\S+),"),
+        "weights_gib": float(logged(log, r"Model loading took ([\d.]+) GiB")),
+        "weights_seconds": round(float(logged(log, r"GiB memory and ([\d.]+) seconds")), 4),
+        "graph_estimate_gib": float(logged(log, r"Estimated CUDA graph memory: ([\d.]+) GiB")),
+        "kv_memory_gib": float(logged(log, r"Available KV cache memory: ([\d.]+) GiB")),
+        "kv_tokens": int(logged(log, r"GPU KV cache size: ([\d,]+) tokens").replace(",", "")),
+        "max_concurrency": float(logged(log, r"per request: ([\d.]+)x")),
+        "max_concurrency_len": int(logged(log, r"Maximum concurrency for ([\d,]+) tokens").replace(",", "")),
+        "graph_gib": float(logged(log, r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB")),
+        "graph_seconds": float(logged(log, r"Graph capturing finished in (\d+) secs")),
+        "engine_init_seconds": float(logged(log, r"warmup model\) took ([\d.]+) s")),
+    }
+    memory = row.predicted["memory"]  # the prediction the launch was made with, beside it
+    assert row.facts["weights_gib"] == memory["weights_gib"]
+    assert row.facts["kv_tokens"] == memory["kv_tokens"]
+    assert (
+        row.facts["graph_gib"] == row.facts["graph_estimate_gib"] == memory["graph_gib"]
+    )  # the graphs modelled
+    assert row.predicted["learned_runs"] == 0
+    assert (row.gpu_type, row.engine_version) == ("rtx-pro-6000", launcher.setup.engine.version)
+
+
+def test_an_sglang_launch_journals_the_numbers_it_logged(sim_lab, profile_file):
+    from cockpit.journal import Journal
+    from cockpit.runner.events import Ready
+
+    profile, _ = profile_file("kimi-k2.6")
+    with Journal() as journal:
+        launcher = launcher_for(profile, journal)
+        ready = next(e for e in launch(launcher, "tp8") if isinstance(e, Ready))
+        row = journal.experiment(ready.experiment)
+    log = row.log_path
+    k_v = re.findall(
+        r"#tokens: (\d+), (?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)",
+        Path(log).read_text(),
+    )
+    tokens, kv, k, v = k_v[-1]
+    assert row.facts == {
+        "weights_gib": float(logged(log, r"Load weight end\..*mem usage=([\d.]+) GB")),
+        "weights_seconds": float(logged(log, r"Load weight end\. elapsed=([\d.]+) s")),
+        "avail_after_load_gib": float(logged(log, r"Load weight end\..*avail mem=([\d.]+) GB")),
+        "kv_tokens": int(tokens),
+        "kv_memory_gib": float(kv) if kv else round(float(k) + float(v), 4),
+        "graph_gib": float(logged(log, r"CUDA graph end\..*mem usage=([\d.]+) GB")),
+        "graph_seconds": float(logged(log, r"CUDA graph end\..*elapsed=([\d.]+) s")),
+    }
+    assert row.facts["kv_tokens"] == int(logged(log, r"max_total_num_tokens=(\d+)"))
+
+
+def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, profile_file):
+    """Too little room for the KV cache: vLLM loads the weights, says what is left, then stops."""
+    import yaml
+
+    from cockpit.journal import Journal
+    from cockpit.profile import find_profile
+    from cockpit.runner.events import Failed
+
+    args = yaml.safe_load(find_profile("minimax-m2.5").read_text())["server"]["args"]
+    args[args.index("--gpu-memory-utilization") + 1] = "0.60"  # the weights fit, the KV cache does not
+    profile, _ = profile_file("minimax-m2.5", args=args)
+    measured: list[int] = []
+    with Journal() as journal:
+        launcher = launcher_for(profile, journal, after_measure=measured.append)
+        failed = next(e for e in launch(launcher, "tp4", force=True) if isinstance(e, Failed))
+        row = journal.experiment(failed.experiment)
+    assert row.outcome == "failed" and row.diagnosis_kind == "kv-cache"
+    assert row.facts == failed.facts
+    assert row.facts["weights_gib"] == float(logged(row.log_path, r"Model loading took ([\d.]+) GiB"))
+    assert row.facts["kv_memory_gib"] == float(
+        logged(row.log_path, r"Available KV cache memory: (-?[\d.]+) GiB")
+    )
+    assert "kv_tokens" not in row.facts  # no KV cache came up; nothing served
+    assert measured == [failed.experiment]  # what it logged before it died teaches all the same
+
+
+def test_a_hook_that_fails_is_logged_and_the_launch_goes_on(sim_lab, profile_file, caplog):
+    from cockpit.journal import Journal
+    from cockpit.runner.events import Ready
+
+    def broken(exp: int) -> None:
+        raise RuntimeError("calibration exploded")
+
+    profile, _ = profile_file("minimax-m2.5")
+    with Journal() as journal, caplog.at_level(logging.ERROR, logger="cockpit.runner.experiment"):
+        launcher = launcher_for(profile, journal, after_measure=broken)
+        events = launch(launcher, "tp4")
+        assert any(isinstance(e, Ready) for e in events)
+        assert journal.experiments()[0].outcome == "ready"
+    assert "after_measure failed" in caplog.text and "calibration exploded" in caplog.text
+
+
+def test_a_bench_journals_the_tok_s_predicted_for_its_levels_and_tells_the_hook(sim_lab, profile_file):
+    from cockpit.commands import Bench
+    from cockpit.journal import Journal
+    from cockpit.layout import parse_layout
+    from cockpit.perfmodel import predict_tok_s
+    from cockpit.planner import plan_layout
+    from cockpit.runner.events import BenchDone
+
+    profile, _ = profile_file("minimax-m2.5")
+    measured: list[int] = []
+    with Journal() as journal:
+        launcher = launcher_for(profile, journal, after_measure=measured.append)
+        try:
+            list(launcher.run(parse_layout("tp4")))
+            exp = launcher.experiment
+            done = list(launcher.bench(Bench(concurrency=(1, 4), input_len=64, output_len=16, requests=4)))
+        finally:
+            launcher.stop("done")
+        assert isinstance(done[-1], BenchDone) and not done[-1].error
+        row = journal.experiment(exp)
+    assert measured == [exp, exp]  # once ready, once the bench ended
+    expected = predict_tok_s(launcher.setup, plan_layout(launcher.setup, "tp4"), (1, 4), 64, 16)
+    assert row.predicted["tok_s"] == {"64/16": {str(c): round(v, 2) for c, v in expected.items()}}
+    assert row.predicted["memory"]["weights_gib"] == row.facts["weights_gib"]  # the launch's stays
