@@ -8,12 +8,16 @@ planned, so every launch's prediction is recomputed by today's planner with the 
 launches whose argv that setup would launch again are used: a run under other server arguments
 (another memory fraction, another context length) says nothing about these constants.
 
-- Memory (docs/memory.md): ``weights_factor``, the median of logged over modelled weights,
-  only when it is clearly off (more than 1%); then ``reserve_offset_gib``, the median of
-  modelled minus logged KV cache memory per GPU once the weights are corrected. vLLM logs
-  "Available KV cache memory: X GiB" (vllm/v1/worker/gpu_worker.py); SGLang logs the pool's
-  "#tokens: N" (sglang/srt/mem_cache/memory_pool.py), turned into GiB with the model's KV bytes
-  per token. One launch with a logged number is enough: each is a direct reading.
+- Memory (docs/memory.md#what-a-box-teaches): ``weights_factor``, the median of logged over
+  modelled weights, only when it is clearly off (more than 1%); then ``reserve_offset_gib``, the
+  median of modelled minus logged KV cache memory per GPU once the weights are corrected. Both
+  are the model's (its activations, its kernels' layouts), kept per model on the box. The KV
+  memory is the logged GiB where the engine gives one: vLLM's "Available KV cache memory: X GiB"
+  (vllm/v1/worker/gpu_worker.py), SGLang's "K size: X GB, V size: Y GB" of the pool
+  (sglang/srt/mem_cache/memory_pool.py, read into ``kv_memory_gib``); else SGLang's pool
+  "#tokens: N" times the model's KV bytes per token. A pool capped by --max-total-tokens says
+  nothing of the memory left, whichever way it was logged. One launch with a logged number is
+  enough: each is a direct reading. vLLM's pipeline layouts are left out (``fit_memory``).
 - Speed (docs/performance.md#calibration): ``eta_bw`` (the achieved share of memory bandwidth:
   the bytes term of every decode step, which shrinks with TP) and ``t_layer_us`` (the per-layer
   floor of kernel launches and syncs: the same on every TP size). They are the two largest
@@ -23,8 +27,10 @@ launches whose argv that setup would launch again are used: a run under other se
   fit minimises the mean absolute log error of predicted against measured output tok/s
   (robust: an outlier moves it less than a squared error would), by nested bounded line
   searches (a grid, then golden section). Failed and client-limited levels never count: they measure
-  the client or a broken run, not the server. A constant the profile sets itself is not
-  fitted: the profile's word wins over what was learned (``perfmodel.for_verdict``).
+  the client or a broken run, not the server; nor do open-loop levels (Poisson arrivals at a
+  rate), whose throughput is the offered rate, not what the server can do at C in flight. A
+  constant the profile sets itself is not fitted: the profile's word wins over what was
+  learned (``perfmodel.for_verdict``).
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ GRID_POINTS = 9  # the first look along each constant's range
 LINE_TOLERANCE = 1e-3  # of the range: 0.001 of eta_bw, 1 us of t_layer_us
 PRIOR_WEIGHT = 1e-3  # on a flat stretch of the error, the value nearest the default wins
 MISSING_PREDICTION = 10.0  # the log error of a level the model cannot predict (a layout it says fails)
+# What a memory correction can be: a repacked layout changes weights by tens of percent, not 4x,
+# and no GPU holds a TiB. A reading outside is a misread log, not a lesson; the store refuses
+# such values too (the simulated box's truth takes the same ranges).
+WEIGHTS_FACTOR_RANGE = (0.25, 4.0)
+RESERVE_OFFSET_RANGE_GIB = (-1024.0, 1024.0)
 
 
 class Launched(Protocol):
@@ -86,6 +97,9 @@ class Measured(Protocol):
     @property
     def client_limited(self) -> bool: ...
 
+    @property
+    def extra(self) -> Mapping[str, Any]: ...
+
 
 Run = tuple[Launched, Sequence[Measured]]
 
@@ -103,42 +117,74 @@ class SpeedFit:
     used: frozenset[int]
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """What one fit taught, part by part: the store keeps memory per model and speed per box,
+    so it needs to know which part the data spoke for. ``learned``: the whole, ``prior`` filling
+    in a part without data."""
+
+    prior: Learned
+    memory: MemoryFit | None  # None: no launch logged a memory number
+    speed: SpeedFit | None  # None: too little to tell the speed constants apart
+
+    @property
+    def weights_factor(self) -> float:
+        found = self.memory.weights_factor if self.memory else None
+        return self.prior.weights_factor if found is None else found
+
+    @property
+    def reserve_offset_gib(self) -> float:
+        found = self.memory.reserve_offset_gib if self.memory else None
+        return self.prior.reserve_offset_gib if found is None else found
+
+    @property
+    def learned(self) -> Learned:
+        if self.memory is None and self.speed is None:
+            return self.prior
+        used = (self.memory.used if self.memory else frozenset()) | (
+            self.speed.used if self.speed else frozenset()
+        )
+        return Learned(
+            runs=len(used),
+            calibration=self.speed.calibration if self.speed else dict(self.prior.calibration),
+            reserve_offset_gib=self.reserve_offset_gib,
+            weights_factor=self.weights_factor,
+        )
+
+
 def fit(setup: Setup, runs: Sequence[Run], prior: Learned | None = None) -> Learned:
     """What ``runs`` teach about the box ``setup`` plans for. A part with too little data keeps
-    ``prior``'s (what was learned before, perhaps from another model on the same box)."""
+    ``prior``'s (what was learned before: for speed perhaps from another model on the same box)."""
+    return fit_parts(setup, runs, prior).learned
+
+
+def fit_parts(setup: Setup, runs: Sequence[Run], prior: Learned | None = None) -> Fitted:
+    """``fit``, part by part."""
     prior = prior or Learned()
-    comparable = [(i, run) for i, run in enumerate(runs) if _replanned(setup, run[0])]
+    comparable = [(i, run) for i, run in enumerate(runs) if replanned(setup, run[0])]
     memory = fit_memory(setup, comparable, prior.weights_factor)
-    weights_factor = prior.weights_factor
-    offset = prior.reserve_offset_gib
-    if memory is not None and memory.weights_factor is not None:
-        weights_factor = memory.weights_factor
-    if memory is not None and memory.reserve_offset_gib is not None:
-        offset = memory.reserve_offset_gib
-    learned_memory = Learned(reserve_offset_gib=offset, weights_factor=weights_factor)
-    speed = fit_speed(replace(setup, learned=learned_memory), comparable)
-    if memory is None and speed is None:
-        return prior
-    used = (memory.used if memory else frozenset()) | (speed.used if speed else frozenset())
-    return Learned(
-        runs=len(used),
-        calibration=speed.calibration if speed else dict(prior.calibration),
-        reserve_offset_gib=offset,
-        weights_factor=weights_factor,
+    fitted = Fitted(prior, memory, None)
+    learned_memory = Learned(
+        reserve_offset_gib=fitted.reserve_offset_gib, weights_factor=fitted.weights_factor
     )
+    return replace(fitted, speed=fit_speed(replace(setup, learned=learned_memory), comparable))
 
 
 # -- which runs speak for this setup ----------------------------------------------------------
 
 
-def _replanned(setup: Setup, launched: Launched) -> bool:
+def replanned(setup: Setup, launched: Launched, verdicts: dict[str, Verdict | None] | None = None) -> bool:
     """Whether ``setup`` would launch this run's layout with the argv it was launched with
-    (launcher words and port aside); a layout that no longer parses would not be."""
-    try:
-        verdict = plan_layout(setup, launched.layout)
-    except CockpitError:
-        return False
-    return launched_as_planned(setup, verdict, launched.argv)
+    (launcher words and port aside); a layout that no longer parses would not be. ``verdicts``:
+    the layouts planned so far, kept across calls (many launches share a layout)."""
+    verdicts = {} if verdicts is None else verdicts
+    if launched.layout not in verdicts:
+        try:
+            verdicts[launched.layout] = plan_layout(setup, launched.layout)
+        except CockpitError:
+            verdicts[launched.layout] = None
+    verdict = verdicts[launched.layout]
+    return verdict is not None and launched_as_planned(setup, verdict, launched.argv)
 
 
 def launched_as_planned(setup: Setup, verdict: Verdict, argv: Sequence[str]) -> bool:
@@ -168,49 +214,71 @@ def fit_memory(
     setup: Setup, runs: Sequence[tuple[int, Run]], weights_factor: float = 1.0
 ) -> MemoryFit | None:
     """Weights factor and reserve offset from what the engine logged; None without any number.
-    ``weights_factor``: the one learned before, which corrects the weights when none was logged."""
+    ``weights_factor``: the one learned before, which corrects the weights when none was logged.
+    A reading outside WEIGHTS_FACTOR_RANGE or RESERVE_OFFSET_RANGE_GIB is a misread log: left out."""
     base = replace(setup, learned=Learned())
     ratios: list[tuple[int, float]] = []  # (run, logged / modelled weights)
     kv: list[tuple[int, MemoryEstimate, float]] = []  # (run, the model's memory, logged KV GiB per GPU)
     for index, (launched, _) in runs:
         verdict = plan_layout(base, launched.layout)
         memory = verdict.memory
-        if memory is None:
+        if memory is None or _one_stage_logged(setup, verdict):
             continue
         logged = _number(launched.facts, "weights_gib")
         if logged is not None and memory.weights_gib > 0:
-            ratios.append((index, logged / memory.weights_gib))
+            ratio = logged / memory.weights_gib
+            if _within(ratio, WEIGHTS_FACTOR_RANGE):
+                ratios.append((index, ratio))
         measured = logged_kv_gib(launched.facts, verdict)
         if measured is not None:
             kv.append((index, memory, measured))
-    if not ratios and not kv:
-        return None
     factor = statistics.median(r for _, r in ratios) if ratios else None
     if factor is not None and abs(factor - 1.0) <= WEIGHTS_TOLERANCE:
         factor = 1.0
     # The KV budget is what weights and reserve leave: corrected weights first, the rest is reserve.
     scale = (weights_factor if factor is None else factor) - 1.0
-    offsets = [m.kv_budget_gib - m.weights_gib * scale - measured for _, m, measured in kv]
-    offset = round(statistics.median(offsets), 3) if offsets else None
-    used = frozenset(i for i, _ in ratios) | frozenset(i for i, _, _ in kv)
+    offsets = [(i, m.kv_budget_gib - m.weights_gib * scale - measured) for i, m, measured in kv]
+    offsets = [(i, o) for i, o in offsets if _within(o, RESERVE_OFFSET_RANGE_GIB)]
+    if not ratios and not offsets:
+        return None
+    offset = round(statistics.median(o for _, o in offsets), 3) if offsets else None
+    used = frozenset(i for i, _ in ratios) | frozenset(i for i, _ in offsets)
     return MemoryFit(None if factor is None else round(factor, 4), offset, used)
 
 
+def _one_stage_logged(setup: Setup, verdict: Verdict) -> bool:
+    """vLLM logs "Model loading took" and "Available KV cache memory" once per node, from local
+    rank 0 only (``logger.info_once(..., scope="local")`` in vllm/v1/worker/gpu_model_runner.py
+    and gpu_worker.py; vllm/logger.py _should_log_with_scope), and rank 0 is the first pipeline
+    stage (vllm/distributed/parallel_state.py lays ranks out as [dp, pp, pcp, tp]). With pp > 1
+    the numbers are stage 0's, while the planner's are the busiest stage's: they do not compare.
+    Such launches are left out of the memory fit rather than compared with stage 0's own
+    prediction, which would repeat here the planner's per-stage arithmetic (embeddings on the
+    first stage, the LM head on the last, each stage's reserve); the layouts without a pipeline
+    on the same box teach the same corrections. Their benchmark levels still teach speed."""
+    return setup.engine.name == "vllm" and verdict.layout.pp > 1
+
+
+def _within(value: float, bounds: tuple[float, float]) -> bool:
+    return bounds[0] <= value <= bounds[1]
+
+
 def logged_kv_gib(facts: Mapping[str, Any], verdict: Verdict) -> float | None:
-    """KV cache memory per GPU as the engine logged it: vLLM's GiB, else SGLang's pool tokens
-    (one attention replica's, smallest rank) times the model's KV bytes per token per GPU. A pool
-    cut by --max-total-tokens says nothing about the memory left."""
+    """KV cache memory per GPU as the engine logged it: the GiB where it gives them (vLLM's
+    "Available KV cache memory", SGLang's K and V sizes), else SGLang's pool tokens (one attention
+    replica's, smallest rank) times the model's KV bytes per token per GPU. A pool cut by SGLang's
+    --max-total-tokens says nothing about the memory left, in tokens or in GiB: the pool is sized
+    by the cap (sglang/srt/mem_cache/kv_cache_configurator.py, _apply_token_constraints), so it
+    is no reading."""
     memory = verdict.memory
-    if memory is None:
+    server = verdict.server
+    if memory is None or (server is not None and server.max_total_tokens):
         return None
     gib = _number(facts, "kv_memory_gib")
     if gib is not None:
         return gib
     tokens = _number(facts, "kv_tokens")
-    server = verdict.server
-    if tokens is None or (server is not None and server.max_total_tokens):
-        return None
-    return tokens * memory.kv_bytes_per_token / GiB
+    return None if tokens is None else tokens * memory.kv_bytes_per_token / GiB
 
 
 def _number(facts: Mapping[str, Any], key: str) -> float | None:
@@ -235,15 +303,25 @@ class _Group:
 
 
 def usable_level(point: Measured) -> bool:
-    """A level that measured the server: not failed, not held back by the client, with lengths."""
+    """A level that measured the server: not failed, not held back by the client, closed-loop
+    (C requests always in flight, as the model predicts), with lengths."""
     return (
         not point.failed
         and not point.client_limited
+        and not open_loop(point)
         and point.output_tok_s > 0
         and math.isfinite(point.output_tok_s)
         and bool(point.input_len)
         and bool(point.output_len)
     )
+
+
+def open_loop(point: Measured) -> bool:
+    """A level sent at a Poisson rate (cockpit's load generator journals ``rate`` in the point's
+    extra: ``LevelResult.to_bench_point``; None for closed loop). Its throughput is about the
+    offered rate, whatever the server could do: no closed-loop prediction compares with it."""
+    rate = point.extra.get("rate")
+    return isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0
 
 
 def fit_speed(setup: Setup, runs: Sequence[tuple[int, Run]]) -> SpeedFit | None:

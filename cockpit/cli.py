@@ -275,9 +275,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     ]
     for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
         print(f"warning: {warning}", file=sys.stderr)
+    from cockpit.lab import simulated_reason
     from cockpit.reports.measured import MEASURED_NOTE, measured_here, prediction_basis
 
-    measured, unread = measured_here(setup)  # the journal's newest numbers of each layout on this box
+    # The journal's newest numbers of each layout on this box: the simulated box's where cockpit
+    # would launch the simulator (no driver), the GPUs' otherwise.
+    measured, unread = measured_here(setup, simulated=bool(simulated_reason(False)))
     if unread:
         print(f"note: {unread}", file=sys.stderr)
     if args.json:
@@ -292,7 +295,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if any(str(v.layout) in measured for v in verdicts):
             print(MEASURED_NOTE)
         print(
-            f"tok/s: predicted decode throughput at each concurrency (input {profile.bench.input_len}, "
+            f"tok/s: predicted output throughput at each concurrency, prompts prefilled (input {profile.bench.input_len}, "
             f"output {profile.bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
         )
     return 0
@@ -457,11 +460,16 @@ def _with_learned(setup: Setup) -> tuple[Setup, str | None]:
     here, real ones where an NVIDIA driver is found, simulated ones elsewhere (a laptop)."""
     from dataclasses import replace
 
+    from cockpit.engines import get_engine
     from cockpit.lab import simulated_reason
     from cockpit.learning import CalibrationStore, learned_for
 
     store = CalibrationStore()
-    learned = learned_for(setup, bool(simulated_reason(False)), store)
+    simulated = bool(simulated_reason(False))
+    # A simulated lab runs the engine's default version whatever is installed (cockpit.lab.lab_setup):
+    # its calibration is filed under that version.
+    filed = replace(setup, engine=get_engine(setup.engine.name)) if simulated else setup
+    learned = learned_for(filed, simulated, store)
     return replace(setup, learned=learned), store.warning
 
 
@@ -486,7 +494,8 @@ def _add_calibration_parser(commands: argparse._SubParsersAction[_Parser]) -> No
         "--version",
         dest="engine_version",
         metavar="V",
-        help="with reset: this engine version (default: the one the profile's launcher runs here)",
+        help="with reset: this engine version (default: the one the profile's launcher runs here; on the "
+        "simulated box, the newest cockpit knows, as the simulated engine speaks it)",
     )
     which = calibration.add_mutually_exclusive_group()
     which.add_argument(
@@ -536,7 +545,10 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     if store.warning:
         raise CockpitError(store.warning)
     for entry in removed:
-        print(f"forgot {entry.key} (from {entry.learned.runs} run(s)): it plans with the defaults again")
+        print(
+            f"forgot {entry.key} (from {entry.runs} run(s)): it plans with the defaults again, and launches "
+            "journaled until now no longer teach it"
+        )
     if not removed:
         print(f"nothing was learned yet ({store.path})")
     return 0
@@ -544,7 +556,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
 def _calibration_key(args: argparse.Namespace) -> Key:
     """The box `calibration reset` forgets: the profile's GPU type, engine and the version its
-    launcher runs here, each replaced by the option given."""
+    launches run (on the real box the version its launcher runs here; on the simulated one the
+    engine's default, as the simulated lab keeps it: cockpit.lab.lab_setup), each replaced by the
+    option given."""
     from cockpit.engines import get_engine
     from cockpit.hardware import gpu_type, hardware
     from cockpit.installed import installed_engine
@@ -558,12 +572,13 @@ def _calibration_key(args: argparse.Namespace) -> Key:
         gpu = "unknown" if args.gpu.strip().lower() == "unknown" else gpu_type(args.gpu).key
     else:
         gpu = hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib).gpu.key
-    version = engine_version(args.engine_version)
-    if not version:  # the version the profile's launcher runs here, else the newest cockpit knows
-        engine = get_engine(profile.engine)
-        engine, _ = installed_engine(engine, profile.command or engine.default_command)
-        version = engine_version(engine.version)
     simulated = args.sim or (not args.real and bool(simulated_reason(False)))
+    version = engine_version(args.engine_version)
+    if not version:  # the version the launches run, else the newest cockpit knows
+        engine = get_engine(profile.engine)
+        if not simulated:
+            engine, _ = installed_engine(engine, profile.command or engine.default_command)
+        version = engine_version(engine.version)
     return Key(gpu, profile.engine, version, simulated)
 
 

@@ -1,7 +1,7 @@
 """The prompt grammar: what the user types -> a Command. One registry feeds parsing, help and completion.
 
 `try tp4 ep2` (or just `tp4 ep2`), `bench c=1,32,64 in=1024 out=1024 n=200 timeout=600`, `stop`, `plan tp8`,
-`sweep tp8, pp8, tp8 ep8`, `results`, `export md`, `use kimi-k2.6`, `help`, `quit`.
+`sweep tp8, pp8, tp8 ep8`, `results`, `export md predicted`, `use kimi-k2.6`, `help`, `quit`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Results:
 @dataclass(frozen=True)
 class Export:
     fmt: str = "md"
+    predicted: bool = False  # beside each measured tok/s, the one predicted at launch (`results --predicted`)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,11 @@ COMMANDS = (
         "launch, bench, stop each layout in turn",
     ),
     CommandSpec("results", "results", "show the comparison table of this profile"),
-    CommandSpec("export", "export md|csv", "write the comparison table to a file"),
+    CommandSpec(
+        "export",
+        "export md|csv [predicted]",
+        "write the comparison table to a file (predicted: the tok/s predicted at launch beside each measured)",
+    ),
     CommandSpec(
         "use", "use <profile> [on vllm|sglang]", "switch to another profile, on its engine or another"
     ),
@@ -110,6 +115,7 @@ COMMANDS = (
 )
 NAMES = tuple(c.name for c in COMMANDS)
 EXPORT_FORMATS = ("md", "csv")
+EXPORT_PREDICTED = "predicted"  # `export md predicted`; `--predicted`, as `cockpit results` spells it, too
 _LAYOUT_KEYS = {"tp", "pp", "dp", "ep"}  # `tp=4` is a layout's word
 _BENCH_KEYS = {
     "c": "concurrency",
@@ -152,11 +158,7 @@ def parse_command(text: str) -> Command:
     if word == "sweep":
         return _sweep(rest)
     if word == "export":
-        fmt = (rest or "md").lower()
-        fmt = "md" if fmt in ("markdown", "md") else fmt
-        if fmt not in EXPORT_FORMATS:
-            raise CockpitError(f"export writes md or csv, not '{rest}': `export md`")
-        return Export(fmt)
+        return _export(rest)
     if word == "use":
         if not rest:
             raise CockpitError("use needs a profile name: `use kimi-k2.6`, or `use kimi-k2.6 on vllm`")
@@ -175,6 +177,23 @@ def parse_command(text: str) -> Command:
         raise CockpitError(
             f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`"
         ) from None
+
+
+def _export(rest: str) -> Export:
+    """`export`, `export csv`, `export md predicted`, `export --predicted csv`: a format (md when
+    none is given) and perhaps the predictions."""
+    fmt, predicted = "", False
+    for word in rest.lower().split():
+        if word.removeprefix("--") == EXPORT_PREDICTED:
+            predicted = True
+        elif not fmt and word in (*EXPORT_FORMATS, "markdown"):
+            fmt = "md" if word == "markdown" else word
+        else:
+            raise CockpitError(
+                f"export writes md or csv, with or without `{EXPORT_PREDICTED}`, not {shown(word)}: "
+                f"`export md` or `export csv {EXPORT_PREDICTED}`"
+            )
+    return Export(fmt or "md", predicted)
 
 
 _ENGINE_SUFFIX = re.compile(r"\s+(?:(?:on|with)\s+|--engine[=\s]\s*)?(vllm|sglang)\s*$", re.IGNORECASE)
@@ -346,8 +365,11 @@ def completions(
     text: str, layouts: tuple[str, ...] = (), profiles: tuple[str, ...] = (), flags: tuple[str, ...] = ()
 ) -> list[str]:
     """Candidates for Tab: command names, then layouts after `try`/`plan`, profiles after `use`,
-    and the engine's server flags (``flags``) for a word that starts with a dash."""
+    formats and `predicted` after `export`, and the engine's server flags (``flags``) for a word
+    that starts with a dash."""
     word, space, rest = text.partition(" ")
+    if word == "export" and space:
+        return _export_completions(rest)
     if word in ("try", "plan", "sweep") and space and rest:
         head, _, last = text.rpartition(" ")
         if last.startswith("-"):
@@ -356,3 +378,17 @@ def completions(
         return [n for n in NAMES if n.startswith(word.lower())] + [x for x in layouts if x.startswith(text)]
     pool = profiles if word == "use" else layouts if word in ("try", "plan", "sweep") else ()
     return [f"{word} {x}" for x in pool if x.startswith(rest)]
+
+
+def _export_completions(rest: str) -> list[str]:
+    """`export c` -> `export csv`; `export csv p` -> `export csv predicted`."""
+    head, _, last = rest.rpartition(" ")
+    said = head.split()
+    if not said:
+        pool: tuple[str, ...] = (*EXPORT_FORMATS, EXPORT_PREDICTED)
+    elif len(said) == 1 and said[0] in EXPORT_FORMATS:
+        pool = (EXPORT_PREDICTED,)
+    else:
+        pool = ()
+    prefix = " ".join(["export", *said])
+    return [f"{prefix} {x}" for x in pool if x.startswith(last)]

@@ -20,6 +20,12 @@ from cockpit.runner.supervisor import Supervisor
 Print = Callable[[str], None]
 
 
+def tell_learning(lab: Lab, out: Print) -> None:
+    """What went wrong with learning (a fit, the calibration file), once each."""
+    for line in lab.learning_notices():
+        out(f"warning: {line}")
+
+
 def announce_live_servers(registry: Registry, out: Print) -> None:
     for entry in registry.live():
         out(
@@ -59,11 +65,10 @@ def run_headless(
             out(lab.setup.engine.version_note)
         for note in lab.notes:
             out(f"note: {note}")
+        tell_learning(lab, out)
         announce_live_servers(lab.registry, out)
         lab.monitor.start()
-        return _drive(
-            lab.launcher, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command
-        )
+        return _drive(lab, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
 def _on_signal(signum, frame) -> None:
@@ -102,7 +107,7 @@ def _bench_command(text: str | None) -> Bench | None:
 
 
 def _drive(
-    launcher: Launcher, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None
+    lab: Lab, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None
 ) -> int:
     # A signal already ignored stays ignored: under nohup a hang-up must not end the run.
     previous = {
@@ -110,7 +115,7 @@ def _drive(
     }
     code = 1
     try:
-        code = _follow(launcher, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
+        code = _follow(lab, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
     finally:
         if code < 128:  # once a signal came, the others stay ignored until cockpit has exited
             for sig, handler in previous.items():
@@ -119,7 +124,7 @@ def _drive(
 
 
 def _follow(
-    launcher: Launcher,
+    lab: Lab,
     command: Try,
     *,
     force: bool,
@@ -128,16 +133,19 @@ def _follow(
     out: _Printer,
     bench: Bench | None,
 ) -> int:
+    launcher = lab.launcher
     outcome: Event | None = None
     try:
         for event in launcher.run(command.layout, force=force):
             if not (quiet and isinstance(event, LogLine)):
                 out(str(event))
             outcome = event
+        tell_learning(lab, out)  # the refit after Ready or Failed ran when the launch's events ended
         if isinstance(outcome, Ready) and bench is not None:
             for event in launcher.bench(bench):
                 out(str(event))
                 outcome = event
+            tell_learning(lab, out)
         if isinstance(outcome, BenchDone) and (outcome.error or not outcome.levels):
             _finish(launcher, keep, out)
             return 1
@@ -216,6 +224,7 @@ def attach_server(pid: int, *, profile: str | None, out: Print = print) -> int:
         for event in launcher.follow(launcher.supervisor.attach(entry)):
             out(str(event))
             outcome = event
+        tell_learning(lab, out)
     if isinstance(outcome, Ready):
         out(f"attached  {entry.url} is ready and still runs; `cockpit stop {pid}` stops it")
         return 0

@@ -6,13 +6,16 @@ simulated lab reads the simulated box and launches the simulated engine, whose l
 go into the setup, so the planner's argv is the one shown, journaled and launched.
 
 The lab plans with what the box taught (``cockpit.learning``): loaded at open, fitted again after
-every launch that gets ready and every benchmark, so the next prediction already uses it.
+every launch that gets ready and every benchmark, so the next prediction already uses it. What
+goes wrong on the way (a fit that fails, a calibration file that cannot be read or written) is
+kept as one line each, for the faces to show once (``learning_notices``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from cockpit.children import simulated_engine
@@ -82,6 +85,8 @@ class Lab:
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
     store: CalibrationStore | None = None  # what the box taught, kept; None: nothing is learned
     learning_problem: str | None = None  # the last fit that failed, one line
+    _learning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _told: set[str] = field(default_factory=set, init=False, repr=False)  # notices already shown
 
     @property
     def sim(self) -> bool:
@@ -109,9 +114,7 @@ class Lab:
         reason = simulated_reason(sim)
         setup = lab_setup(profile, sim=bool(reason))
         store = CalibrationStore()
-        setup = replace(setup, learned=learned_for(setup, bool(reason), store))
-        if store.warning:
-            notes += (store.warning,)
+        setup = replace(setup, learned=learned_for(setup, bool(reason), store))  # a bad file: a notice
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
             source = gpu_source(setup.hardware, bool(reason))
             undo.callback(source.close)
@@ -137,22 +140,33 @@ class Lab:
     def learn(self, experiment: int) -> None:
         """A launch got ready or a benchmark finished (``experiment``): fit the box's constants
         again and plan with them from now on. A fit that fails keeps the last one: it must never
-        cost the measurement that triggered it."""
+        cost the measurement that triggered it. A launch's hook and a benchmark's may run at once
+        (two threads): one fit at a time."""
         if self.store is None:
             return
-        try:
-            learned = relearn(self.journal, self.setup, self.sim, self.store)
-        except CockpitError as exc:
-            self.learning_problem = f"calibration not updated after experiment {experiment}: {exc}"
-            return
-        if learned == self.setup.learned:
-            return
-        self.setup = replace(self.setup, learned=learned)
-        self.launcher.replan(self.setup)
-        self.learned_changed()
+        with self._learning:
+            try:
+                learned = relearn(self.journal, self.setup, self.sim, self.store)
+            except CockpitError as exc:
+                self.learning_problem = f"calibration not updated after experiment {experiment}: {exc}"
+                return
+            if learned == self.setup.learned:
+                return
+            self.setup = replace(self.setup, learned=learned)
+            self.launcher.replan(self.setup)
+            self.learned_changed()
 
     def learned_changed(self) -> None:
         """What the box taught changed; a face that keeps planned layouts plans them again."""
+
+    def learning_notices(self) -> list[str]:
+        """What went wrong with learning and was not shown yet, one line each, each shown once:
+        the last fit that failed, the calibration file that could not be read or written (what
+        was learned then holds for this session only)."""
+        lines = (self.learning_problem, self.store.warning if self.store is not None else None)
+        fresh = [line for line in dict.fromkeys(lines) if line and line not in self._told]
+        self._told.update(fresh)
+        return fresh
 
     def close(self) -> None:
         """Stop the monitor's thread, release the GPU source, close the journal: each of them

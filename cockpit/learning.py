@@ -1,9 +1,16 @@
 """What each box taught the planner, kept between sessions in one JSON file.
 
 One entry per (GPU type, engine, engine version, simulated or not): a laptop's simulated runs
-never calibrate a real box, and an engine upgrade starts from the defaults. The file is a cache
-of what the journal teaches (``cockpit.calibrate`` fits it again after every measurement), so a
-damaged one is a one-line warning and the defaults, and the next fit writes it afresh.
+never calibrate a real box, and an engine upgrade starts from the defaults. Inside it the speed
+constants are the box's (its cards, driver and kernels, whatever model measured them), the
+memory corrections each model's own (its profile-run activations, its kernels' weight layouts):
+a model the box never ran plans with the box's speed and the default memory terms.
+
+The file is a cache of what the journal teaches (``cockpit.calibrate`` fits it again after every
+measurement), so a damaged one is a one-line warning and the defaults, a damaged entry the
+defaults for its box, and the next fit writes it afresh. It also keeps when each box was last
+reset (``cockpit calibration reset``): launches started before that teach nothing any more,
+though the journal keeps them.
 
 Where: ``COCKPIT_CALIBRATION``, else ``calibration.json`` next to the journal (the user's data
 folder, or beside ``COCKPIT_JOURNAL``), private like the journal: 0600 in a 0700 folder.
@@ -17,24 +24,26 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cockpit import journal as journal_file
-from cockpit.calibrate import fit
-from cockpit.errors import CockpitError
+from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE, fit_parts, replanned
+from cockpit.errors import CockpitError, shown
 from cockpit.journal import BenchPoint, Experiment, Journal
 from cockpit.paths import private_dir
-from cockpit.planner import Learned, Setup
+from cockpit.perfmodel import Calibration
+from cockpit.planner import Learned, Setup, Verdict
 
 ENV = "COCKPIT_CALIBRATION"
-FORMAT = 1  # the file's layout; another is read as damaged
+FORMAT = 2  # the file's layout; another (1: memory per box, before it was per model) is read as damaged
 MAX_BYTES = 4 * 2**20  # a few hundred entries take a few KB
 # The newest launches of a layout that measured something: older ones of the same layout add
 # little but time to every fit.
 RUNS_PER_LAYOUT = 3
+RESET_FIX = "run `cockpit calibration reset`"
 
 
 def default_path() -> Path:
@@ -67,30 +76,131 @@ class Key:
 
 
 @dataclass(frozen=True)
-class Entry:
-    key: Key
-    learned: Learned
-    model: str = ""  # the model whose launches fitted it last
+class Speed:
+    """The performance model's constants a box taught: the box's own, whichever model measured them."""
+
+    calibration: Mapping[str, float]
+    runs: int  # the launches they were fitted from
+    model: str = ""  # whose launches those were
     updated: float = 0.0  # when (seconds since the epoch)
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    """What one model's launches taught about memory on a box (``planner.Learned``'s memory terms)."""
+
+    reserve_offset_gib: float = 0.0
+    weights_factor: float = 1.0
+    runs: int = 0  # the launches that logged a memory number
+    updated: float = 0.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One box: its speed constants, each model's memory corrections, when it was last reset."""
+
+    key: Key
+    speed: Speed | None = None  # None: the defaults
+    memory: Mapping[str, ModelMemory] = field(default_factory=dict)  # by model path
+    forgotten_before: float = 0.0  # launches started before it teach nothing (a reset)
+
+    @classmethod
+    def of(cls, key: Key, learned: Learned, model: str = "", updated: float = 0.0) -> Entry:
+        """The entry holding ``learned`` for ``model``: its speed constants as the box's, its memory
+        terms as the model's."""
+        speed = (
+            Speed(dict(learned.calibration), learned.runs, model, updated) if learned.calibration else None
+        )
+        memory: dict[str, ModelMemory] = {}
+        if learned.runs or learned.reserve_offset_gib or learned.weights_factor != 1.0:
+            memory[model] = ModelMemory(
+                learned.reserve_offset_gib, learned.weights_factor, learned.runs, updated
+            )
+        return cls(key, speed, memory)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing learned (a reset box keeps only its reset time)."""
+        return self.speed is None and not self.memory
+
+    def learned(self, model: str) -> Learned:
+        """What ``model`` plans with on this box: the box's speed constants and the model's own
+        memory corrections (the defaults where it has none). ``runs`` counts the launches behind
+        them: the larger of the two parts' when one model taught both (the same launches mostly),
+        their sum when the speed came from another model's."""
+        memory = self.memory.get(model, ModelMemory())
+        return Learned(
+            runs=self._runs(model),
+            calibration=dict(self.speed.calibration) if self.speed else {},
+            reserve_offset_gib=memory.reserve_offset_gib,
+            weights_factor=memory.weights_factor,
+        )
+
+    @property
+    def runs(self) -> int:
+        """The launches behind the whole entry, counted as ``learned`` counts them."""
+        counts = {model: memory.runs for model, memory in self.memory.items()}
+        if self.speed is not None:
+            counts[self.speed.model] = max(counts.get(self.speed.model, 0), self.speed.runs)
+        return sum(counts.values())
+
+    def _runs(self, model: str) -> int:
+        own = self.memory[model].runs if model in self.memory else 0
+        if self.speed is None:
+            return own
+        return max(own, self.speed.runs) if self.speed.model == model else own + self.speed.runs
 
 
 class CalibrationStore:
     """The file, read whole and written whole (small; a write replaces it in one rename).
 
-    ``warning`` holds one line when the file could not be read or written: the faces show it;
-    nothing here raises for a damaged file."""
+    ``warning`` holds one line when the file or an entry could not be read, or the file written:
+    the faces show it; nothing here raises for a damaged file."""
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_path()
         self.warning: str | None = None
 
     def entries(self) -> list[Entry]:
+        """The boxes that learned something."""
+        return [e for e in self._read()[0] if not e.empty]
+
+    def entry(self, key: Key) -> Entry:
+        """The box of ``key``, empty when it learned nothing; its reset time holds a reset of all."""
+        entries, forgotten_before = self._read()
+        found = next((e for e in entries if e.key == key), Entry(key))
+        return replace(found, forgotten_before=max(found.forgotten_before, forgotten_before))
+
+    def learned(self, key: Key, model: str) -> Learned:
+        """What the box of ``key`` taught, for ``model``; the defaults when nothing was learned."""
+        return self.entry(key).learned(model)
+
+    def put(self, entry: Entry) -> None:
+        """Keep ``entry`` in place of its key's; a file that cannot be written is a warning."""
+        entries, forgotten_before = self._read()
+        self._write([*(e for e in entries if e.key != entry.key), entry], forgotten_before)
+
+    def remove(self, keys: Sequence[Key] | None = None, now: float | None = None) -> list[Entry]:
+        """Forget these keys (None: all) and the launches journaled for them until ``now`` (the
+        next fit reads only later ones); the entries that had learned something."""
+        now = time.time() if now is None else now
+        entries, forgotten_before = self._read()
+        removed = [e for e in entries if not e.empty and (keys is None or e.key in keys)]
+        if keys is None:
+            self._write([], now)
+        elif removed:
+            kept = [e for e in entries if e.key not in keys]
+            self._write([*kept, *(Entry(e.key, forgotten_before=now) for e in removed)], forgotten_before)
+        return removed
+
+    def _read(self) -> tuple[list[Entry], float]:
+        """Every entry (reset ones too) and the time of the last reset of all."""
         try:
             if not self.path.exists():
-                return []
+                return [], 0.0
             if self.path.stat().st_size > MAX_BYTES:
                 raise ValueError(f"{self.path.stat().st_size / 2**20:,.1f} MiB, too big to be one")
-            return _entries(json.loads(self.path.read_text(encoding="utf-8")))
+            data = _file(json.loads(self.path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
             why = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
@@ -99,27 +209,28 @@ class CalibrationStore:
                 f"the calibration file {self.path} cannot be read ({_one_line(why)}): planning with the "
                 "defaults; the next launch fits it again from the journal"
             )
-            return []
+            return [], 0.0
+        entries, problems = [], []
+        for item in data["boxes"]:
+            entry, problem = _entry(item)
+            if entry is not None:
+                entries.append(entry)
+            if problem:
+                problems.append(problem)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            self.warning = (
+                f"the calibration file {self.path}: {problems[0]}{more}: planning with the defaults for "
+                "that box; the next launch fits it again from the journal"
+            )
+        return entries, data["forgotten_before"]
 
-    def learned(self, key: Key) -> Learned:
-        """What the box of ``key`` taught; the defaults when nothing was learned."""
-        return next((e.learned for e in self.entries() if e.key == key), Learned())
-
-    def put(self, entry: Entry) -> None:
-        """Keep ``entry`` in place of its key's; a file that cannot be written is a warning."""
-        entries = [e for e in self.entries() if e.key != entry.key]
-        self._write([*entries, entry])
-
-    def remove(self, keys: Sequence[Key] | None = None) -> list[Entry]:
-        """Forget these keys (None: all); the entries removed."""
-        entries = self.entries()
-        removed = [e for e in entries if keys is None or e.key in keys]
-        if removed:
-            self._write([e for e in entries if e not in removed])
-        return removed
-
-    def _write(self, entries: Sequence[Entry]) -> None:
-        data = {"format": FORMAT, "boxes": [_entry_json(e) for e in sorted(entries, key=lambda e: e.key)]}
+    def _write(self, entries: Sequence[Entry], forgotten_before: float) -> None:
+        data = {
+            "format": FORMAT,
+            "forgotten_before": round(forgotten_before, 3),
+            "boxes": [_entry_json(e) for e in sorted(entries, key=lambda e: e.key)],
+        }
         try:
             private_dir(self.path.parent, fix=f"set {ENV} to a file in a writable folder")
             fd, temporary = tempfile.mkstemp(prefix=".calibration-", dir=self.path.parent)  # 0600
@@ -140,40 +251,59 @@ class CalibrationStore:
 
 
 def learned_for(setup: Setup, simulated: bool, store: CalibrationStore | None = None) -> Learned:
-    """What the box ``setup`` plans for taught, for a simulated box or the real one."""
-    return (store or CalibrationStore()).learned(Key.of(setup, simulated))
+    """What the box ``setup`` plans for taught, for its model, on a simulated box or the real one."""
+    return (store or CalibrationStore()).learned(Key.of(setup, simulated), setup.model_path)
 
 
 def relearn(
     journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore | None = None
 ) -> Learned:
-    """Fit the box's constants again from the journal's launches of ``setup``'s model, keep them,
-    and return them. A part without enough data keeps what was stored (perhaps from another
-    model on the same box)."""
+    """Fit the box's constants again from the journal's launches of ``setup``'s model since the
+    box was last reset, keep them, and return what the model plans with now. A part without
+    enough data keeps what was stored (the speed perhaps from another model on the same box)."""
     store = store or CalibrationStore()
-    key = Key.of(setup, simulated)
-    prior = store.learned(key)
-    learned = fit(setup, journal_runs(journal, setup, simulated), prior)
-    if learned != prior:
-        store.put(Entry(key, learned, setup.model_path, time.time()))
-    return learned
+    model = setup.model_path
+    entry = store.entry(Key.of(setup, simulated))
+    fitted = fit_parts(
+        setup, journal_runs(journal, setup, simulated, entry.forgotten_before), entry.learned(model)
+    )
+    now = time.time()
+    taught = entry
+    if fitted.speed is not None:
+        speed = Speed(fitted.speed.calibration, len(fitted.speed.used), model, now)
+        if entry.speed is None or replace(entry.speed, updated=now) != speed:
+            taught = replace(taught, speed=speed)
+    if fitted.memory is not None:
+        memory = ModelMemory(fitted.reserve_offset_gib, fitted.weights_factor, len(fitted.memory.used), now)
+        before = entry.memory.get(model)
+        if before is None or replace(before, updated=now) != memory:
+            taught = replace(taught, memory={**entry.memory, model: memory})
+    if taught != entry:
+        store.put(taught)
+    return taught.learned(model)
 
 
 def journal_runs(
-    journal: Journal, setup: Setup, simulated: bool
+    journal: Journal, setup: Setup, simulated: bool, since: float = 0.0
 ) -> list[tuple[Experiment, list[BenchPoint]]]:
     """The journaled launches of ``setup``'s model on its box (GPU type, engine and version,
-    simulated or not), with their benchmark levels. Launches journaled before cockpit kept the
-    GPU type and engine version are left out: nothing says which box they ran on."""
+    simulated or not) started at ``since`` or later, with their benchmark levels: of each layout
+    the newest RUNS_PER_LAYOUT that ``setup`` would launch again as they were launched
+    (``calibrate.replanned``; the others are no measurement of these constants) and that logged
+    or measured something. Launches journaled before cockpit kept the GPU type and engine version
+    are left out: nothing says which box they ran on."""
     key = Key.of(setup, simulated)
     runs = []
     per_layout: Counter[str] = Counter()
+    verdicts: dict[str, Verdict | None] = {}  # each layout planned once
     for experiment in journal.experiments():  # newest first
         if experiment.engine != key.engine or experiment.model != setup.model_path:
             continue
         if experiment.gpu_type != key.gpu or engine_version(experiment.engine_version) != key.version:
             continue
-        if experiment.simulated != simulated or per_layout[experiment.layout] >= RUNS_PER_LAYOUT:
+        if experiment.simulated != simulated or experiment.started < since:
+            continue
+        if per_layout[experiment.layout] >= RUNS_PER_LAYOUT or not replanned(setup, experiment, verdicts):
             continue
         points = journal.points(experiment.id)
         if experiment.facts or points:
@@ -186,52 +316,110 @@ def journal_runs(
 
 
 def _entry_json(entry: Entry) -> dict[str, Any]:
-    key, learned = entry.key, entry.learned
+    key, speed = entry.key, entry.speed
     return {
         "gpu": key.gpu,
         "engine": key.engine,
         "version": key.version,
         "simulated": key.simulated,
-        "runs": learned.runs,
-        "calibration": dict(learned.calibration),
-        "reserve_offset_gib": learned.reserve_offset_gib,
-        "weights_factor": learned.weights_factor,
-        "model": entry.model,
-        "updated": round(entry.updated, 3),
+        "forgotten_before": round(entry.forgotten_before, 3),
+        "speed": None
+        if speed is None
+        else {
+            "calibration": dict(speed.calibration),
+            "runs": speed.runs,
+            "model": speed.model,
+            "updated": round(speed.updated, 3),
+        },
+        "models": [
+            {
+                "model": model,
+                "reserve_offset_gib": memory.reserve_offset_gib,
+                "weights_factor": memory.weights_factor,
+                "runs": memory.runs,
+                "updated": round(memory.updated, 3),
+            }
+            for model, memory in sorted(entry.memory.items())
+        ],
     }
 
 
-def _entries(data: Any) -> list[Entry]:
-    """The file's entries; anything not of cockpit's form raises ValueError with what is wrong."""
+def _file(data: Any) -> dict[str, Any]:
+    """The file's top level; anything not of cockpit's form raises ValueError with what is wrong."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("boxes"), list):
         raise ValueError(f'not a cockpit calibration file (format {FORMAT}, "boxes": [...])')
-    return [_entry(item) for item in data["boxes"]]
+    return {"boxes": data["boxes"], "forgotten_before": _time(data.get("forgotten_before"))}
 
 
-def _entry(item: Any) -> Entry:
+def _entry(item: Any) -> tuple[Entry | None, str]:
+    """One box of the file, and what is wrong with it: a box whose values cannot be used keeps
+    only its key and reset time (the defaults); one without a key is dropped."""
     if not isinstance(item, dict):
-        raise ValueError("an entry is not an object")
+        return None, "an entry is not an object"
     texts = [item.get(name) for name in ("gpu", "engine", "version")]
     simulated = item.get("simulated")
-    calibration = item.get("calibration")
     if not all(isinstance(t, str) for t in texts) or not isinstance(simulated, bool):
-        raise ValueError("an entry lacks its gpu, engine, version or simulated")
-    if not isinstance(calibration, dict) or not all(_is_number(v) for v in calibration.values()):
-        raise ValueError("an entry's calibration is not a mapping of numbers")
-    numbers = [item.get(name) for name in ("runs", "reserve_offset_gib", "weights_factor")]
-    if not all(_is_number(n) for n in numbers) or not float(item["weights_factor"]) > 0:
-        raise ValueError("an entry's runs, reserve_offset_gib or weights_factor is not a number")
+        return None, "an entry lacks its gpu, engine, version or simulated"
     key = Key(str(texts[0]), str(texts[1]), str(texts[2]), simulated)
-    learned = Learned(
-        runs=int(item["runs"]),
-        calibration={str(k): float(v) for k, v in calibration.items()},
-        reserve_offset_gib=float(item["reserve_offset_gib"]),
-        weights_factor=float(item["weights_factor"]),
+    forgotten_before = _time(item.get("forgotten_before"))
+    try:
+        speed = _speed(item.get("speed"), key)
+        memory = _models(item.get("models"))
+    except (ValueError, CockpitError) as exc:
+        return Entry(key, forgotten_before=forgotten_before), f"{key}: {exc}"
+    return Entry(key, speed, memory, forgotten_before), ""
+
+
+def _speed(data: Any, key: Key) -> Speed | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(calibration := data.get("calibration"), dict):
+        raise ValueError("its speed constants are not a mapping of numbers")
+    if not all(_is_number(v) for v in calibration.values()):
+        raise ValueError("its speed constants are not a mapping of numbers")
+    # Names and ranges as a profile's (a file of another cockpit version may hold others).
+    Calibration().overridden(calibration, "its speed constants", fix=RESET_FIX)
+    model = data.get("model")
+    return Speed(
+        {str(k): float(v) for k, v in calibration.items()},
+        _count(data.get("runs"), "speed runs"),
+        model if isinstance(model, str) else "",
+        _time(data.get("updated")),
     )
-    model = item.get("model")
-    updated = item.get("updated")
-    when = float(updated) if isinstance(updated, (int, float)) and _is_number(updated) else 0.0
-    return Entry(key, learned, model if isinstance(model, str) else "", when)
+
+
+def _models(data: Any) -> dict[str, ModelMemory]:
+    if not isinstance(data, list):
+        raise ValueError("its models are not a list")
+    memory = {}
+    for item in data:
+        if not isinstance(item, dict) or not isinstance(model := item.get("model"), str):
+            raise ValueError("a model's memory lacks its model")
+        memory[model] = ModelMemory(
+            _bounded(item.get("reserve_offset_gib"), "reserve_offset_gib", RESERVE_OFFSET_RANGE_GIB),
+            _bounded(item.get("weights_factor"), "weights_factor", WEIGHTS_FACTOR_RANGE),
+            _count(item.get("runs"), "runs"),
+            _time(item.get("updated")),
+        )
+    return memory
+
+
+def _bounded(value: Any, name: str, bounds: tuple[float, float]) -> float:
+    low, high = bounds
+    if not _is_number(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {shown(value)}; {RESET_FIX}")
+    return float(value)
+
+
+def _count(value: Any, name: str) -> int:
+    if not _is_number(value) or value < 0 or value != int(value):
+        raise ValueError(f"{name} must be a whole number, got {shown(value)}; {RESET_FIX}")
+    return int(value)
+
+
+def _time(value: Any) -> float:
+    """A time the file holds; anything else is the epoch (never, for a reset)."""
+    return float(value) if _is_number(value) and value > 0 else 0.0
 
 
 def _is_number(value: object) -> bool:

@@ -34,6 +34,7 @@ from cockpit.planner import (
     knob_server_args,
     stage_weights,
     vllm_batched_tokens,
+    vllm_max_num_seqs,
 )
 
 
@@ -152,10 +153,9 @@ def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | No
 
 
 def default_max_running(engine: str, hw: Hardware) -> int:
-    """vLLM: max_num_seqs 1024 on >= 70 GiB cards, 256 below (get_batch_defaults in
-    vllm/engine/arg_utils.py); SGLang: KV-bound."""
+    """vLLM: its max_num_seqs default for the card (planner.vllm_max_num_seqs); SGLang: KV-bound."""
     if engine == "vllm":
-        return 1024 if hw.memory_gib >= 70 else 256
+        return vllm_max_num_seqs(ServerArgs(), hw)
     return 4096
 
 

@@ -713,12 +713,16 @@ def vllm_kept(
 # to 3072; 0.33's Triton path pads only the width (oracle/mxfp4.py).
 MARLIN_BEFORE = (0, 11)
 TRITON_PADS_HIDDEN_BEFORE = (0, 33)
+# Humming outranks Marlin on SM90 in vLLM 0.33 (the oldest release cockpit has read; humming/priority.py).
+HUMMING_SINCE = (0, 33)
 
 
 def mxfp4_backend(model: ModelArch, hw: Hardware, engine: Engine) -> str:
     """Which vLLM kernels run a checkpoint's MXFP4 experts: "" (not MXFP4, or SGLang), "trtllm"
     (data-center Blackwell), "cutlass" (gpt-oss on consumer Blackwell), "triton" (gpt-oss on Hopper,
-    the OAI Triton kernels) or "marlin" (weight-only: the rest, and Hopper before vLLM 0.11). In the
+    the OAI Triton kernels), "humming" (other MXFP4 models on Hopper from vLLM 0.33, where Humming
+    is moved ahead of Marlin: prioritize_humming, vllm/model_executor/layers/quantization/utils/
+    humming/priority.py) or "marlin" (weight-only: the rest, and Hopper before vLLM 0.11). In the
     order of _get_priority_backends_for_gpt_oss and _get_priority_backends
     (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py)."""
     if model.quant.method != "mxfp4" or engine.name != "vllm":
@@ -731,6 +735,8 @@ def mxfp4_backend(model: ModelArch, hw: Hardware, engine: Engine) -> str:
         return "cutlass"
     if major == 9 and gpt_oss and _version_at_least(engine, MARLIN_BEFORE):
         return "triton"
+    if major == 9 and not gpt_oss and _version_at_least(engine, HUMMING_SINCE):
+        return "humming"
     return "marlin"
 
 
@@ -741,8 +747,8 @@ def _round_up(value: float, multiple: int) -> float:
 def mxfp4_expert_factor(model: ModelArch, hw: Hardware, engine: Engine, moe_tp: int) -> float:
     """Loaded over checkpoint bytes of MXFP4 routed experts: the kernels pad each expert's hidden
     size and its width per GPU (mxfp4_round_up_hidden_size_and_intermediate_size, oracle/mxfp4.py):
-    Marlin and TRT-LLM to 256 and 128, FlashInfer CUTLASS to 128 and 128, Triton the width to 64.
-    1.0 for anything else."""
+    Marlin and TRT-LLM to 256 and 128, FlashInfer CUTLASS to 128 and 128, Triton and Humming (the
+    function's last branch) the width to 64. 1.0 for anything else."""
     backend = mxfp4_backend(model, hw, engine)
     if not backend or model.moe is None:
         return 1.0

@@ -430,3 +430,26 @@ def test_absurd_bench_words_are_one_line():
             parse_command(text)
         message = str(err.value)
         assert "\n" not in message and len(message) < 200, text
+
+
+def test_export_takes_predicted_as_results_does():
+    from cockpit.commands import Export, completions
+
+    assert parse_command("export") == Export("md")
+    assert parse_command("export csv") == Export("csv")
+    assert parse_command("export markdown predicted") == Export("md", predicted=True)
+    assert parse_command("export predicted csv") == Export("csv", predicted=True)
+    # as `cockpit results --predicted` says it
+    assert parse_command("export csv --predicted") == Export("csv", predicted=True)
+    assert parse_command("export predicted") == Export("md", predicted=True)
+    for text in ("export pdf", "export md csv", "export csv predicted now"):
+        with pytest.raises(CockpitError) as err:
+            parse_command(text)
+        message = str(err.value)
+        assert "md or csv" in message and "predicted" in message and "\n" not in message, text
+    assert any("[predicted]" in spec.usage for spec in COMMANDS if spec.name == "export")
+    assert completions("export c") == ["export csv"]
+    assert completions("export csv ") == ["export csv predicted"]
+    assert completions("export md p") == ["export md predicted"]
+    assert completions("export ") == ["export md", "export csv", "export predicted"]
+    assert completions("export csv predicted ") == []

@@ -8,16 +8,18 @@ import asyncio
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass, field, replace
 
 import pytest
 import yaml
 
 from cockpit import cli
-from cockpit.calibrate import fit, launched_as_planned
+from cockpit.calibrate import fit, launched_as_planned, usable_level
+from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Journal
-from cockpit.learning import CalibrationStore, Entry, Key, default_path, learned_for, relearn
+from cockpit.learning import CalibrationStore, Entry, Key, ModelMemory, default_path, learned_for, relearn
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, FITS, Learned, Setup, plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
@@ -49,6 +51,7 @@ class Level:
     output_len: int | None = OUT
     failed: bool = False
     client_limited: bool = False
+    extra: dict = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -230,17 +233,17 @@ def test_the_file_sits_next_to_the_journal_unless_told_otherwise(tmp_path, monke
 
 def test_a_key_holds_its_own_values_privately(tmp_path):
     store = CalibrationStore(tmp_path / "data" / "calibration.json")
-    assert store.learned(key()) == Learned() and store.entries() == []
-    store.put(Entry(key(), TRUTH, "m", 1.0))
-    assert store.learned(key()) == TRUTH
-    assert store.learned(key(simulated=False)) == Learned()  # a laptop's runs never calibrate a real box
-    assert store.learned(key(version="0.32.0")) == Learned()
+    assert store.learned(key(), "m") == Learned() and store.entries() == []
+    store.put(Entry.of(key(), TRUTH, "m", 1.0))
+    assert store.learned(key(), "m") == TRUTH
+    assert store.learned(key(simulated=False), "m") == Learned()  # a laptop's runs never calibrate a real box
+    assert store.learned(key(version="0.32.0"), "m") == Learned()
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(store.path.parent).st_mode) == 0o700
-    store.put(Entry(key(simulated=False), Learned(runs=2, reserve_offset_gib=1.5)))
+    store.put(Entry.of(key(simulated=False), Learned(runs=2, reserve_offset_gib=1.5), "m"))
     assert [e.key for e in CalibrationStore(store.path).entries()] == [key(False), key(True)]
     assert [e.key for e in store.remove([key()])] == [key()]
-    assert store.learned(key()) == Learned() and store.learned(key(False)).runs == 2
+    assert store.learned(key(), "m") == Learned() and store.learned(key(False), "m").runs == 2
     assert len(store.remove()) == 1 and store.entries() == []
     assert store.warning is None
 
@@ -251,9 +254,9 @@ def test_a_key_holds_its_own_values_privately(tmp_path):
         b"{not json",
         b"[]",
         b'{"format": 99, "boxes": []}',
-        b'{"format": 1, "boxes": [{"gpu": "h200"}]}',
-        b'{"format": 1, "boxes": [{"gpu": "h200", "engine": "vllm", "version": "1", "simulated": true, '
-        b'"runs": 1, "calibration": {"eta_bw": "fast"}, "reserve_offset_gib": 0, "weights_factor": 1}]}',
+        b'{"format": 2, "boxes": [{"gpu": "h200"}]}',
+        b'{"format": 2, "boxes": [{"gpu": "rtx-pro-6000", "engine": "vllm", "version": "0.33.0", "simulated": true, '
+        b'"speed": {"calibration": {"eta_bw": "fast"}, "runs": 1}, "models": []}]}',
         b"\xff\xfe\x00binary",
     ],
 )
@@ -261,11 +264,11 @@ def test_a_damaged_file_is_one_warning_and_the_defaults(tmp_path, data):
     path = tmp_path / "calibration.json"
     path.write_bytes(data)
     store = CalibrationStore(path)
-    assert store.learned(key()) == Learned()
+    assert store.learned(key(), "m") == Learned()
     assert store.warning is not None and "\n" not in store.warning
     assert str(path) in store.warning and "defaults" in store.warning
-    store.put(Entry(key(), TRUTH))  # the next fit writes it afresh: it is a cache of the journal
-    assert CalibrationStore(path).learned(key()) == TRUTH
+    store.put(Entry.of(key(), TRUTH, "m"))  # the next fit writes it afresh: it is a cache of the journal
+    assert CalibrationStore(path).learned(key(), "m") == TRUTH
 
 
 def test_a_file_that_cannot_be_written_is_a_warning_not_a_crash(tmp_path):
@@ -274,7 +277,7 @@ def test_a_file_that_cannot_be_written_is_a_warning_not_a_crash(tmp_path):
     folder.chmod(0o500)
     try:
         store = CalibrationStore(folder / "calibration.json")
-        store.put(Entry(key(), TRUTH))
+        store.put(Entry.of(key(), TRUTH))
         if os.geteuid() != 0:  # root writes anywhere
             assert store.warning is not None and "this session only" in store.warning
     finally:
@@ -317,7 +320,7 @@ def test_relearn_fits_the_journal_of_this_box_and_keeps_it(tmp_path, minimax):
     assert learned_for(minimax, False, store) == Learned()  # the real box's launch taught its own key only
     [entry] = store.entries()
     assert entry.key == Key("rtx-pro-6000", "vllm", minimax.engine.version, True)
-    assert entry.model == minimax.model_path
+    assert entry.speed.model == minimax.model_path and set(entry.memory) == {minimax.model_path}
 
 
 def test_the_journal_gives_the_newest_launches_of_each_layout_of_this_model_and_box(tmp_path, minimax):
@@ -329,7 +332,7 @@ def test_the_journal_gives_the_newest_launches_of_each_layout_of_this_model_and_
         journal_launch(journal, replace(minimax, model_path="other/model"), "tp4")
         old = journal.start_experiment(  # the version as an engine may print it: "v" stripped
             profile="p", model=minimax.model_path, engine="vllm", layout="dp4",
-            argv=["python", "-m", "cockpit.sim", "vllm", "--", "vllm", "serve"],
+            argv=["python", "-m", "cockpit.sim", "vllm", "--", *redact_argv(plan_layout(minimax, "dp4").argv)],
             gpu_type="rtx-pro-6000", engine_version=f"v{minimax.engine.version}", simulated=True,
         )  # fmt: skip
         journal.set_facts(old, {"weights_gib": 60.0})
@@ -443,7 +446,7 @@ def test_calibration_show_lists_each_box_beside_the_defaults(capsys, no_driver):
     code, out, _ = run_cli(capsys, "calibration")
     assert code == 0 and out.startswith("nothing learned yet: every prediction uses the defaults")
     store = CalibrationStore()
-    store.put(Entry(key(), replace(TRUTH, runs=3), "MiniMaxAI/MiniMax-M2.5", 1.0))
+    store.put(Entry.of(key(), replace(TRUTH, runs=3), "MiniMaxAI/MiniMax-M2.5", 1.0))
     code, out, _ = run_cli(capsys, "calibration", "show")
     assert code == 0
     assert "rtx-pro-6000 vllm 0.33.0 (simulated): from 3 run(s) of MiniMaxAI/MiniMax-M2.5" in out
@@ -460,8 +463,8 @@ def test_calibration_show_lists_each_box_beside_the_defaults(capsys, no_driver):
 def test_calibration_reset_forgets_one_box_or_all(capsys, no_driver):
     store = CalibrationStore()
     version = build_setup(SetupOverrides(profile="demo"))[0].engine.version
-    store.put(Entry(key(version=version), TRUTH))
-    store.put(Entry(Key("h200", "sglang", "0.5.23", False), TRUTH))
+    store.put(Entry.of(key(version=version), TRUTH))
+    store.put(Entry.of(Key("h200", "sglang", "0.5.23", False), TRUTH))
     code, out, _ = run_cli(capsys, "calibration", "reset")  # the demo profile's box, simulated here
     assert code == 0 and out.startswith(f"forgot rtx-pro-6000 vllm {version} (simulated)")
     assert [e.key.gpu for e in store.entries()] == ["h200"]
@@ -472,8 +475,8 @@ def test_calibration_reset_forgets_one_box_or_all(capsys, no_driver):
     assert code == 2 and "nothing learned for h200 sglang 0.5.23 (simulated)" in err  # no driver here
     code, out, _ = run_cli(capsys, *argv, "--real")
     assert code == 0 and out.startswith("forgot h200 sglang 0.5.23 (from") and store.entries() == []
-    store.put(Entry(Key("h200", "sglang", "0.5.23", False), TRUTH))
-    store.put(Entry(Key("h200", "sglang", "0.5.23", True), TRUTH))
+    store.put(Entry.of(Key("h200", "sglang", "0.5.23", False), TRUTH))
+    store.put(Entry.of(Key("h200", "sglang", "0.5.23", True), TRUTH))
     code, out, _ = run_cli(capsys, "calibration", "reset", "--all")
     assert code == 0 and out.count("forgot ") == 2 and store.entries() == []
 
@@ -507,7 +510,7 @@ def test_plan_predicts_with_what_the_box_taught(capsys, no_driver):
     setup = build_setup(SetupOverrides(profile="minimax-m2.5"))[0]
     _, out, _ = run_cli(capsys, "plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json")
     [before] = json.loads(out)
-    CalibrationStore().put(Entry(Key.of(setup, simulated=True), replace(TRUTH, runs=3)))
+    CalibrationStore().put(Entry.of(Key.of(setup, simulated=True), replace(TRUTH, runs=3), setup.model_path))
     _, out, _ = run_cli(capsys, "plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json")
     [after] = json.loads(out)
     truth = plan_layout(on_the_box(setup), "tp4")
@@ -614,3 +617,267 @@ def _truth_yaml(truth: Learned) -> dict:
         "reserve_offset_gib": truth.reserve_offset_gib,
         "weights_factor": truth.weights_factor,
     }
+
+
+# -- review fixes: a file from another cockpit, reset, capped pools, pipelines, open loop, per model --
+
+
+def test_an_entry_another_cockpit_wrote_is_a_warning_and_the_defaults_for_its_box(tmp_path, minimax):
+    """Values a profile could not hold (a share above 1, a name this cockpit does not know, a
+    weights factor of 10) would make every prediction raise: each such box is one warning and
+    the defaults, the others load."""
+    path = tmp_path / "calibration.json"
+    good = Entry.of(key(version="0.1.0"), TRUTH, "m", 1.0)
+    store = CalibrationStore(path)
+    store.put(good)
+    data = json.loads(path.read_text())
+    box = {"engine": "vllm", "simulated": True, "models": []}
+    data["boxes"] += [
+        {
+            **box,
+            "gpu": "rtx-pro-6000",
+            "version": "0.2.0",
+            "speed": {"calibration": {"eta_bw": 1.5}, "runs": 2},
+        },
+        {
+            **box,
+            "gpu": "rtx-pro-6000",
+            "version": "0.3.0",
+            "speed": {"calibration": {"eta_new": 0.5}, "runs": 2},
+        },
+        {
+            **box,
+            "gpu": "rtx-pro-6000",
+            "version": "0.4.0",
+            "speed": None,
+            "models": [{"model": "m", "reserve_offset_gib": 0, "weights_factor": 10, "runs": 1}],
+        },
+        {
+            **box,
+            "gpu": "rtx-pro-6000",
+            "version": "0.5.0",
+            "speed": None,
+            "models": [{"model": "m", "reserve_offset_gib": -5000, "weights_factor": 1, "runs": 1}],
+        },
+    ]
+    path.write_text(json.dumps(data))
+    store = CalibrationStore(path)
+    assert store.learned(key(version="0.1.0"), "m") == TRUTH
+    for version in ("0.2.0", "0.3.0", "0.4.0", "0.5.0"):
+        assert store.learned(key(version=version), "m") == Learned()
+    assert store.warning is not None and "\n" not in store.warning and str(path) in store.warning
+    assert "must be above 0 and at most 1" in store.warning and "(and 3 more)" in store.warning
+    assert "run `cockpit calibration reset`" in store.warning and "defaults for that box" in store.warning
+    # what is loaded plans: the unknown name never reaches the performance model
+    learned = store.learned(key(version="0.3.0"), "m")
+    assert predict_tok_s(replace(minimax, learned=learned), plan_layout(minimax, "tp4"), [1], IN, OUT)
+
+
+def test_the_fit_never_learns_a_correction_the_store_would_refuse(minimax):
+    launch, points = launched(minimax, "tp4", levels=())
+    misread = replace(launch, facts={**launch.facts, "weights_gib": launch.facts["weights_gib"] * 10})
+    assert fit(minimax, [(misread, points)]).weights_factor == 1.0  # ten times the weights: a misread log
+    wild = replace(launch, facts={**launch.facts, "kv_memory_gib": 5000.0})
+    weights_only = replace(launch, facts={"weights_gib": launch.facts["weights_gib"]})
+    assert fit(minimax, [(wild, points)]) == fit(minimax, [(weights_only, points)])
+    assert fit(minimax, [(wild, points)]).reserve_offset_gib == 0.0
+
+
+def test_a_reset_is_not_undone_by_the_next_measurement(tmp_path, minimax):
+    store = CalibrationStore(tmp_path / "calibration.json")
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal_launch(journal, minimax, "tp4")
+        journal_launch(journal, minimax, "tp8 ep")
+        assert relearn(journal, minimax, True, store).runs == 2
+        assert [e.key for e in store.remove([Key.of(minimax, True)])] == [Key.of(minimax, True)]
+        assert relearn(journal, minimax, True, store) == Learned()  # the journal still holds both
+        assert store.entries() == [] and learned_for(minimax, True, store) == Learned()
+        time.sleep(0.01)
+        journal_launch(journal, minimax, "tp4", truth=replace(TRUTH, reserve_offset_gib=2.0))
+        learned = relearn(journal, minimax, True, store)
+        assert learned.runs == 1 and learned.reserve_offset_gib == pytest.approx(2.0, abs=0.02)
+        assert learned.calibration == {}  # the two layouts before the reset teach no speed
+        # `reset --all` likewise, for every box, those never fitted included
+        store.remove()
+        assert relearn(journal, minimax, True, store) == Learned() and store.entries() == []
+        other = replace(minimax, engine=get_engine("vllm", "0.11.0"))
+        journal_launch(journal, other, "tp4", truth=replace(TRUTH, reserve_offset_gib=2.0))  # after it
+        assert relearn(journal, other, True, store).runs == 1
+    assert store.warning is None
+
+
+def test_a_pool_capped_by_max_total_tokens_teaches_no_reserve(kimi):
+    """SGLang logs the capped pool's tokens and its K and V sizes alike: neither says what memory
+    was left (sglang/srt/mem_cache/kv_cache_configurator.py _apply_token_constraints)."""
+    from cockpit.calibrate import logged_kv_gib
+
+    capped = replace(kimi, server_args=(*kimi.server_args, "--max-total-tokens", "100000"))
+    launch, points = launched(capped, "tp8", levels=(), truth=replace(TRUTH, reserve_offset_gib=-20.0))
+    facts = {**launch.facts, "kv_tokens": 100_000, "kv_memory_gib": 6.5}  # K size + V size
+    verdict = plan_layout(capped, "tp8")
+    assert logged_kv_gib(facts, verdict) is None and logged_kv_gib({"kv_tokens": 100_000}, verdict) is None
+    learned = fit(capped, [(replace(launch, facts=facts), points)])
+    assert learned.reserve_offset_gib == 0.0 and learned.weights_factor == pytest.approx(1.04, abs=1e-3)
+    uncapped = plan_layout(kimi, "tp8")
+    assert logged_kv_gib({"kv_memory_gib": 6.5}, uncapped) == 6.5  # K + V where nothing caps it
+
+
+def test_vllm_pipeline_launches_teach_speed_but_not_memory(minimax):
+    """vLLM logs weights and KV memory from local rank 0 only, the first pipeline stage's
+    (logger.info_once scope="local"), while the planner's are the busiest stage's."""
+    from cockpit.calibrate import fit_memory
+
+    assert plan_layout(minimax, "tp4 pp2").verdict == FITS
+    piped = launched(minimax, "tp4 pp2")
+    assert fit_memory(minimax, [(0, piped)]) is None
+    learned = fit(minimax, [piped, launched(minimax, "tp8 ep", truth=replace(TRUTH, reserve_offset_gib=3.0))])
+    assert learned.reserve_offset_gib == pytest.approx(3.0, abs=0.02)  # tp8 ep's alone
+    assert learned.calibration["eta_bw"] == pytest.approx(0.42, rel=0.03)  # both layouts' levels
+    assert learned.runs == 2
+
+
+def test_open_loop_levels_never_count(minimax):
+    runs = [launched(minimax, "tp4"), launched(minimax, "tp8 ep")]
+    clean = fit(minimax, runs)
+    launch, points = runs[0]
+    offered = Level(16, 50.0, extra={"rate": 2.0, "engine": {}})  # Poisson arrivals at 2/s
+    closed = Level(16, 50.0, extra={"rate": None})  # how the load generator journals closed loop
+    assert fit(minimax, [(launch, [*points, offered]), runs[1]]) == clean
+    assert not usable_level(offered) and usable_level(closed)
+
+
+def test_open_loop_levels_are_shown_but_compared_with_nothing(tmp_path, minimax):
+    from cockpit.reports.measured import Against, last_measured, predicted_tok_s
+
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        exp = journal.start_experiment(
+            profile="p",
+            model=minimax.model_path,
+            engine="vllm",
+            layout="tp4",
+            argv=[],
+            gpu_type="rtx-pro-6000",
+        )
+        journal.update_experiment(exp, predicted={"tok_s": {f"{IN}/{OUT}": {"8": 500.0, "16": 800.0}}})
+        journal.add_point(exp, BenchPoint(8, 450.0, input_len=IN, output_len=OUT, extra={"rate": None}))
+        journal.add_point(exp, BenchPoint(16, 100.0, input_len=IN, output_len=OUT, extra={"rate": 1.5}))
+        experiment = journal.experiment(exp)
+        points = {p.concurrency: p for p in journal.points(exp)}
+        import socket
+
+        from cockpit.reports.measured import Box
+
+        last = last_measured(journal, Box.of(minimax, socket.gethostname()))
+    assert predicted_tok_s(experiment, points[8]) == 500.0
+    assert predicted_tok_s(experiment, points[16]) is None
+    assert set(last["tp4"].points) == {8, 16}  # shown
+    against = Against("default", last["tp4"], (IN, OUT))
+    assert against.comparable(points[8]) and not against.comparable(points[16])
+
+
+def test_memory_is_each_models_own_and_speed_the_boxs(tmp_path, minimax):
+    store = CalibrationStore(tmp_path / "calibration.json")
+    other = replace(minimax, model_path="someone/MiniMax-M2.5-copy")
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal_launch(journal, minimax, "tp4")
+        journal_launch(journal, minimax, "tp8 ep")
+        first = relearn(journal, minimax, True, store)
+        # a model the box never ran: the box's speed, the default memory terms
+        fresh = learned_for(other, True, store)
+        assert fresh.calibration == first.calibration and fresh.runs == 2
+        assert (fresh.reserve_offset_gib, fresh.weights_factor) == (0.0, 1.0)
+        journal_launch(journal, other, "tp4", levels=(), truth=replace(TRUTH, reserve_offset_gib=-3.0))
+        second = relearn(journal, other, True, store)
+    assert second.reserve_offset_gib == pytest.approx(-3.0, abs=0.02) and second.runs == 3
+    assert second.calibration == first.calibration
+    assert learned_for(minimax, True, store) == first  # its own memory, untouched by the other's
+    [entry] = store.entries()
+    assert set(entry.memory) == {minimax.model_path, other.model_path} and entry.runs == 3
+
+
+def test_the_journal_caps_each_layout_after_leaving_out_other_launches(tmp_path, minimax):
+    from cockpit.learning import RUNS_PER_LAYOUT, journal_runs
+
+    other = replace(minimax, server_args=tuple(a if a != "0.90" else "0.80" for a in minimax.server_args))
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        same = [journal_launch(journal, minimax, "tp4") for _ in range(RUNS_PER_LAYOUT)]
+        for _ in range(RUNS_PER_LAYOUT):  # newer, under another memory fraction
+            journal_launch(journal, other, "tp4")
+        ids = [run.id for run, _ in journal_runs(journal, minimax, True)]
+    assert ids == list(reversed(same))
+
+
+def test_the_last_measured_column_keeps_simulated_and_real_apart(tmp_path, minimax):
+    import socket
+
+    from cockpit.reports.measured import Box, last_measured
+
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        simulated = journal_launch(journal, minimax, "tp4", simulated=True)
+        real = journal_launch(journal, minimax, "tp8 ep", simulated=False)
+        host = socket.gethostname()
+        on_the_simulator = last_measured(journal, Box.of(minimax, host, simulated=True))
+        on_the_gpus = last_measured(journal, Box.of(minimax, host, simulated=False))
+    assert set(on_the_simulator) == {"tp4"} and on_the_simulator["tp4"].points_experiment == simulated
+    assert set(on_the_gpus) == {"tp8 ep"} and on_the_gpus["tp8 ep"].points_experiment == real
+
+
+def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, monkeypatch):
+    """The simulated lab keeps the engine's default version whatever is installed (lab_setup):
+    `reset --sim` (and `plan` without a driver) must look there, not at the installed version."""
+    import cockpit.installed
+    import cockpit.lab
+
+    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
+    setup = build_setup(SetupOverrides(profile="demo"))[0]
+    assert setup.engine.version != "0.11.0"
+    store = CalibrationStore()
+    store.put(Entry.of(Key.of(setup, True), replace(TRUTH, runs=1), setup.model_path))
+    store.put(
+        Entry.of(replace(Key.of(setup, False), version="0.11.0"), replace(TRUTH, runs=2), setup.model_path)
+    )
+    code, out, _ = run_cli(capsys, "calibration", "reset", "--sim")
+    assert code == 0 and out.startswith(f"forgot {Key.of(setup, True)} (from 1 run(s))")
+    code, out, _ = run_cli(capsys, "calibration", "reset", "--real")
+    assert code == 0 and out.startswith("forgot rtx-pro-6000 vllm 0.11.0 (from 2 run(s))")
+    assert store.entries() == []
+
+
+def test_plan_without_a_driver_uses_the_simulated_calibration_whatever_is_installed(capsys, monkeypatch):
+    import cockpit.installed
+    import cockpit.lab
+
+    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
+    setup = build_setup(SetupOverrides(profile="minimax-m2.5"))[0]
+    argv = ["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json"]
+    _, out, _ = run_cli(capsys, *argv)
+    [before] = json.loads(out)
+    CalibrationStore().put(Entry.of(Key.of(setup, simulated=True), replace(TRUTH, runs=3), setup.model_path))
+    _, out, err = run_cli(capsys, *argv)
+    [after] = json.loads(out)
+    assert "0.11.0" in err  # planned with the installed version's flags, calibrated as the simulator ran
+    assert after["memory"]["kv_budget_gib"] < before["memory"]["kv_budget_gib"] - 6
+
+
+def test_calibration_show_lists_memory_per_model_and_hides_secrets(capsys, no_driver):
+    store = CalibrationStore()
+    box = key()
+    store.put(Entry.of(box, replace(TRUTH, runs=3), "MiniMaxAI/MiniMax-M2.5", 1.0))
+    entry = store.entry(box)
+    secret = "https://user:hunter2@models.example/m"
+    other = ModelMemory(reserve_offset_gib=-2.5, weights_factor=1.0, runs=1, updated=2.0)
+    store.put(replace(entry, memory={**entry.memory, secret: other}))
+    code, out, _ = run_cli(capsys, "calibration")
+    assert code == 0 and "hunter2" not in out
+    lines = out.splitlines()
+    assert any(line.strip().startswith("memory of MiniMaxAI/MiniMax-M2.5: from 3 run(s)") for line in lines)
+    assert any(line.strip().startswith("memory of https://user:") for line in lines)
+    assert any(line.split() == ["reserve_offset_gib", "-2.50", "0"] for line in lines)
+    code, out, _ = run_cli(capsys, "calibration", "--json")
+    assert "hunter2" not in out
+    [row] = json.loads(out)
+    models = {m["model"]: m for m in row["models"]}
+    assert models["MiniMaxAI/MiniMax-M2.5"]["learned"] == {"reserve_offset_gib": 6.0, "weights_factor": 1.04}
+    assert models["MiniMaxAI/MiniMax-M2.5"]["defaults"] == {"reserve_offset_gib": 0.0, "weights_factor": 1.0}

@@ -281,7 +281,13 @@ def _plan_rows(capsys) -> tuple[list[str], dict[str, str]]:
     return lines, {line.split("  ")[0].strip(): line for line in lines[3:]}
 
 
-def test_plan_has_no_measured_column_without_measurements(capsys):
+@pytest.fixture
+def real_box(monkeypatch):
+    """A box with an NVIDIA driver: `plan` reads the launches made on its GPUs, not the simulator's."""
+    monkeypatch.setattr("cockpit.telemetry.nvml.driver_present", lambda: True)
+
+
+def test_plan_has_no_measured_column_without_measurements(capsys, real_box):
     journal_launch("tp4", gpu_type="h200", points={32: 900.0})  # another GPU type: not this box
     journal_launch("tp8 ep", host="elsewhere", points={32: 900.0})
     lines, _ = _plan_rows(capsys)
@@ -291,7 +297,7 @@ def test_plan_has_no_measured_column_without_measurements(capsys):
     )
 
 
-def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys):
+def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys, real_box):
     journal_launch("tp4", facts={"weights_gib": 50.0, "kv_tokens": 1000}, points={32: 600.0})  # older
     journal_launch("tp4", points={1: 94.2, 32: 655.0})
     journal_launch("tp4", gpu_type="h200", facts={"weights_gib": 1.0}, points={32: 9999.0})  # not here
@@ -329,3 +335,24 @@ def test_plan_makes_no_journal_to_look_for_measurements(capsys):
 
     assert main(["plan", "--layout", "tp4"]) == 0
     assert "last measured" not in capsys.readouterr().out and not default_path().exists()
+
+
+def test_plans_last_measured_column_takes_the_simulated_or_the_real_launches(capsys):
+    """A simulated launch on this host measured the simulator, not the GPUs: `measured_here` reads
+    one kind or the other, as the plan is for the simulated box or the real one."""
+    from cockpit.journal import BenchPoint, Journal
+    from cockpit.reports.measured import measured_here
+    from cockpit.resolve import SetupOverrides, build_setup
+
+    journal_launch("tp4", points={32: 600.0})  # on the GPUs
+    with Journal() as journal:
+        sim = journal.start_experiment(
+            profile="minimax-m2.5", model=MINIMAX, engine="vllm", layout="tp8 ep", argv=[],
+            gpu_type="rtx-pro-6000", simulated=True,
+        )  # fmt: skip
+        journal.add_point(sim, BenchPoint(32, 900.0, input_len=1024, output_len=1024))
+    setup = build_setup(SetupOverrides(profile="minimax-m2.5"))[0]
+    real, _ = measured_here(setup)
+    simulated, _ = measured_here(setup, simulated=True)
+    assert set(real) == {"tp4"} and set(simulated) == {"tp8 ep"}
+    assert simulated["tp8 ep"].best.output_tok_s == 900.0

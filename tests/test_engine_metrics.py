@@ -31,6 +31,7 @@ from cockpit.telemetry.enginemetrics import (
     EngineWindow,
     metrics_url,
     parse_engine_metrics,
+    parse_series,
 )
 
 # vLLM 0.33, two data-parallel engines, as prometheus_client writes it (labels sorted; counters
@@ -161,6 +162,85 @@ def test_garbage_lines_are_skipped_and_a_text_without_engine_figures_is_none():
     assert parse_engine_metrics("<html>404 Not Found</html>") is None
 
 
+def test_labels_in_any_order_name_the_same_series():
+    """prometheus_client sorts labels; another exporter need not, and one replica's ranks still count once."""
+    text = (
+        'sglang:num_running_reqs{tp_rank="0",model_name="m",dp_rank="0",pp_rank="0",priority=""} 10.0\n'
+        'sglang:num_running_reqs{priority="",pp_rank="0",dp_rank="0",model_name="m",tp_rank="1"} 10.0\n'
+        'sglang:num_running_reqs{dp_rank="1", model_name="m" ,priority="",tp_rank="2",pp_rank="0",} 7.0\n'
+        'sglang:token_usage{model_name="m",dp_rank="1"} 0.5\n'
+        'sglang:token_usage{dp_rank="1",model_name="m"} 0.75\n'  # the same series again: the largest
+    )
+    m = parse_engine_metrics(text)
+    assert m is not None and (m.running, m.kv_usage) == (17.0, 0.75)
+
+
+def test_escaped_label_values_exemplars_and_timestamps_are_read():
+    text = "\n".join(
+        [
+            # escaped quote, backslash and newline; a brace and a comma inside a value
+            'vllm:num_requests_running{engine="0",model_name="a\\"b\\\\c\\nd},e"} 3.0',
+            # OpenMetrics: an exemplar after the value, with and without its own timestamp
+            'vllm:generation_tokens_total{engine="0",model_name="m"} 120.0 # {trace_id="4bf9"} 1.0',
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 2.0 # {trace_id="x y"} 1.0 1712345678.5',
+            # a timestamp in milliseconds (Prometheus) and in seconds with a fraction (OpenMetrics)
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0 1712345678000',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25 1712345678.125',
+            "vllm:prefix_cache_hits_total{} 9.0",  # an empty label set
+        ]
+    )
+    m = parse_engine_metrics(text)
+    assert m is not None
+    assert (m.running, m.waiting, m.kv_usage) == (3.0, 5.0, 0.25)
+    assert (m.generation_tokens_total, m.preemptions_total, m.prefix_hits_total) == (120.0, 2.0, 9.0)
+    [(_, labels, _)] = [s for s in parse_series(text) if s[0] == "vllm:num_requests_running"]
+    assert labels["model_name"] == 'a"b\\c\nd},e'
+
+
+def test_non_finite_values_created_series_and_broken_samples_are_skipped():
+    text = "\n".join(
+        [
+            'vllm:num_requests_running{engine="0",model_name="m"} NaN',
+            'vllm:num_requests_running{engine="1",model_name="m"} 4.0',
+            'vllm:num_requests_waiting{engine="0",model_name="m"} +Inf',
+            'vllm:num_requests_waiting{engine="1",model_name="m"} -Inf',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} Inf',
+            # prometheus_client writes a counter's creation time beside it: not the counter
+            'vllm:generation_tokens_created{engine="0",model_name="m"} 1.7123456e+09',
+            'vllm:num_preemptions_created{engine="0",model_name="m"} 1.7123456e+09',
+            'vllm:generation_tokens_total{engine="0",model_name="m"} 50.0',
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 1.0 not-a-time',  # a bad timestamp
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 1.0 2 3',  # one field too many
+            'vllm:num_preemptions_total{engine="0",model_name="m"}1.0',  # no space before the value
+            'vllm:num_preemptions_total{engine="0",model_name="m" 1.0',  # the label set never closes
+            'vllm:num_preemptions_totally{engine="0"} 1.0',  # another name that starts like ours
+        ]
+    )
+    m = parse_engine_metrics(text)
+    assert m is not None and m.running == 4.0 and m.waiting is None and m.kv_usage is None
+    assert m.generation_tokens_total == 50.0 and m.preemptions_total is None
+
+
+def test_a_large_exposition_of_histograms_reads_the_same_figures():
+    """Eight DP engines' histograms (most of a real exposition) around the few lines that count."""
+    lines = []
+    for engine in range(8):
+        labels = f'engine="{engine}",model_name="m"'
+        for histogram in ("time_to_first_token_seconds", "request_prompt_tokens", "iteration_tokens_total"):
+            for bucket in (*(str(0.001 * 2**b) for b in range(25)), "+Inf"):
+                lines.append(f'vllm:{histogram}_bucket{{{labels},le="{bucket}"}} 7.0')
+            lines += [f"vllm:{histogram}_sum{{{labels}}} 1.5", f"vllm:{histogram}_count{{{labels}}} 7.0"]
+        lines += [
+            f"vllm:num_requests_running{{{labels}}} {engine}.0",
+            f"vllm:kv_cache_usage_perc{{{labels}}} 0.{engine}",
+            f"vllm:generation_tokens_total{{{labels}}} 100.0",
+            f"vllm:generation_tokens_created{{{labels}}} 1.7e+09",
+        ]
+    m = parse_engine_metrics("\r\n".join(lines))  # CRLF line ends too
+    assert m is not None and (m.running, m.kv_usage, m.generation_tokens_total) == (28.0, 0.7, 800.0)
+    assert m.waiting is None and m.preemptions_total is None
+
+
 def snapshot(t: float, **figures: float | None) -> EngineMetrics:
     return EngineMetrics(engine="vllm", time=t, **figures)
 
@@ -200,6 +280,21 @@ def test_a_window_leaves_out_what_it_did_not_see():
     for t, rate in enumerate((0.2, 0.4)):
         gauge.add(snapshot(t, prefix_hit_rate=rate, prefix_queries_total=100.0))  # no new queries
     assert gauge.summary() == {"prefix_hit_rate": pytest.approx(0.3)}
+
+
+def test_gen_tok_s_is_the_counters_growth_over_the_scrapes_time_else_the_gauge():
+    counted = EngineWindow()
+    for t, generated in ((10.0, 1000.0), (11.0, 3000.0), (12.5, 6000.0)):
+        counted.add(snapshot(t, generation_tokens_total=generated, gen_throughput=1.0))
+    assert counted.summary() == {"gen_tok_s": 2000.0}  # the counter wins over the gauge
+    gauge = EngineWindow()
+    for t, rate in enumerate((400.0, 500.0)):
+        gauge.add(EngineMetrics(engine="sglang", time=t, gen_throughput=rate))
+    assert gauge.summary() == {"gen_tok_s": 450.0}
+    one = EngineWindow()  # one scrape of the counter spans no time: the gauge's mean
+    one.add(EngineMetrics(engine="sglang", time=0, generation_tokens_total=10.0, gen_throughput=300.0))
+    assert one.summary() == {"gen_tok_s": 300.0}
+    assert "gen_tok_s" not in EngineWindow().summary()
 
 
 def test_a_counter_that_restarts_counts_from_zero():
@@ -379,3 +474,23 @@ def test_a_server_without_metrics_leaves_no_engine_key_and_the_bench_goes_on():
     assert "engine" not in result.to_bench_point().extra
     measured = replace(result, engine={"running_avg": 2.0})
     assert measured.to_bench_point().extra["engine"] == {"running_avg": 2.0}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_each_level_carries_the_engines_own_generation_throughput(tmp_path, engine):
+    """gen_tok_s beside the client's tok/s. vLLM counts tokens as steps emit them; SGLang when a
+    request finishes, so short outputs keep its lumps small against the window."""
+    sim, url = start_sim(engine, tmp_path / "simbox")
+    try:
+        cfg = BenchConfig(url=url, concurrency=(16,), input_len=16, output_len=16, duration_s=3.0)
+        [result] = asyncio.run(run_sweep(cfg, lambda event: None))
+    finally:
+        sim.stop()
+    assert result.errors == 0 and result.output_tok_s > 0
+    # SGLang's counter moves by a whole wave of 16 finished requests (256 tokens) at a time: up to
+    # ~12% of the ~2 s between the window's first and last scrapes at this speed.
+    tolerance = 0.1 if engine == "vllm" else 0.25
+    assert result.engine["gen_tok_s"] == pytest.approx(result.output_tok_s, rel=tolerance), (
+        result.engine,
+        result.output_tok_s,
+    )

@@ -16,7 +16,7 @@ from cockpit.cli import main
 from cockpit.journal import Journal
 from cockpit.lab import Lab, lab_setup
 from cockpit.layout import parse_layout
-from cockpit.planner import plan_layout
+from cockpit.planner import Learned, plan_layout
 from cockpit.profile import load_profile
 from cockpit.resolve import setup_for
 from cockpit.runner.registry import Registry, ServerEntry
@@ -135,3 +135,107 @@ def test_a_profile_opened_on_another_engine_launches_that_engines_argv(profile_f
     check_args(option_table("vllm"), flags[1:])  # every word a vLLM flag or its value
     result = cockpit("run", "try tp8 ep", "--profile", profile, "--engine", "vllm", "--sim", "--quiet")
     assert "note: " in result.stdout, result.stdout + result.stderr
+
+
+# -- learning from launches: when, with what, and what went wrong -----------------------------------
+
+# What a box might teach: speed constants and memory reserves off the defaults.
+TAUGHT = Learned(
+    runs=5, calibration={"eta_bw": 0.42, "t_layer_us": 96.0}, reserve_offset_gib=6.0, weights_factor=1.04
+)
+
+
+def test_the_refit_waits_for_ready_and_a_bench_is_predicted_as_at_launch(profile_file):
+    """The hook runs once Ready was handed on (the banner does not wait for the refit), and the
+    tok/s journaled for the bench are those of the setup the layout was launched with, not of
+    what this very launch taught."""
+    from cockpit.commands import Bench
+    from cockpit.perfmodel import predict_tok_s
+
+    profile, _ = profile_file("minimax-m2.5")
+    with Lab.open(profile, sim=True, interval=0.5) as lab:
+        at_launch = lab.setup
+        taught = replace(at_launch, learned=TAUGHT)
+        seen: list[str] = []
+        hooked: list[tuple[int, list[str]]] = []
+
+        def learn(exp: int) -> None:  # what Lab.learn does when the box taught something
+            hooked.append((exp, list(seen)))
+            lab.launcher.replan(taught)
+
+        lab.launcher.after_measure = learn
+        for event in lab.launcher.run(parse_layout("tp4")):
+            seen.append(type(event).__name__)
+        exp = lab.launcher.experiment
+        try:
+            assert seen[-1] == "Ready" and hooked == [(exp, seen)]  # after Ready was consumed
+            list(lab.launcher.bench(Bench((1,), input_len=64, output_len=16, requests=2)))
+        finally:
+            lab.launcher.stop()
+        assert [e for e, _ in hooked] == [exp, exp]  # and after the bench
+        assert lab.launcher.setup is taught
+    with Journal() as journal:
+        record = journal.experiment(exp)
+    assert record is not None
+    expected = predict_tok_s(at_launch, plan_layout(at_launch, "tp4"), (1,), 64, 16)
+    assert record.predicted["tok_s"]["64/16"] == {"1": round(expected[1], 2)}
+    assert record.predicted["learned_runs"] == 0  # the launch's own setup: nothing learned yet
+    later = predict_tok_s(taught, plan_layout(taught, "tp4"), (1,), 64, 16)
+    assert round(later[1], 2) != round(expected[1], 2)  # the test tells the two apart
+
+
+def test_the_launchers_plan_is_kept_per_setup():
+    profile = load_profile("minimax-m2.5")
+    with Lab.open(profile, sim=True) as lab:
+        first = lab.launcher.verdicts()
+        assert lab.launcher.verdicts() is first
+        taught = replace(lab.setup, learned=TAUGHT)
+        other = lab.launcher.verdicts(taught)  # planned with another setup: never the cached list
+        assert other is not first and lab.launcher.verdicts(taught) is other
+        lab.launcher.replan(taught)
+        assert lab.launcher.verdicts() is other
+
+
+def test_learning_problems_are_notices_once_each(monkeypatch):
+    """A fit that fails and a calibration file that cannot be written: one line each, once."""
+    import cockpit.lab
+    from cockpit.errors import CockpitError
+
+    unwritable = "cannot write the calibration file /x/calibration.json (Not a directory): what was learned holds for this session only"
+
+    def relearn(journal, setup, simulated, store):  # the store's write failed; what was fitted holds
+        store.warning = unwritable
+        return TAUGHT
+
+    monkeypatch.setattr(cockpit.lab, "relearn", relearn)
+    with Lab.open("minimax-m2.5", sim=True) as lab:
+        assert lab.learning_notices() == []
+        lab.learn(1)
+        assert lab.setup.learned == TAUGHT and lab.launcher.setup is lab.setup
+        assert lab.learning_notices() == [unwritable]
+        lab.learn(2)  # the same trouble again: already said
+        assert lab.learning_notices() == []
+
+        def fails(journal, setup, simulated, store):
+            raise CockpitError("the journal cannot be read")
+
+        monkeypatch.setattr(cockpit.lab, "relearn", fails)
+        lab.learn(3)
+        assert lab.learning_notices() == [
+            "calibration not updated after experiment 3: the journal cannot be read"
+        ]
+        assert lab.learning_notices() == [] and lab.setup.learned == TAUGHT
+
+
+def test_cockpit_run_prints_a_calibration_file_it_cannot_write_once(profile_file, tmp_path, monkeypatch):
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("COCKPIT_CALIBRATION", str(not_a_folder / "calibration.json"))
+    profile, _ = profile_file("minimax-m2.5")
+    result = cockpit("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--bench", "c=1 n=2 out=16")
+    assert result.returncode == 0, result.stdout + result.stderr
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, result.stdout
+    assert "cannot write the calibration file" in warnings[0]
+    lines = result.stdout.splitlines()
+    assert lines.index(warnings[0]) > next(i for i, x in enumerate(lines) if x.startswith("ready "))

@@ -28,17 +28,23 @@ PUBLIC_FACTS = {
     # vLLM, oldest first.
     "vllm_v0_6_rtx3090.log": {
         "weights_gib": 14.9888,  # V0's "GB" is bytes / 2**30
+        "weights_ranks": 1,
         "kv_memory_gib": 3.81,  # V0's memory profiling summary
         "max_concurrency": 1.56,
         "max_concurrency_len": 20000,
     },
     "vllm_v1_0_7_llama70b.log": {
         "weights_gib": 67.7229,
+        "weights_ranks": 1,
         "max_concurrency": 10.79,
         "max_concurrency_len": 2048,
     },
     "vllm_v0_7_kv_cache_words.log": {"kv_memory_gib": 56.18},
-    "vllm_0_8_two_ranks.log": {"weights_gib": 11.4384, "weights_seconds": 5.6822},  # the slower rank
+    "vllm_0_8_two_ranks.log": {  # every worker says it before vLLM's info_once
+        "weights_gib": 11.4384,
+        "weights_seconds": 5.6822,  # the slower rank
+        "weights_ranks": 2,
+    },
     "vllm_0_8_v0_version.log": {"engine_version": "0.8.3"},
     "vllm_v0_init_engine_seconds.log": {"engine_init_seconds": 52.96},
     "vllm_0_11_two_lines.log": {
@@ -61,7 +67,7 @@ PUBLIC_FACTS = {
         "max_concurrency": 5.23,
         "max_concurrency_len": 131072,
     },
-    "vllm_0_2x_memory_and_seconds.log": {"weights_gib": 12.66, "weights_seconds": 31.657},
+    "vllm_0_2x_memory_and_seconds.log": {"weights_gib": 12.66, "weights_seconds": 31.657, "weights_ranks": 1},
     "vllm_0_2x_tp4_graph_estimate.log": {"graph_estimate_gib": 0.17, "kv_memory_gib": 15.72},
     "vllm_0_2x_tp2_kv.log": {
         "kv_memory_gib": 9.84,
@@ -79,6 +85,7 @@ PUBLIC_FACTS = {
     # SGLang, oldest first; its "GB" is GiB.
     "sglang_0_4_4_gemma3.log": {
         "weights_gib": 8.13,
+        "weights_ranks": 1,
         "avail_after_load_gib": 131.08,
         "kv_tokens": 834615,
         "kv_memory_gib": 108.24,  # K size + V size
@@ -133,21 +140,19 @@ def test_every_item_1_number_comes_from_a_public_log_of_each_engine():
 
 def test_vllm_0_33_startup():
     lines = (FIXTURES / "logs" / "vllm_0_33_startup.log").read_text().splitlines()
-    assert (
-        read_facts(lines)
-        == {
-            "engine_version": "0.33.0",
-            "weights_gib": 53.63,
-            "weights_seconds": 78.3015,  # "Model loading took 53.63 GiB memory and 78.301544 seconds", the slower rank
-            "kv_memory_gib": 29.1,
-            "kv_tokens": 492117,
-            "max_concurrency": 2.5,
-            "max_concurrency_len": 196608,
-            "graph_gib": 0.71,
-            "graph_seconds": 14.0,
-            "engine_init_seconds": 43.88,
-        }
-    )
+    assert read_facts(lines) == {
+        "engine_version": "0.33.0",
+        "weights_gib": 53.63,
+        "weights_seconds": 78.1142,  # "Model loading took 53.63 GiB memory and 78.114215 seconds"
+        "weights_ranks": 1,  # 0.33 lets local rank 0 alone print it (logger.info_once, scope="local")
+        "kv_memory_gib": 29.1,
+        "kv_tokens": 492117,
+        "max_concurrency": 2.5,
+        "max_concurrency_len": 196608,
+        "graph_gib": 0.71,
+        "graph_seconds": 14.0,
+        "engine_init_seconds": 43.88,
+    }
 
 
 def test_sglang_0_5_23_startup():
@@ -157,6 +162,7 @@ def test_sglang_0_5_23_startup():
         == {
             "weights_gib": 53.75,
             "weights_seconds": 83.3,  # "Load weight end. elapsed=83.30 s", the slowest rank
+            "weights_ranks": 4,
             "avail_after_load_gib": 40.04,
             "kv_tokens": 431204,
             "kv_memory_gib": 25.5,
@@ -212,12 +218,133 @@ def test_sglang_adds_a_ranks_captures_and_counts_a_repeated_line_once():
     assert read_facts(lines) == {"graph_gib": 1.0, "graph_seconds": 31.0}
 
 
-def test_sglang_counts_a_draft_models_weights_on_the_same_gpu():
-    lines = [  # sglang/srt/model_executor/model_runner.py: load_model, for the target then the draft
-        "[2026-11-30 10:01:35 TP0] Load weight end. elapsed=83.10 s, type=LlamaForCausalLM, avail mem=40.04 GB, mem usage=15.00 GB.",
+# Speculative decoding: each rank loads its target, then the draft model (sglang/srt/managers/scheduler.py:
+# init_model_worker), each with its own "Load weight end" (sglang/srt/model_executor/model_runner.py).
+TARGET = "Load weight end. elapsed=83.10 s, type=LlamaForCausalLM, avail mem=40.04 GB, mem usage=15.00 GB."
+
+
+def test_sglang_keeps_a_draft_models_weights_apart_from_the_targets():
+    lines = [
+        f"[2026-11-30 10:01:35 TP0] {TARGET}",
         "[2026-11-30 10:01:40 TP0] Load weight end. elapsed=2.00 s, type=LlamaForCausalLMEagle3, avail mem=38.00 GB, mem usage=2.04 GB.",
     ]
-    assert read_facts(lines) == {"weights_gib": 17.04, "weights_seconds": 85.1, "avail_after_load_gib": 40.04}
+    assert read_facts(lines) == {
+        "weights_gib": 15.0,  # the target's alone: the planner's weights
+        "weights_seconds": 83.1,
+        "weights_ranks": 1,
+        "avail_after_load_gib": 40.04,
+        "draft_weights_gib": 2.04,
+    }
+
+
+def test_a_draft_is_known_by_its_place_not_its_class():
+    """STANDALONE drafts with a plain model (sglang/srt/speculative/spec_info.py), MTP drafts are
+    named anyhow (MiMoMTP, DeepseekV3ForCausalLMNextN): the second model a rank loads is the draft."""
+    standalone = [
+        f"[2026-11-30 10:01:35 TP0] {TARGET}",
+        "[2026-11-30 10:01:38 TP0] Load weight end. elapsed=3.00 s, type=LlamaForCausalLM, avail mem=37.70 GB, mem usage=2.34 GB.",
+    ]
+    assert read_facts(standalone)["weights_gib"] == 15.0
+    assert read_facts(standalone)["draft_weights_gib"] == 2.34
+    two_ranks = [  # a line printed twice is the same load, wherever the repeat falls
+        f"[2026-11-30 10:01:35 TP1] {TARGET.replace('mem usage=15.00', 'mem usage=15.50')}",
+        f"[2026-11-30 10:01:35 TP0] {TARGET}",
+        "[2026-11-30 10:01:40 TP1] Load weight end. elapsed=2.00 s, type=MiMoMTP, avail mem=38.00 GB, mem usage=1.10 GB.",
+        "[2026-11-30 10:01:40 TP0] Load weight end. elapsed=2.00 s, type=MiMoMTP, avail mem=38.00 GB, mem usage=1.20 GB.",
+        f"[2026-11-30 10:01:35 TP0] {TARGET}",
+    ]
+    facts = read_facts(two_ranks)
+    assert (facts["weights_gib"], facts["draft_weights_gib"], facts["weights_ranks"]) == (15.5, 1.2, 2)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("target", "draft", "target pool", "draft pool"),  # 0.5.23: init_model_worker, then init_memory_pools
+        ("target", "target pool", "draft", "draft pool"),  # older: the target worker whole, then the draft's
+    ],
+)
+def test_sglang_keeps_a_draft_models_pool_apart_from_the_targets(order):
+    """The draft runner allocates its own pool for the same tokens (sglang/srt/managers/tp_worker.py:
+    alloc_memory_pool); the target's pool is what the planner's KV budget is."""
+    said = {
+        "target": TARGET,
+        "draft": "Load weight end. elapsed=2.00 s, type=LlamaForCausalLMEagle3, avail mem=38.00 GB, mem usage=2.04 GB.",
+        "target pool": "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 12.75 GB, V size: 12.75 GB",
+        "draft pool": "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 0.41 GB, V size: 0.41 GB",
+    }
+    facts = read_facts(f"[2026-11-30 10:01:35 TP0] {said[step]}" for step in order)
+    assert (facts["kv_tokens"], facts["kv_memory_gib"], facts["draft_kv_memory_gib"]) == (431204, 25.5, 0.82)
+
+
+def test_without_a_draft_a_ranks_last_pool_counts():
+    lines = [  # no draft loaded: a pool allocated again replaces the first, as the post-capture resize does
+        f"[2026-11-30 10:01:35 TP0] {TARGET}",
+        "[2026-11-30 10:01:37 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 12.75 GB, V size: 12.75 GB",
+        "[2026-11-30 10:01:39 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 420000, K size: 12.42 GB, V size: 12.42 GB",
+    ]
+    facts = read_facts(lines)
+    assert (facts["kv_tokens"], facts["kv_memory_gib"]) == (420000, 24.84)
+    assert "draft_kv_memory_gib" not in facts
+
+
+# -- SGLang's rank tags: every tag of 0.5.23 tells a rank apart -----------------------------------------
+
+
+def source_log(name: str) -> list[str]:
+    """An excerpt written from an engine's source, without its first line (what it was written from)."""
+    lines = (PUBLIC / "from_source" / name).read_text().splitlines()
+    assert lines[0].startswith("# SGLang ") or lines[0].startswith("# vLLM "), f"{name} must say what it is"
+    return lines[1:]
+
+
+def test_sglangs_moe_dp_ranks_are_told_apart_in_any_order():
+    lines = source_log("sglang_0_5_23_moe_dp_two_ranks.log")
+    expected = {
+        "weights_gib": 52.0,  # MOE_DP0 TP0, the busiest
+        "weights_seconds": 80.12,
+        "weights_ranks": 2,
+        "avail_after_load_gib": 41.79,
+        "kv_tokens": 300000,  # MOE_DP0 TP0, the smallest
+        "kv_memory_gib": 18.0,
+        "graph_gib": 0.7,
+        "graph_seconds": 21.0,
+    }
+    assert read_facts(lines) == expected
+    assert read_facts(reversed(lines)) == expected
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        ("PP0 ATTN_CP0 TP0 EP0", "PP0 ATTN_CP1 TP1 EP1"),  # as in sgl-project/sglang#29600
+        ("DP0 PP0 ATTN_CP0 MOE_DP0 TP0 EP0", "DP0 PP0 ATTN_CP0 MOE_DP1 TP1 EP1"),  # every tag there is
+    ],
+)
+@pytest.mark.parametrize("stamp", ["2026-11-30 10:01:35", "2026-11-30 10:01:35.123"])  # SGLANG_LOG_MS
+def test_every_sglang_rank_tag_names_its_own_rank(tags, stamp):
+    first, second = (
+        f"[{stamp} {tag}] Load weight end. elapsed=80.00 s, type=Qwen3MoeForCausalLM, avail mem={avail} GB, mem usage={gib} GB."
+        for tag, gib, avail in zip(tags, ("52.00", "50.00"), ("41.79", "43.79"))
+    )
+    assert read_facts([first, second]) == read_facts([second, first])
+    assert read_facts([second, first])["weights_gib"] == 52.0
+    assert read_facts([first, second])["weights_ranks"] == 2
+
+
+def test_vllm_0_33_says_its_numbers_from_local_rank_0_alone():
+    """vLLM 0.33 logs the weights, KV memory and graphs with info_once (scope "local": vllm/logger.py),
+    the graph estimate with a plain info on every worker (vllm/v1/worker/gpu_model_runner.py)."""
+    lines = [
+        "(Worker_PP0_TP0 pid=11) INFO 11-30 10:01:43 [gpu_model_runner.py:5088] Model loading took 40.10 GiB memory and 70.500000 seconds",
+        "(Worker_PP0_TP0 pid=11) INFO 11-30 10:02:09 [gpu_model_runner.py:6409] Estimated CUDA graph memory: 0.26 GiB total",
+        "(Worker_PP1_TP0 pid=13) INFO 11-30 10:02:09 [gpu_model_runner.py:6409] Estimated CUDA graph memory: 0.31 GiB total",
+        "(Worker_PP0_TP0 pid=11) INFO 11-30 10:02:10 [gpu_worker.py:772] Available KV cache memory: 30.5 GiB",
+    ]
+    facts = read_facts(lines)
+    assert (facts["weights_gib"], facts["weights_ranks"]) == (40.1, 1)  # the first stage's GPU 0
+    assert facts["kv_memory_gib"] == 30.5
+    assert facts["graph_estimate_gib"] == 0.31  # every worker's estimate: the busiest
 
 
 def test_sglangs_pool_resized_after_the_graphs_is_the_one_that_counts():
@@ -248,7 +375,7 @@ def test_colour_and_progress_redraws_do_not_hide_a_line():
         "\x1b[1;36m(Worker_TP0 pid=3101)\x1b[0;0m INFO 11-30 10:01:43 [gpu_model_runner.py:5088] "
         "Model loading took 53.63 GiB memory and 78.114215 seconds"
     )
-    assert reader.to_json() == {"weights_gib": 53.63, "weights_seconds": 78.1142}
+    assert reader.to_json() == {"weights_gib": 53.63, "weights_seconds": 78.1142, "weights_ranks": 1}
 
 
 def test_a_log_that_says_nothing_gives_no_facts():
@@ -313,6 +440,7 @@ def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_
         "engine_version": logged(log, r"vLLM server version (\S+),"),
         "weights_gib": float(logged(log, r"Model loading took ([\d.]+) GiB")),
         "weights_seconds": round(float(logged(log, r"GiB memory and ([\d.]+) seconds")), 4),
+        "weights_ranks": len(re.findall(r"Model loading took", Path(log).read_text())),
         "graph_estimate_gib": float(logged(log, r"Estimated CUDA graph memory: ([\d.]+) GiB")),
         "kv_memory_gib": float(logged(log, r"Available KV cache memory: ([\d.]+) GiB")),
         "kv_tokens": int(logged(log, r"GPU KV cache size: ([\d,]+) tokens").replace(",", "")),
@@ -350,6 +478,7 @@ def test_an_sglang_launch_journals_the_numbers_it_logged(sim_lab, profile_file):
     assert row.facts == {
         "weights_gib": float(logged(log, r"Load weight end\..*mem usage=([\d.]+) GB")),
         "weights_seconds": float(logged(log, r"Load weight end\. elapsed=([\d.]+) s")),
+        "weights_ranks": len(re.findall(r"Load weight end\.", Path(log).read_text())),
         "avail_after_load_gib": float(logged(log, r"Load weight end\..*avail mem=([\d.]+) GB")),
         "kv_tokens": int(tokens),
         "kv_memory_gib": float(kv) if kv else round(float(k) + float(v), 4),

@@ -207,6 +207,21 @@ def test_mxfp4_experts_load_larger_without_native_fp4():
     assert weights("h100", "0.33.0") < weights("h100", "0.14.1") < weights("h100", "0.10.1")
 
 
+def test_other_mxfp4_models_run_humming_on_hopper_in_vllm_0_33():
+    """Humming moves ahead of Marlin on SM90 (prioritize_humming, vLLM 0.33): an MXFP4 model that is
+    not gpt-oss pads only its width there, as the Triton path does; older releases used Marlin."""
+    from dataclasses import replace
+
+    from cockpit.planner import mxfp4_backend
+
+    model = replace(load("gpt-oss-120b"), architecture="SomeOtherMoeForCausalLM")
+    h100 = hardware("h100", 8)
+    assert mxfp4_backend(model, h100, get_engine("vllm", "0.33.0")) == "humming"
+    assert mxfp4_backend(model, h100, get_engine("vllm", "0.14.1")) == "marlin"
+    memory = plan_layout(Setup(model, h100, get_engine("vllm", "0.33.0")), "tp1").memory
+    assert memory is not None and memory.weights_gib == pytest.approx(model.total_bytes / 2**30, rel=0.005)
+
+
 def test_graphs_are_taken_from_kv_since_vllm_0_21():
     """vLLM 0.33 subtracts its CUDA graph estimate before sizing KV (Worker.determine_available_memory);
     0.19 captured them afterwards, in what --gpu-memory-utilization leaves free."""

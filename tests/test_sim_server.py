@@ -466,3 +466,40 @@ def test_which_keys_an_engine_requires():
     assert api_keys("sglang", [], env) == ()  # SGLang reads --api-key only
     assert api_keys("sglang", ["--api-key", "k", "x"], env) == ("k",)
     assert api_keys("vllm", [], {"VLLM_API_KEY": ""}) == ()
+
+
+def generated_tokens(url: str) -> float:
+    """The sum of the engine's generation-token counter series in its /metrics."""
+    lines = httpx.get(f"{url}/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if ":generation_tokens_total{" in line)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_generated_tokens_count_per_step_in_vllm_and_per_finished_request_in_sglang(engine):
+    """vLLM adds each step's tokens to its counter (vllm/v1/metrics/stats.py, IterationStats);
+    SGLang adds a request's tokens when it finishes (sglang/srt/managers/tokenizer_manager.py,
+    collect_metrics), so mid-stream its counter has not moved."""
+    server = ServerThread(engine, ConstantPacer(step_s=STEP_S, max_running=64))
+    try:
+        body = {"prompt": "hi", "max_tokens": 40, "stream": True}
+        with (
+            httpx.Client(base_url=server.url) as client,
+            client.stream("POST", "/v1/completions", json=body) as response,
+        ):
+            lines = response.iter_lines()
+            seen = 0
+            while seen < 10:
+                seen += next(lines).startswith("data: {")
+            mid_stream = generated_tokens(server.url)
+            for _ in lines:
+                pass
+        deadline = time.monotonic() + 2.0  # the handler counts a request as it returns
+        while (finished := generated_tokens(server.url)) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.stop()
+    if engine == "vllm":
+        assert 10 <= mid_stream < 40
+    else:
+        assert mid_stream == 0
+    assert finished == 40

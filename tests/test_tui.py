@@ -388,6 +388,7 @@ def test_the_picker_marks_calibrated_predictions_and_reads_the_journal_once_per_
             layout="tp4",
             argv=[],
             gpu_type=session.setup.hardware.gpu.key,
+            simulated=True,  # a simulated session reads its simulated box's launches (reports.measured.Box)
         )
         session.journal.update_experiment(exp, facts={"weights_gib": 53.1, "kv_tokens": 212_992})
         session.journal.add_point(exp, BenchPoint(1, 90.0, input_len=64, output_len=16))
@@ -407,5 +408,163 @@ def test_the_picker_marks_calibrated_predictions_and_reads_the_journal_once_per_
         [tp4] = [v for v in session.verdicts if str(v.layout) == "tp4"]
         text = str(describe(tp4, "", against=session.against(tp4)))
         assert "predicted tok/s (calibrated from 3 runs): C=1 " in text
+    finally:
+        session.close()
+
+
+TAUGHT_RUNS = 5
+
+
+def test_a_refit_on_the_launchers_thread_reloads_the_picker_and_says_its_problems_once(minimax, monkeypatch):
+    """The after-measure hook runs on a job thread after `bench` (and after Ready): what it taught
+    reaches the picker without another refresh, rows typed with knobs planned again with it; a
+    fit that failed is one line on the status bar, said once."""
+    import threading
+
+    import pytest
+
+    import cockpit.lab
+    from cockpit.errors import CockpitError
+    from cockpit.layout import parse_layout
+    from cockpit.planner import Learned, plan_layout
+
+    taught = Learned(
+        runs=TAUGHT_RUNS,
+        calibration={"eta_bw": 0.42, "t_layer_us": 96.0},
+        reserve_offset_gib=6.0,
+        weights_factor=1.04,
+    )
+    fits: list[Learned | Exception] = [taught]
+
+    def relearn(journal, setup, simulated, store):
+        if isinstance(fits[-1], Exception):
+            raise fits[-1]
+        return fits[-1]
+
+    monkeypatch.setattr(cockpit.lab, "relearn", relearn)
+
+    def on_a_job_thread(work) -> None:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            session = app.session
+            typed = parse_layout("tp4 --max-num-seqs 64")
+            before = session.verdict(typed)
+            app.main.picker.add(before)
+            assert "predicted tok/s (default)" in detail_text(app)
+            on_a_job_thread(lambda: session.learn(1))
+            await until(
+                pilot,
+                lambda: f"calibrated from {TAUGHT_RUNS} runs" in detail_text(app),
+                what="the picker reloaded",
+            )
+            assert session.planned_with == taught and session.planned.setup.learned == taught
+            now = app.main.picker.verdicts[str(typed)]
+            expected = plan_layout(session.setup, typed).memory
+            assert now.memory.kv_budget_gib == pytest.approx(expected.kv_budget_gib)
+            assert now.memory.kv_budget_gib < before.memory.kv_budget_gib - 1
+            assert now.predicted_tok_s != before.predicted_tok_s
+            fits.append(CockpitError("the journal cannot be read"))
+            on_a_job_thread(lambda: session.learn(2))
+            said = "⚠ calibration not updated after experiment 2: the journal cannot be read"
+            await until(pilot, lambda: status_text(app) == said, what="the problem said")
+            app.main.say("")
+            on_a_job_thread(lambda: session.learn(2))  # the same problem: said already
+            await pilot.pause(0.3)
+            assert status_text(app) == ""
+
+    run(scenario())
+
+
+def test_the_engine_scraper_closes_with_its_line_and_one_that_fails_to_build_never_sticks(
+    minimax, monkeypatch
+):
+    import cockpit.tui.app as app_module
+    from cockpit.tui.state import ServerView
+
+    made: list = []
+    broken: list = []
+
+    class Scraper:
+        def __init__(self, url: str, timeout: float) -> None:
+            self.server_url, self.closed = url, False
+            made.append(self)
+
+        def scrape(self):
+            return None
+
+        def close(self) -> None:
+            self.closed = True
+
+    def cannot_build(url: str, timeout: float):
+        broken.append(url)
+        raise ValueError("a URL its client refuses")
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            monkeypatch.setattr(app_module, "EngineScraper", Scraper)
+            app.server = ServerView(layout="tp4", state="ready", url="http://127.0.0.1:9")
+            await until(pilot, lambda: made and not app._engine_busy, what="a scrape")
+            app.server = ServerView()  # the server stopped: the line clears, the client closes
+            await until(pilot, lambda: made[0].closed, what="the scraper closed")
+            assert app._engine_scraper is None
+            monkeypatch.setattr(app_module, "EngineScraper", cannot_build)
+            app.server = ServerView(layout="tp4", state="ready", url="http://127.0.0.1:9")
+            await until(pilot, lambda: broken and not app._engine_busy, what="a failed build")
+            monkeypatch.setattr(app_module, "EngineScraper", Scraper)
+            await until(pilot, lambda: len(made) == 2, what="the next poll scraping again")
+        assert made[1].closed  # quitting closes the last one
+
+    run(scenario())
+
+
+def test_export_predicted_writes_the_predictions_beside(minimax, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await submit(pilot, "export csv predicted")
+            assert f"✓ wrote {tmp_path.resolve()}/cockpit-" in status_text(app)
+
+    run(scenario())
+    [written] = list(tmp_path.glob("cockpit-*.csv"))
+    assert "predicted_tok_s" in written.read_text().splitlines()[0]
+
+
+def test_a_read_of_the_measurements_that_overlaps_a_forget_is_not_kept(minimax, monkeypatch):
+    """The screen reads what was measured while a job thread's refit says "read it again": the
+    answer read before that word is used once, never kept as new. And a plan is handed over whole."""
+    from dataclasses import replace
+
+    import cockpit.tui.session as session_module
+    from cockpit.planner import Learned
+    from cockpit.tui.session import Session
+
+    session = Session.open(minimax, sim=True)
+    try:
+        reads: list[int] = []
+
+        def last_measured(journal, box):
+            reads.append(1)
+            if len(reads) == 1:
+                session.forget_measured()  # a refit on another thread, while this read ran
+            return {}
+
+        monkeypatch.setattr(session_module, "last_measured", last_measured)
+        session.last_measured()
+        session.last_measured()  # read again: the first answer predates the forget
+        session.last_measured()
+        assert len(reads) == 2
+        planned = session.planned
+        session.setup = replace(session.setup, learned=Learned(runs=2))
+        session.learned_changed()
+        assert session.planned is not planned and planned.setup.learned == Learned()  # the old one intact
+        assert session.planned_with == Learned(runs=2) and session.verdicts is session.planned.verdicts
     finally:
         session.close()

@@ -206,7 +206,8 @@ class LevelResult:
     failed: bool = False  # errors > half of the requests that ended, or no token came back
     error: str | None = None  # why it failed, one line
     # The engine's own figures over the window (EngineWindow.summary): running, waiting and KV
-    # usage averages and peaks, preemptions, prefix hit rate; {} when it serves no /metrics.
+    # usage averages and peaks, preemptions, prefix hit rate, the engine's generated tok/s
+    # (gen_tok_s, beside output_tok_s); {} when it serves no /metrics.
     engine: dict[str, float] = field(default_factory=dict)
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
 

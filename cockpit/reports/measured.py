@@ -8,7 +8,9 @@ rank's), KV tokens over the whole server. The engines log one attention replica'
 vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity; SGLang's "KV Cache is allocated. #tokens"
 from each scheduler, sglang/srt/mem_cache/memory_pool.py), so a measured pool counts once per
 replica, as the planner counts it (docs/memory.md). tok/s compares per level at the point's own
-request lengths, against what was predicted for those lengths when the layout was launched.
+request lengths, against what was predicted for those lengths when the layout was launched; a
+level sent open-loop (Poisson arrivals at a rate) is shown but compared with nothing: its
+throughput is about the rate offered, while every prediction is for C requests always in flight.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.calibrate import open_loop
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Experiment, Journal, default_path
 from cockpit.layout import parse_layout
@@ -104,8 +107,8 @@ def peak_gib(exp: Experiment) -> dict[int, float]:
 def predicted_tok_s(exp: Experiment, point: BenchPoint) -> float | None:
     """What was predicted at launch for this point's lengths and concurrency; None where nothing
     was predicted for them (another in/out than the profile's, or a launch before predictions
-    were journaled)."""
-    if point.input_len is None or point.output_len is None:
+    were journaled) and for an open-loop level, which no closed-loop prediction compares with."""
+    if point.input_len is None or point.output_len is None or open_loop(point):
         return None
     by_level = _mapping(_mapping(exp.predicted.get("tok_s")).get(f"{point.input_len}/{point.output_len}"))
     return _number(by_level.get(str(point.concurrency)))
@@ -151,23 +154,26 @@ MEASURED_NOTE = (
 
 @dataclass(frozen=True)
 class Box:
-    """Which journaled launches are this box's: the same host, GPU type, engine and model."""
+    """Which journaled launches are this box's: the same host, GPU type, engine and model, and
+    simulated or real alike (a simulated run on this host measured the simulator, not the GPUs)."""
 
     host: str
     gpu_type: str
     engine: str
     model: str
+    simulated: bool = False
 
     @classmethod
-    def of(cls, setup: Setup, host: str) -> Box:
-        return cls(host, setup.hardware.gpu.key, setup.engine.name, setup.model_path)
+    def of(cls, setup: Setup, host: str, simulated: bool = False) -> Box:
+        return cls(host, setup.hardware.gpu.key, setup.engine.name, setup.model_path, simulated)
 
     def holds(self, exp: Experiment) -> bool:
-        return (exp.host, exp.gpu_type, exp.engine, exp.model) == (
+        return (exp.host, exp.gpu_type, exp.engine, exp.model, exp.simulated) == (
             self.host,
             self.gpu_type,
             self.engine,
             self.model,
+            self.simulated,
         )
 
 
@@ -213,7 +219,12 @@ class Against:
     lengths: tuple[int, int] | None = None  # (input, output) tokens the predictions are for
 
     def comparable(self, point: BenchPoint) -> bool:
-        return self.lengths is not None and (point.input_len, point.output_len) == self.lengths
+        """Measured at the predictions' lengths and closed-loop, as they are made."""
+        return (
+            self.lengths is not None
+            and (point.input_len, point.output_len) == self.lengths
+            and not open_loop(point)
+        )
 
 
 def last_measured(journal: Journal, box: Box) -> dict[str, LastMeasured]:
@@ -246,15 +257,18 @@ def last_measured(journal: Journal, box: Box) -> dict[str, LastMeasured]:
     return out
 
 
-def measured_here(setup: Setup, host: str | None = None) -> tuple[dict[str, LastMeasured], str]:
-    """`last_measured` from the user's journal for this box, and a note when it could not be read.
-    Without a journal there is nothing measured, and none is made for asking."""
+def measured_here(
+    setup: Setup, host: str | None = None, simulated: bool = False
+) -> tuple[dict[str, LastMeasured], str]:
+    """`last_measured` from the user's journal for this box (its simulated launches with
+    ``simulated``), and a note when it could not be read. Without a journal there is nothing
+    measured, and none is made for asking."""
     path = default_path()
     if not path.exists():
         return {}, ""
     try:
         with Journal(path) as journal:
-            return last_measured(journal, Box.of(setup, host or socket.gethostname())), ""
+            return last_measured(journal, Box.of(setup, host or socket.gethostname(), simulated)), ""
     except CockpitError as err:
         return {}, f"no last-measured column: {err}"
 

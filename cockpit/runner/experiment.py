@@ -100,7 +100,12 @@ class Launcher:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
     handle: ServerHandle | None = None
     experiment: int | None = None
-    _verdicts: list[Verdict] | None = field(default=None, repr=False)
+    # every layout planned, with the setup it was planned with (a replan on the launcher's thread
+    # must never leave the verdicts of one setup cached under another)
+    _planned: tuple[Setup, list[Verdict]] | None = field(default=None, repr=False)
+    # experiment -> the setup it was launched (or re-attached) with: its predictions are made with
+    # what the box had taught before this launch, not with what the launch itself taught
+    _launched: dict[int, Setup] = field(default_factory=dict, repr=False)
     _stopping: set[int] = field(default_factory=set, repr=False)  # experiments we are stopping
     _scrubber: Scrubber | None = field(default=None, repr=False)
     cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
@@ -111,14 +116,18 @@ class Launcher:
     # -- before launch ----------------------------------------------------------------------
 
     def replan(self, setup: Setup) -> None:
-        """Plan from now on with ``setup`` (the box taught the planner something new)."""
+        """Plan from now on with ``setup`` (the box taught the planner something new); an
+        experiment already launched keeps the setup it was launched with for its predictions."""
         self.setup = setup
-        self._verdicts = None
 
-    def verdicts(self) -> list[Verdict]:
-        if self._verdicts is None:
-            self._verdicts = plan_all(self.setup)
-        return self._verdicts
+    def verdicts(self, setup: Setup | None = None) -> list[Verdict]:
+        """Every layout planned with ``setup`` (the launcher's own by default), kept for the setup
+        last asked about."""
+        setup = self.setup if setup is None else setup
+        planned = self._planned
+        if planned is None or planned[0] is not setup:
+            planned = self._planned = (setup, plan_all(setup))
+        return planned[1]
 
     def suggest(self, verdict: Verdict) -> str:
         layouts = list(verdict.alternatives) or nearest_fitting(verdict, self.verdicts())
@@ -149,12 +158,13 @@ class Launcher:
     def run(self, layout: Layout, *, force: bool = False, since: int | None = None) -> Iterator[Event]:
         """Plan, launch and follow one layout; the last event is Ready or Failed. ``since``: the
         value of ``cancels`` when the launch was asked for; a stop after that cancels it."""
-        verdict = plan_layout(self.setup, layout)
+        setup = self.setup  # one setup for the plan and the predictions journaled with it
+        verdict = plan_layout(setup, layout)
         used = verdict.placement.gpus_used if verdict.placement else 0
         allowed = (
             list(self.profile.gpu_ids)
             if self.profile.gpu_ids is not None
-            else list(range(self.setup.hardware.count))
+            else list(range(setup.hardware.count))
         )
         registry = self.supervisor.registry
         failure: Diagnosis | None = None
@@ -171,16 +181,17 @@ class Launcher:
             gpus = tuple(free[:used]) if used <= len(free) else tuple(allowed[:used])
             self.experiment = exp = self.journal.start_experiment(
                 profile=self.profile.name,
-                model=self.setup.model_path,
-                engine=self.setup.engine.name,
+                model=setup.model_path,
+                engine=setup.engine.name,
                 layout=str(layout),
                 argv=list(redact_argv(verdict.argv)),
                 gpus=list(gpus),
-                predicted=self._predicted(verdict),
-                gpu_type=self.setup.hardware.gpu.key,
-                engine_version=self.setup.engine.version,
+                predicted=predicted_at_launch(setup, verdict),
+                gpu_type=setup.hardware.gpu.key,
+                engine_version=setup.engine.version,
                 simulated=self.sim,
             )
+            self._launched[exp] = setup
             try:
                 refusal = self._refusal(verdict, force, used, free, samples, held, others)
                 if refusal is None:
@@ -264,6 +275,8 @@ class Launcher:
         """Follow a launched or re-attached server to Ready or Failed, journaling the outcome.
         A journal that fails on the way stops the server (it would run unrecorded)."""
         self.handle = handle
+        # a re-attached server is predicted with what this cockpit knew before it learned from it
+        self._launched.setdefault(handle.entry.experiment, self.setup)
         try:
             yield from self._follow(handle)
         except CockpitError:
@@ -287,7 +300,6 @@ class Launcher:
                 self._record_peaks(exp)
                 self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
                 self._forget(handle)
-                self._measured(exp)
             elif isinstance(event, Ready):
                 record = self.journal.experiment(exp)
                 if record is not None and record.outcome == READY and record.load_seconds is not None:
@@ -298,8 +310,10 @@ class Launcher:
                     self.journal.set_outcome(exp, READY, load_seconds=event.load_seconds)
                 self._record_facts(exp, event.facts)
                 self._record_peaks(exp)
-                self._measured(exp)
             yield event
+            if isinstance(event, (Ready, Failed)):
+                # Journaled above; the refit (a second or so) comes after the face has shown it.
+                self._measured(exp)
 
     def bench(self, bench: Bench) -> Iterator[Event]:
         """Benchmark the ready server in a child `cockpit bench`; levels land in the journal."""
@@ -363,6 +377,7 @@ class Launcher:
         """The server is gone: no handle, no peaks tracked for it."""
         if self.monitor:
             self.monitor.untrack(handle.entry.experiment)
+        self._launched.pop(handle.entry.experiment, None)
         if self.handle is handle:
             self.handle = None
 
@@ -415,28 +430,27 @@ class Launcher:
             diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else "")
         )
 
-    def _predicted(self, verdict: Verdict) -> dict:
-        """What the planner says of this launch, kept beside what the engine will log."""
-        return {
-            "memory": verdict.memory.to_json() if verdict.memory else None,
-            "learned_runs": self.setup.learned.runs,
-        }
-
     def _predict_bench(self, exp: int, layout: str, bench: Bench) -> None:
-        """The tok/s predicted for each of the bench's levels, journaled before it runs."""
+        """The tok/s predicted for each of the bench's levels, journaled before it runs, with the
+        setup the experiment was launched with: what this very launch taught must not make its
+        own prediction (the results say "predicted when the layout was launched")."""
+        setup = self._launched.get(exp, self.setup)
         defaults = self.profile.bench
         levels = bench.concurrency or defaults.concurrency
         input_len = bench.input_len or defaults.input_len
         output_len = bench.output_len or defaults.output_len
         try:
-            verdict = plan_layout(self.setup, layout)
+            verdict = plan_layout(setup, layout)
         except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
             log.warning("no tok/s prediction for experiment %s (%s): %s", exp, layout, exc)
             return
-        tok_s = predict_tok_s(self.setup, verdict, levels, input_len, output_len)
+        tok_s = predict_tok_s(setup, verdict, levels, input_len, output_len)
         if tok_s:
             per_level = {str(c): round(v, 2) for c, v in tok_s.items()}
-            self.journal.merge_predicted(exp, {"tok_s": {f"{input_len}/{output_len}": per_level}})
+            self.journal.merge_predicted(
+                exp,
+                {"tok_s": {f"{input_len}/{output_len}": per_level}, "learned_runs": setup.learned.runs},
+            )
 
     def _record_facts(self, exp: int, facts: Mapping[str, float | int | str]) -> None:
         if facts:
@@ -457,6 +471,14 @@ class Launcher:
             peaks = self.monitor.peaks(exp)
             if peaks:
                 self.journal.record_peak(exp, peaks)
+
+
+def predicted_at_launch(setup: Setup, verdict: Verdict) -> dict:
+    """What the planner says of a launch, kept beside what the engine will log."""
+    return {
+        "memory": verdict.memory.to_json() if verdict.memory else None,
+        "learned_runs": setup.learned.runs,
+    }
 
 
 def journal_stopped(journal: Journal, exp: int) -> None:

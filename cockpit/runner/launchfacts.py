@@ -5,8 +5,11 @@ holds, what the CUDA graphs took and how long each step was. Those lines are the
 planner's prediction is compared with and learned from (docs/measured.md lists every line,
 both engines, current and previous wordings, with the upstream file that prints it).
 
-Every rank prints its own lines: the weights are the busiest rank's (the GPU that fills
-first), the KV cache the smallest rank's (the engine sizes every rank's pool to it).
+Who prints them differs. SGLang and older vLLM print them on every rank: the weights are the
+busiest rank's (the GPU that fills first), the KV cache the smallest rank's (the engine sizes
+every rank's pool to it). vLLM 0.33 prints its weights, KV memory and graph lines with
+`info_once`, whose default scope lets only local rank 0 print (vllm/logger.py): on one node
+they are GPU 0's, the first stage of a pipeline; `weights_ranks` says how many ranks spoke.
 """
 
 from __future__ import annotations
@@ -20,16 +23,22 @@ from cockpit.runner.phases import KV_MEMORY, KV_TOKENS, log_message, strip_ansi
 
 # -- who says it ---------------------------------------------------------------------------------
 
-# vLLM's process tag "(Worker_TP1 pid=12)", "(VllmWorker rank=1 pid=3)", "(EngineCore_DP0 pid=9)"
-# (vllm/logger.py); SGLang's "[2026-11-30 10:01:35 DP0 TP1 EP1]" (sglang/srt/utils/common.py:
-# configure_logger). The pid tells apart older vLLM's "(VllmWorkerProcess pid=N)", which all
-# carry the same name; a line without a tag is the main process's.
+# vLLM's process tag "(Worker_TP1 pid=12)", "(Worker_PP1_TP0 pid=5)", "(VllmWorker rank=1 pid=3)",
+# "(EngineCore_DP0 pid=9)" (vllm/v1/executor/multiproc_executor.py names the workers). The pid
+# tells apart older vLLM's "(VllmWorkerProcess pid=N)", which all carry the same name.
+# SGLang's logger writes "[%(asctime)s{prefix}] " (sglang/srt/utils/common.py: configure_logger),
+# the prefix " DP0 PP0 ATTN_CP0 MOE_DP0 TP1 EP1" or part of it (sglang/srt/managers/scheduler.py:
+# configure_scheduler_process; as in sgl-project/sglang#29600): the rank is all of it, whatever
+# tags a version adds. A line without a tag is the main process's.
 _RANK_TAG = re.compile(
     r"^\s*\((?P<process>[^()]*\bpid=\d+)\)"
-    r"|^\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?P<ranks>(?: [A-Z]+\d+)*)\]"
+    r"|^\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?P<ranks>[^\]]*)\]"
 )
 
 # -- vLLM ----------------------------------------------------------------------------------------
+# In 0.33 the weights, KV memory, KV size and graph lines are `logger.info_once` (scope "local":
+# vllm/logger.py, is_local_first_rank in vllm/distributed/parallel_state.py), printed by the worker
+# of local rank 0 (gpu_model_runner.py, gpu_worker.py) or by the engine core (kv_cache_utils.py).
 
 # vllm/v1/worker/gpu_model_runner.py: "Model loading took %s GiB memory and %.6f seconds" (0.33);
 # "Model loading took 11.4384 GiB and 5.338305 seconds" (0.8, 0.9); V0 and early V1 print
@@ -77,12 +86,13 @@ _VLLM_VERSION = (
 
 # sglang/srt/model_executor/model_runner.py: load_model, "Load weight end. elapsed=%.2f s,
 # type=X, [quant=..., ]avail mem=%.2f GB, mem usage=%.2f GB." (older: no elapsed; the oldest:
-# no mem usage). A draft model loads with its own line and type on the same GPU.
-_SGLANG_WEIGHTS = re.compile(r"Load weight end\.")
-_SGLANG_TYPE = re.compile(r"\btype=(?P<type>\w+)")
-# A draft model's load ("LlamaForCausalLMEagle3", "...MTP") says what is left after it, not after
-# the target's weights.
-_DRAFT_SUFFIXES = ("Eagle", "Eagle3", "MTP", "NextN")
+# no mem usage). Each model runner prints its own: the target's, then on the same rank the draft
+# model's of speculative decoding (scheduler.py: init_model_worker loads the target worker, then
+# maybe_init_draft_worker), whose class tells nothing for sure (LlamaForCausalLMEagle3,
+# DeepseekV3ForCausalLMNextN, MiMoMTP, a plain LlamaForCausalLM for STANDALONE): the first load
+# of a rank is its target. The overlapped load's "Load weight end. Committed real weights ..."
+# (startup_weight_load.py; never with speculative decoding) names no type and counts for none.
+_SGLANG_WEIGHTS = re.compile(r"Load weight end\..*\btype=\w")
 _ELAPSED = re.compile(r"\b(?:elapsed=|Time elapsed: )(?P<seconds>[\d.]+) s\b")
 _AVAIL = re.compile(r"\bavail mem=(?P<gib>[\d.]+) GB")
 _MEM_USAGE = re.compile(r"\bmem usage=(?P<gib>-?[\d.]+) GB")
@@ -131,7 +141,9 @@ class LaunchFacts:
 
     weights_gib: _PerRank = field(default_factory=_PerRank)
     weights_seconds: _PerRank = field(default_factory=_PerRank)
+    draft_weights_gib: _PerRank = field(default_factory=_PerRank)
     kv_memory_gib: _PerRank = field(default_factory=_PerRank)
+    draft_kv_memory_gib: _PerRank = field(default_factory=_PerRank)
     kv_tokens: _PerRank = field(default_factory=_PerRank)
     max_concurrency: _PerRank = field(default_factory=_PerRank)
     max_concurrency_len: int | None = None
@@ -141,6 +153,9 @@ class LaunchFacts:
     avail_after_load_gib: _PerRank = field(default_factory=_PerRank)
     engine_init_seconds: _PerRank = field(default_factory=_PerRank)
     engine_version: str | None = None
+    # SGLang: the distinct load and pool lines of each rank, in order: the first is the target's.
+    _sglang_loads: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
+    _sglang_pools: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
 
     def feed(self, line: str) -> None:
         # tqdm redraws with carriage returns: the last drawing is the line (as in log_message).
@@ -197,20 +212,14 @@ class LaunchFacts:
 
     def _read_sglang(self, rank: str, message: str) -> None:
         if _SGLANG_WEIGHTS.search(message):
-            part = match["type"] if (match := _SGLANG_TYPE.search(message)) else ""
-            if match := _MEM_USAGE.search(message):
-                self.weights_gib.set(rank, float(match["gib"]), part)
-            if match := _ELAPSED.search(message):
-                self.weights_seconds.set(rank, float(match["seconds"]), part)
-            if (match := _AVAIL.search(message)) and not part.endswith(_DRAFT_SUFFIXES):
-                self.avail_after_load_gib.set(rank, float(match["gib"]))
+            self._sglang_load(rank, message)
             return
-        for pattern in (*KV_TOKENS[1:], _SGLANG_SCHEDULER_TOKENS):
+        if match := KV_TOKENS[1].search(message):  # "KV Cache is allocated"
+            self._sglang_pool(rank, message, match["tokens"])
+            return
+        for pattern in (KV_TOKENS[2], _SGLANG_SCHEDULER_TOKENS):  # the target's pool, resized or in use
             if match := pattern.search(message):
-                self.kv_tokens.set(rank, _number(match["tokens"]))
-                if sizes := _KV_SIZES.search(message):
-                    pool = float(sizes["kv"]) if sizes["kv"] else float(sizes["k"]) + float(sizes["v"])
-                    self.kv_memory_gib.set(rank, pool)
+                self._target_pool(rank, message, match["tokens"])
                 return
         if match := _SGLANG_GRAPHS.match(message):
             capture = match["name"]
@@ -219,12 +228,44 @@ class LaunchFacts:
             if elapsed := _ELAPSED.search(message):
                 self.graph_seconds.set(rank, float(elapsed["seconds"]), capture)
 
+    def _sglang_load(self, rank: str, message: str) -> None:
+        """The target's weights, or a draft model's apart: the planner does not model drafts."""
+        usage = _MEM_USAGE.search(message)
+        if draft := _order(self._sglang_loads, rank, message):
+            if usage:
+                self.draft_weights_gib.set(rank, float(usage["gib"]), str(draft))
+            return
+        if usage:
+            self.weights_gib.set(rank, float(usage["gib"]))
+        if match := _ELAPSED.search(message):
+            self.weights_seconds.set(rank, float(match["seconds"]))
+        if match := _AVAIL.search(message):
+            self.avail_after_load_gib.set(rank, float(match["gib"]))
+
+    def _sglang_pool(self, rank: str, message: str, tokens: str) -> None:
+        """A rank's first pool is the target's; once a draft model has loaded there, a later one
+        is the draft's, with the same tokens and its own layers (scheduler.py: init_memory_pools
+        allocates the target's, then the draft worker's; older versions loaded and allocated the
+        target, then the draft: sgl-project/sglang#6875)."""
+        later = _order(self._sglang_pools, rank, message)
+        if later and len(self._sglang_loads.get(rank, ())) > 1:
+            if sizes := _KV_SIZES.search(message):
+                self.draft_kv_memory_gib.set(rank, _pool_gib(sizes), str(later))
+            return
+        self._target_pool(rank, message, tokens)
+
+    def _target_pool(self, rank: str, message: str, tokens: str) -> None:
+        self.kv_tokens.set(rank, _number(tokens))
+        if sizes := _KV_SIZES.search(message):
+            self.kv_memory_gib.set(rank, _pool_gib(sizes))
+
     def to_json(self) -> LaunchReport:
         """The journal's `facts`: only what the engine said (docs/measured.md names every key)."""
         facts: LaunchReport = {}
         busiest = {
             "weights_gib": self.weights_gib,
             "weights_seconds": self.weights_seconds,
+            "draft_weights_gib": self.draft_weights_gib,
             "graph_gib": self.graph_gib,
             "graph_seconds": self.graph_seconds,
             "graph_estimate_gib": self.graph_estimate_gib,
@@ -232,6 +273,7 @@ class LaunchFacts:
         }
         smallest = {
             "kv_memory_gib": self.kv_memory_gib,
+            "draft_kv_memory_gib": self.draft_kv_memory_gib,
             "kv_tokens": self.kv_tokens,
             "max_concurrency": self.max_concurrency,
             "avail_after_load_gib": self.avail_after_load_gib,
@@ -242,6 +284,8 @@ class LaunchFacts:
             _put(facts, name, ranks.pick(min))
         if "kv_tokens" in facts:
             facts["kv_tokens"] = int(facts["kv_tokens"])
+        if weighed := len(self.weights_gib.per_rank()):
+            facts["weights_ranks"] = weighed  # 1 where vLLM 0.33 lets local rank 0 alone say it
         if self.max_concurrency_len is not None and "max_concurrency" in facts:
             facts["max_concurrency_len"] = self.max_concurrency_len
         if self.engine_version:
@@ -252,6 +296,19 @@ class LaunchFacts:
 def _put(facts: LaunchReport, name: str, value: float | None) -> None:
     if value is not None:
         facts[name] = round(value, 4)
+
+
+def _order(seen: dict[str, list[str]], rank: str, message: str) -> int:
+    """Where ``message`` stands among the distinct lines of its kind that ``rank`` printed, 0 for
+    the first: a line printed twice stands where it first did."""
+    lines = seen.setdefault(rank, [])
+    if message not in lines:
+        lines.append(message)
+    return lines.index(message)
+
+
+def _pool_gib(sizes: re.Match[str]) -> float:
+    return float(sizes["kv"]) if sizes["kv"] else float(sizes["k"]) + float(sizes["v"])
 
 
 def _rank(line: str) -> str:

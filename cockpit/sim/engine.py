@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
 from cockpit.engines import api_keys, get_engine
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
@@ -70,8 +71,6 @@ def calibration_from_env(env: Mapping[str, str]) -> dict:
 
 TRUTH_KEYS = ("calibration", "reserve_offset_gib", "weights_factor")
 TRUTH_MAX_BYTES = 2**20  # a few lines of YAML
-MAX_RESERVE_OFFSET_GIB = 1024.0  # more than any GPU holds, either way
-WEIGHTS_FACTOR_RANGE = (0.25, 4.0)  # a repacked layout changes weights by tens of percent, not 4x
 
 
 def truth_from_env(env: Mapping[str, str]) -> Learned:
@@ -105,9 +104,7 @@ def truth_from_env(env: Mapping[str, str]) -> Learned:
             f"COCKPIT_SIM_TRUTH: calibration in {path} maps constants to numbers, like {{eta_bw: 0.5}}: {fix}"
         )
     Calibration().overridden(calibration, f"COCKPIT_SIM_TRUTH {path}", fix)  # known names, sane ranges
-    offset = _truth_number(
-        data, "reserve_offset_gib", 0.0, (-MAX_RESERVE_OFFSET_GIB, MAX_RESERVE_OFFSET_GIB), fix
-    )
+    offset = _truth_number(data, "reserve_offset_gib", 0.0, RESERVE_OFFSET_RANGE_GIB, fix)
     factor = _truth_number(data, "weights_factor", 1.0, WEIGHTS_FACTOR_RANGE, fix)
     return Learned(runs=0, calibration=dict(calibration), reserve_offset_gib=offset, weights_factor=factor)
 

@@ -66,21 +66,27 @@ class _Served:
 
 class _Truth:
     """What the engine really did, per request: request received to first token written (TTFT)
-    and the gaps between a stream's writes (ITL). Clients are checked against it."""
+    and the gaps between a stream's writes (ITL), each with when it started (``perf_counter``,
+    one clock for every process on the machine). Clients are checked against it."""
 
     def __init__(self, keep: int = 100_000):
-        self.ttft_s: deque[float] = deque(maxlen=keep)
-        self.gaps_s: deque[float] = deque(maxlen=keep)
+        self.ttft_s: deque[tuple[float, float]] = deque(maxlen=keep)  # (received, seconds)
+        self.gaps_s: deque[tuple[float, float]] = deque(maxlen=keep)  # (previous write, seconds)
 
-    def summary(self) -> dict[str, Any]:
-        return {"ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.gaps_s)}
+    def summary(self, since: float = -math.inf) -> dict[str, Any]:
+        """Over the requests received (and the gaps begun) at ``since`` or later: a client's
+        measured window, without its warm-up."""
+        return {
+            "ttft_ms": _summary([s for t, s in self.ttft_s if t >= since]),
+            "itl_ms": _summary([s for t, s in self.gaps_s if t >= since]),
+        }
 
     def reset(self) -> None:
         self.ttft_s.clear()
         self.gaps_s.clear()
 
 
-def _summary(values: deque[float]) -> dict[str, Any]:
+def _summary(values: list[float]) -> dict[str, Any]:
     ordered = sorted(v * 1e3 for v in values)
     if not ordered:
         return {"n": 0}
@@ -289,9 +295,9 @@ def _kv_usage(batcher: Batcher) -> float:
     return min(1.0, batcher.kv_reserved / capacity) if capacity > 0 else 0.0
 
 
-def _preemptions(batcher: Batcher) -> int:
-    """Sequences the batcher preempted; it reserves each one's whole life, so none unless it counts them."""
-    return int(getattr(batcher, "preemptions", 0))
+NO_PREEMPTIONS = 0
+"""The simulator admits a sequence only when the KV cache holds its whole life (prompt and
+max_tokens: cockpit/sim/batcher.py), so it never preempts, and its preemption counters stay 0."""
 
 
 def _vllm_metrics(served: _Served) -> list[_Metric]:
@@ -327,7 +333,7 @@ def _vllm_metrics(served: _Served) -> list[_Metric]:
             "counter",
             "Cumulative number of preemption from the engine.",
             label,
-            _preemptions(batcher),
+            NO_PREEMPTIONS,
         ),
         _Metric(  # the simulator has no prefix cache: every prompt token is a query that misses
             "vllm:prefix_cache_queries_total",
@@ -396,7 +402,7 @@ def _sglang_metrics(served: _Served) -> list[_Metric]:
             "counter",
             "Total number of retracted requests.",
             ranks,
-            _preemptions(batcher),
+            NO_PREEMPTIONS,
         ),
     ]
     for streaming in (False, True):
@@ -445,9 +451,14 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _truth(request: web.Request) -> web.Response:
-    """The simulator's own timings (not an engine endpoint); ``?reset=1`` starts a new window."""
+    """The simulator's own timings (not an engine endpoint); ``?reset=1`` starts a new window,
+    ``?since=T`` keeps what began at ``perf_counter`` T or later."""
     truth = request.app[STATE].truth
-    body = truth.summary()
+    try:
+        since = float(request.query.get("since", "-inf"))
+    except ValueError:
+        raise ApiError(400, "since must be a perf_counter time in seconds") from None
+    body = truth.summary(since)
     if request.query.get("reset"):
         truth.reset()
     return web.json_response(body)
@@ -586,9 +597,9 @@ async def _stream(
             await response.write(chunks.token(position))
             now = time.perf_counter()
             if last is None:
-                truth.ttft_s.append(now - received)
+                truth.ttft_s.append((received, now - received))
             else:
-                truth.gaps_s.append(now - last)
+                truth.gaps_s.append((last, now - last))
             last = now
         if ask.include_usage:
             await response.write(chunks.usage())

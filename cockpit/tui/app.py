@@ -6,6 +6,8 @@ Data flow:
     Control threads --LogBuffer--> flush timer (10 Hz) --> Log.write_lines (batches)
                     --post_message(RunnerEventPosted)--> ServerView / BenchView --> header, banner, bench pane
                     --post_message(JobEventPosted)--> status line (sweep steps, notices, job failures)
+    Session.on_learned (a launch's or bench's refit, on its job thread) --post_message(JobEventPosted(Relearned))-->
+                    picker and results read again, learning problems on the status line once each
     prompt text --commands.parse_command--> cmd_* --> Control (launch, bench, stop, sweep)
 Nothing here blocks the loop: the Launcher's generators run on Control's threads; short
 one-off jobs (opening a profile, looking for servers left running) are Textual thread workers.
@@ -14,6 +16,7 @@ one-off jobs (opening a profile, looking for servers left running) are Textual t
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -65,6 +68,7 @@ from cockpit.tui.control import (
     JobFailed,
     LogBuffer,
     Notice,
+    Relearned,
     StopFinished,
     SweepDone,
     SweepStep,
@@ -86,6 +90,8 @@ from cockpit.tui.session import Session, hostname
 from cockpit.tui.state import READY, BenchView, EngineView, ServerView
 from cockpit.tui.widgets.layout_picker import describe
 from cockpit.tui.widgets.prompt_bar import complete
+
+log = logging.getLogger(__name__)
 
 SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "leave_prompt"}
 LOG_FLUSH_S = 0.1
@@ -170,12 +176,12 @@ class CockpitApp(App[None]):
             )
         elif self.session.setup.engine.version_note:
             self.main.say(self.session.setup.engine.version_note)
+        self._tell_learning()  # a calibration file that could not be read: after, so it stays in sight
 
     def on_unmount(self) -> None:
         self.control.close()
         self._close_session()
-        if self._engine_scraper is not None:
-            self._engine_scraper.close()
+        self._release_scraper()
 
     def _listen_for_signals(self) -> None:
         """SIGTERM stops the server and the bench, then quits (143); SIGHUP (the terminal is
@@ -228,6 +234,7 @@ class CockpitApp(App[None]):
         main.bench.show_live(self.bench_view)
         main.log_pane.hide_banner()
         main.prompt.placeholder = session.prompt_hint()
+        session.on_learned = self._post_learned
         self._unsubscribe = session.monitor.subscribe(self._post_samples)
         if self.poll:
             session.monitor.start()
@@ -236,6 +243,7 @@ class CockpitApp(App[None]):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.session.on_learned = None
         self.session.close()
 
     # Called on the monitor's and Control's threads: each hands its news to the loop without waiting.
@@ -248,6 +256,9 @@ class CockpitApp(App[None]):
 
     def _post_job_event(self, event: JobEvent) -> None:
         self.post_message(JobEventPosted(event))
+
+    def _post_learned(self) -> None:
+        self.post_message(JobEventPosted(Relearned()))
 
     def _describe(self, verdict: Verdict) -> Text:
         suggestion = self.session.suggest(verdict) if verdict.verdict == FAILS else ""
@@ -287,9 +298,17 @@ class CockpitApp(App[None]):
             self.scrape_engine(url)
 
     def _clear_engine(self) -> None:
+        """No server is ready: the line goes, and so does its scraper's connection."""
+        self._release_scraper()
         if self.engine_view.url or self.engine_view.last is not None:
             self.engine_view.clear()
             self._show_engine()
+
+    def _release_scraper(self) -> None:
+        """Close the scraper's HTTP client now, or (a scrape in flight uses it) when that scrape ends."""
+        scraper, self._engine_scraper = self._engine_scraper, None
+        if scraper is not None and not self._engine_busy:
+            scraper.close()
 
     def _show_engine(self) -> None:
         try:
@@ -307,9 +326,16 @@ class CockpitApp(App[None]):
         self._show_engine()
 
     def refresh_results(self) -> None:
-        """The comparison, and the picker: measured again, and planned again if the box taught."""
+        """The comparison, and the picker: measured again, and planned again if the box taught
+        (rows typed with knobs too, with the setup the list was planned with)."""
         self.main.bench.show_comparison(self.session.comparison())
-        self.main.picker.reload(self.session.verdicts)
+        self.main.picker.reload(self.session.verdicts, self.session.verdict)
+
+    def _tell_learning(self) -> None:
+        """What went wrong with learning (a fit, the calibration file), on the status line once."""
+        notices = self.session.learning_notices()
+        if notices:
+            self.main.say("⚠ " + " · ".join(notices))
 
     def refresh_gpus(self) -> None:
         if not self._last_samples:
@@ -349,6 +375,9 @@ class CockpitApp(App[None]):
             case StopFinished():
                 if self._quitting:
                     self.exit(return_code=self._exit_code)
+            case Relearned():
+                self.refresh_results()
+                self._tell_learning()
 
     def on_runner_event_posted(self, message: RunnerEventPosted) -> None:
         """The experiment's events: a benchmark's go to the bench pane, the rest to the server's view."""
@@ -410,10 +439,10 @@ class CockpitApp(App[None]):
         self.bench_view = BenchView()
         session = message.session
         await self._open(session)
+        notes = (*session.notes, *session.learning_notices())
         self.main.say(
             f"✓ profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
-            f" with {session.setup.engine.label}"
-            + (f" ({'; '.join(session.notes)})" if session.notes else "")
+            f" with {session.setup.engine.label}" + (f" ({'; '.join(notes)})" if notes else "")
         )
         if message.attach is not None:
             self._attach_server(message.attach)
@@ -580,7 +609,7 @@ class CockpitApp(App[None]):
 
     def cmd_export(self, command: Export) -> None:
         try:
-            path = self.session.export(command.fmt)
+            path = self.session.export(command.fmt, predicted=command.predicted)
         except OSError as exc:
             raise CockpitError(f"could not write the {command.fmt} file: {exc.strerror or exc}") from None
         self.main.say(f"✓ wrote {path.resolve()}")
@@ -627,16 +656,27 @@ class CockpitApp(App[None]):
     async def scrape_engine(self, url: str) -> None:
         """One GET of the ready server's /metrics on a thread (the parse too: a DP engine's text
         is long); a down or silent server gives nothing within ENGINE_TIMEOUT_S."""
+        scraper: EngineScraper | None = None
+        metrics: EngineMetrics | None = None
+        try:
+            scraper = self._scraper_for(url)
+            metrics = await asyncio.to_thread(scraper.scrape)
+        except Exception:  # a URL its HTTP client refuses: no figures, never a crash (nor a stuck poll)
+            log.debug("no engine metrics from %s", url, exc_info=True)
+        finally:
+            self._engine_busy = False
+            if scraper is not None and scraper is not self._engine_scraper:
+                scraper.close()  # released while it scraped (the server went, or the app quit)
+        self._engine_sampled(url, metrics)
+
+    def _scraper_for(self, url: str) -> EngineScraper:
+        """The scraper of ``url``'s server, kept between polls; another server's is closed."""
         scraper = self._engine_scraper
         if scraper is None or scraper.server_url != url:
             if scraper is not None:
-                scraper.close()
+                scraper.close()  # no scrape uses it: this one is the only one in flight
             scraper = self._engine_scraper = EngineScraper(url, timeout=ENGINE_TIMEOUT_S)
-        try:
-            metrics = await asyncio.to_thread(scraper.scrape)
-        finally:
-            self._engine_busy = False
-        self._engine_sampled(url, metrics)
+        return scraper
 
     @work(thread=True, exclusive=True, group="servers")
     def find_live_servers(self) -> None:

@@ -81,7 +81,13 @@ class Notice:
     error: bool = False
 
 
-JobEvent = JobFailed | SweepStep | SweepDone | StopFinished | Notice
+@dataclass(frozen=True)
+class Relearned:
+    """A launch or a benchmark was measured and the session fitted what the box taught: the
+    screen reads the results and the plan again (the session's ``on_learned``)."""
+
+
+JobEvent = JobFailed | SweepStep | SweepDone | StopFinished | Notice | Relearned
 
 
 class LogBuffer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +20,7 @@ from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.outcome import LAUNCHING, READY
 from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, FITS, TIGHT, Learned, Verdict, plan_layout
+from cockpit.planner import FAILS, FITS, TIGHT, Learned, Setup, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
 from cockpit.reports.comparison import Comparison, comparison
 from cockpit.reports.measured import Against, Box, LastMeasured, calibration_mark, last_measured
@@ -32,16 +33,28 @@ from cockpit.tui.format import duration
 EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
 
 
+@dataclass(frozen=True)
+class PlannedLayouts:
+    """The layouts planned with one setup, handed over whole: the launcher's thread plans again
+    while the screen reads, and verdicts never meet the mark of another setup."""
+
+    setup: Setup
+    verdicts: list[Verdict]  # the profile's layouts first, then the plan's; never changed once made
+
+
 @dataclass
 class Session(Lab):
     """A lab as the screen reads it: with its layouts planned and ordered for the picker."""
 
-    verdicts: list[Verdict] = field(default_factory=list)  # the profile's layouts first, then the plan's
-    # what the verdicts were planned with: their predictions' mark, "calibrated from n runs" or "default"
-    planned_with: Learned = field(default_factory=Learned)
-    # layout -> what this box last measured of it: read from the journal once, when first asked
-    # after a refresh, never per keypress (None: to be read again)
-    _measured: dict[str, LastMeasured] | None = field(default=None, init=False, repr=False)
+    planned: PlannedLayouts | None = None  # set by open; replaced whole, never changed in place
+    # Told (on the launcher's thread, without waiting) after each fit that follows a measurement:
+    # what was measured, planned or went wrong may have changed. The screen reloads from it.
+    on_learned: Callable[[], None] | None = field(default=None, repr=False)
+    # layout -> what this box last measured of it, read from the journal once when first asked
+    # after a refresh, never per keypress; tagged with the generation it was read in, so a read
+    # that overlapped `forget_measured` is not kept as new
+    _measured: tuple[int, dict[str, LastMeasured]] | None = field(default=None, init=False, repr=False)
+    _generation: int = field(default=0, init=False, repr=False)
 
     @classmethod
     def open(
@@ -58,8 +71,7 @@ class Session(Lab):
             profile, sim=sim, engine=engine, interval=interval, startup_timeout=startup_timeout
         )
         try:
-            session.planned_with = session.setup.learned
-            session.verdicts = session._ordered(session.launcher.verdicts())
+            session.planned = session._plan(session.setup)
         except BaseException:
             session.close()
             raise
@@ -67,50 +79,68 @@ class Session(Lab):
 
     # -- the plan ---------------------------------------------------------------------------
 
+    @property
+    def verdicts(self) -> list[Verdict]:
+        """The profile's layouts first, then the plan's, with their predictions."""
+        return self.planned.verdicts if self.planned is not None else []
+
+    @property
+    def planned_with(self) -> Learned:
+        """What the verdicts were planned with: their predictions' mark, "calibrated from n runs"
+        or "default"."""
+        return self.planned.setup.learned if self.planned is not None else Learned()
+
     def learn(self, experiment: int) -> None:
         """The launcher's after-measure hook (set by Lab.open), after a launch got ready or a
-        benchmark finished: fit again, and read this box's measurements again when next asked."""
+        benchmark finished: fit again, read this box's measurements again when next asked, and
+        tell ``on_learned``."""
         super().learn(experiment)
         self.forget_measured()
+        if self.on_learned is not None:
+            self.on_learned()
 
     def learned_changed(self) -> None:
         """The box taught the planner something (on the launcher's thread): plan the layouts again
-        with it, so the picker's predictions and their mark agree once it reloads them."""
-        learned = self.setup.learned
-        self.verdicts = self._ordered(self.launcher.verdicts())
-        self.planned_with = learned
+        with it and hand them over in one assignment, predictions and mark together."""
+        self.planned = self._plan(self.setup)
 
     @property
     def levels(self) -> tuple[int, ...]:
         return tuple(self.profile.bench.concurrency)
 
-    def _predicted(self, verdict: Verdict) -> Verdict:
+    def _plan(self, setup: Setup) -> PlannedLayouts:
+        return PlannedLayouts(setup, self._ordered(setup, self.launcher.verdicts(setup)))
+
+    def _predicted(self, setup: Setup, verdict: Verdict) -> Verdict:
         bench = self.profile.bench
         return replace(
             verdict,
-            predicted_tok_s=predict_tok_s(
-                self.setup, verdict, self.levels, bench.input_len, bench.output_len
-            ),
+            predicted_tok_s=predict_tok_s(setup, verdict, self.levels, bench.input_len, bench.output_len),
         )
 
-    def _ordered(self, verdicts: list[Verdict]) -> list[Verdict]:
+    def _ordered(self, setup: Setup, verdicts: list[Verdict]) -> list[Verdict]:
         by_name = {str(v.layout): v for v in verdicts}
         first: list[Verdict] = []
         for text in self.profile.layouts:
             try:
-                verdict = plan_layout(self.setup, text)
+                verdict = plan_layout(setup, text)
             except Exception:  # a profile's odd layout must not keep the screen from opening
                 continue
             by_name.pop(str(verdict.layout), None)
             if str(verdict.layout) not in {str(v.layout) for v in first}:
                 first.append(verdict)
-        return [self._predicted(v) for v in [*first, *by_name.values()]]
+        return [self._predicted(setup, v) for v in [*first, *by_name.values()]]
 
     def verdict(self, layout: Layout) -> Verdict:
-        for v in self.verdicts:
+        """The layout's verdict as listed, else planned with the setup the list was planned with
+        (a layout typed with knobs): its mark is the list's."""
+        planned = self.planned
+        verdicts = planned.verdicts if planned is not None else []
+        for v in verdicts:
             if v.layout == layout:
                 return v
-        return self._predicted(plan_layout(self.setup, layout))
+        setup = planned.setup if planned is not None else self.setup
+        return self._predicted(setup, plan_layout(setup, layout))
 
     def layout_names(self) -> tuple[str, ...]:
         return tuple(str(v.layout) for v in self.verdicts)
@@ -188,15 +218,18 @@ class Session(Lab):
     def last_measured(self) -> dict[str, LastMeasured]:
         """Each layout's newest numbers on this box (host, GPU type, engine, model), kept until
         `forget_measured`: one pass over the journal per refresh."""
-        measured = self._measured
-        if measured is None:
-            box = Box.of(self.setup, socket.gethostname())  # the host the journal files launches under
-            measured = self._measured = last_measured(self.journal, box)
+        generation, cached = self._generation, self._measured
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        # the host the journal files launches under; a simulated box's own launches only
+        box = Box.of(self.setup, socket.gethostname(), self.sim)
+        measured = last_measured(self.journal, box)
+        self._measured = (generation, measured)  # kept only while no forget came since it began
         return measured
 
     def forget_measured(self) -> None:
-        """Read the measurements again when next asked."""
-        self._measured = None
+        """Read the measurements again when next asked (from any thread)."""
+        self._generation += 1
 
     # -- what the header shows --------------------------------------------------------------
 

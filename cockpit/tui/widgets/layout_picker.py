@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from cockpit.layout import Layout
 from cockpit.planner import FAILS, FITS, Verdict
 from cockpit.reports.measured import Against, LastMeasured, memory_of
 from cockpit.reports.plan import verdict_mark
@@ -23,6 +24,7 @@ from cockpit.tui.messages import LaunchRequested
 
 MARK_STYLES = {FITS: "green", FAILS: "red"}
 Describer = Callable[[Verdict], Text]  # a verdict's detail under the table
+Replanner = Callable[[Layout], Verdict]  # a layout planned with the setup of the list given with it
 Cell = str | Text
 
 
@@ -208,15 +210,20 @@ class LayoutPicker(Vertical):
         if self._shown is not None:
             self.show(self._shown)
 
-    def reload(self, verdicts: list[Verdict]) -> None:
+    def reload(self, verdicts: list[Verdict], replan: Replanner | None = None) -> None:
         """After a refresh: a list planned again (what the box taught changed the predictions)
-        replaces the rows, the same layout staying highlighted, rows typed with knobs kept; the
-        shown layout is described again either way, its measurements perhaps new."""
+        replaces the rows, the same layout staying highlighted; rows typed with knobs stay,
+        planned again by ``replan`` so their predictions agree with the list's mark. The shown
+        layout is described again either way, its measurements perhaps new."""
         if verdicts is not self._planned:
             self._planned = verdicts
             shown = str(self._shown.layout) if self._shown is not None else None
             planned = {str(v.layout): v for v in verdicts}
-            typed = {name: v for name, v in self.verdicts.items() if name not in planned}
+            typed = {
+                name: replan(v.layout) if replan is not None else v
+                for name, v in self.verdicts.items()
+                if name not in planned
+            }
             self.verdicts = planned | typed
             self.table.clear()
             for verdict in self.verdicts.values():

@@ -25,7 +25,7 @@ NEEDS_ARGUMENT = {"try", "plan", "sweep", "use", "export", "bench"}
 def complete(
     text: str, layouts: tuple[str, ...], profiles: tuple[str, ...], flags: tuple[str, ...] = ()
 ) -> list[str]:
-    """completions(), plus the last layout of a `sweep a, b` list and `export md|csv`."""
+    """completions(), plus the last layout of a `sweep a, b` list."""
     word, space, rest = text.partition(" ")
     if space and word in ("try", "plan", "sweep") and text.rpartition(" ")[2].startswith("-"):
         return completions(text, layouts, profiles, flags)
@@ -33,8 +33,6 @@ def complete(
         head, _, last = rest.rpartition(",")
         last = last.lstrip()
         return [f"sweep {head}, {x}" for x in layouts if x.startswith(last)]
-    if space and word == "export":
-        return [f"export {fmt}" for fmt in ("md", "csv") if fmt.startswith(rest)]
     return completions(text, layouts, profiles)
 
 
