@@ -534,23 +534,34 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     if args.all:
         if any([args.profile, args.gpu, args.engine, args.engine_version, args.sim, args.real]):
             raise CockpitError("reset --all forgets every box: give it alone, or name one box without --all")
-        removed = store.remove()
+        removed, which = store.remove(), "every box"
     else:
         key = _calibration_key(args)
-        removed = store.remove([key])
-        if not removed and not store.warning:
-            raise CockpitError(
-                f"nothing learned for {key}: `cockpit calibration show` lists the boxes that have a calibration"
-            )
-    if store.warning:
-        raise CockpitError(store.warning)
+        removed, which = store.remove([key]), str(key)
+    # The reset is written whatever the file held: a file it could not read is a note (the reset
+    # mended it); only one it could not write fails.
+    if store.write_warning:
+        raise CockpitError(store.write_warning)
+    if store.read_problem:
+        print(f"note: {store.read_problem}; the reset wrote the file afresh", file=sys.stderr)
+    elif not removed and not args.all:
+        raise CockpitError(
+            f"nothing learned for {key} (launches journaled until now no longer teach it): "
+            "`cockpit calibration show` lists the boxes that have a calibration"
+        )
     for entry in removed:
         print(
             f"forgot {entry.key} (from {entry.runs} run(s)): it plans with the defaults again, and launches "
             "journaled until now no longer teach it"
         )
     if not removed:
-        print(f"nothing was learned yet ({store.path})")
+        if store.read_problem:
+            print(
+                f"reset {which}: it plans with the defaults again, and launches journaled until now no "
+                "longer teach it"
+            )
+        else:
+            print(f"nothing was learned yet ({store.path})")
     return 0
 
 

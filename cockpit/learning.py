@@ -44,6 +44,7 @@ MAX_BYTES = 4 * 2**20  # a few hundred entries take a few KB
 # little but time to every fit.
 RUNS_PER_LAYOUT = 3
 RESET_FIX = "run `cockpit calibration reset`"
+LATEST = 4102444800.0  # 2100-01-01: a time the file holds beyond it is damage, not a date
 
 
 def default_path() -> Path:
@@ -101,13 +102,14 @@ class Entry:
 
     key: Key
     speed: Speed | None = None  # None: the defaults
-    memory: Mapping[str, ModelMemory] = field(default_factory=dict)  # by model path
+    memory: Mapping[str, ModelMemory] = field(default_factory=dict)  # by model_key(model)
     forgotten_before: float = 0.0  # launches started before it teach nothing (a reset)
 
     @classmethod
     def of(cls, key: Key, learned: Learned, model: str = "", updated: float = 0.0) -> Entry:
         """The entry holding ``learned`` for ``model``: its speed constants as the box's, its memory
         terms as the model's."""
+        model = model_key(model)
         speed = (
             Speed(dict(learned.calibration), learned.runs, model, updated) if learned.calibration else None
         )
@@ -128,6 +130,7 @@ class Entry:
         memory corrections (the defaults where it has none). ``runs`` counts the launches behind
         them: the larger of the two parts' when one model taught both (the same launches mostly),
         their sum when the speed came from another model's."""
+        model = model_key(model)
         memory = self.memory.get(model, ModelMemory())
         return Learned(
             runs=self._runs(model),
@@ -155,11 +158,15 @@ class CalibrationStore:
     """The file, read whole and written whole (small; a write replaces it in one rename).
 
     ``warning`` holds one line when the file or an entry could not be read, or the file written:
-    the faces show it; nothing here raises for a damaged file."""
+    the faces show it; nothing here raises for a damaged file. ``read_problem`` (what the last
+    read found wrong) and ``write_warning`` (the last write that failed) keep the two apart for
+    `cockpit calibration reset`, which mends the one and fails on the other."""
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_path()
         self.warning: str | None = None
+        self.read_problem: str | None = None
+        self.write_warning: str | None = None
 
     def entries(self) -> list[Entry]:
         """The boxes that learned something."""
@@ -175,26 +182,40 @@ class CalibrationStore:
         """What the box of ``key`` taught, for ``model``; the defaults when nothing was learned."""
         return self.entry(key).learned(model)
 
-    def put(self, entry: Entry) -> None:
-        """Keep ``entry`` in place of its key's; a file that cannot be written is a warning."""
+    def put(self, entry: Entry, fitted_since: float | None = None) -> bool:
+        """Keep ``entry`` in place of its key's, its reset time never moved back; a file that
+        cannot be written is a warning. ``fitted_since``: the reset time the fit behind ``entry``
+        read launches from. The file is read again first: a reset since then (of this box or of
+        all, made while the fit ran) drops the write, so the next measurement fits from after it.
+        False when dropped."""
         entries, forgotten_before = self._read()
-        self._write([*(e for e in entries if e.key != entry.key), entry], forgotten_before)
+        stored = next((e.forgotten_before for e in entries if e.key == entry.key), 0.0)
+        if fitted_since is not None and max(stored, forgotten_before) > fitted_since:
+            return False
+        kept = replace(entry, forgotten_before=max(entry.forgotten_before, stored))
+        self._write([*(e for e in entries if e.key != entry.key), kept], forgotten_before)
+        return True
 
     def remove(self, keys: Sequence[Key] | None = None, now: float | None = None) -> list[Entry]:
-        """Forget these keys (None: all) and the launches journaled for them until ``now`` (the
-        next fit reads only later ones); the entries that had learned something."""
+        """Forget these keys (None: all) and the launches journaled for them until ``now``: each
+        key keeps that reset time alone, whether it had learned something or not, so the next fit
+        reads only later launches. The file is written in any case, afresh where it could not be
+        read whole (a damaged box reads as empty: nothing else would clear it). The entries that
+        had learned something."""
         now = time.time() if now is None else now
         entries, forgotten_before = self._read()
-        removed = [e for e in entries if not e.empty and (keys is None or e.key in keys)]
         if keys is None:
             self._write([], now)
-        elif removed:
-            kept = [e for e in entries if e.key not in keys]
-            self._write([*kept, *(Entry(e.key, forgotten_before=now) for e in removed)], forgotten_before)
+            return [e for e in entries if not e.empty]
+        removed = [e for e in entries if not e.empty and e.key in keys]
+        kept = [e for e in entries if e.key not in keys]
+        reset = [Entry(key, forgotten_before=now) for key in dict.fromkeys(keys)]
+        self._write([*kept, *reset], forgotten_before)
         return removed
 
     def _read(self) -> tuple[list[Entry], float]:
         """Every entry (reset ones too) and the time of the last reset of all."""
+        self.read_problem = None
         try:
             if not self.path.exists():
                 return [], 0.0
@@ -205,9 +226,10 @@ class CalibrationStore:
             why = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
             )
+            self.read_problem = f"the calibration file {self.path} cannot be read ({_one_line(why)})"
             self.warning = (
-                f"the calibration file {self.path} cannot be read ({_one_line(why)}): planning with the "
-                "defaults; the next launch fits it again from the journal"
+                f"{self.read_problem}: planning with the defaults; the next launch fits it again from the "
+                f"journal, or {RESET_FIX}"
             )
             return [], 0.0
         entries, problems = [], []
@@ -219,9 +241,12 @@ class CalibrationStore:
                 problems.append(problem)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            self.read_problem = (
+                f"the calibration file {self.path}: {problems[0].removesuffix(f'; {RESET_FIX}')}{more}"
+            )
             self.warning = (
-                f"the calibration file {self.path}: {problems[0]}{more}: planning with the defaults for "
-                "that box; the next launch fits it again from the journal"
+                f"{self.read_problem}: planning with the defaults for that box; the next launch fits it "
+                f"again from the journal, or {RESET_FIX}"
             )
         return entries, data["forgotten_before"]
 
@@ -244,7 +269,7 @@ class CalibrationStore:
                 raise
         except (OSError, CockpitError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            self.warning = (
+            self.write_warning = self.warning = (
                 f"cannot write the calibration file {self.path} ({_one_line(why)}): what was learned holds "
                 f"for this session only; set {ENV} to a file in a writable folder"
             )
@@ -255,6 +280,24 @@ def learned_for(setup: Setup, simulated: bool, store: CalibrationStore | None = 
     return (store or CalibrationStore()).learned(Key.of(setup, simulated), setup.model_path)
 
 
+def model_key(model: str) -> str:
+    """The name a model's memory is kept and looked up under. A local path is one absolute
+    folder: `~/models/X`, `/home/u/models/X`, `./models/X` typed in `~` and `.../X/config.json`
+    are one model, `./models/x` typed in two folders two. A hub repo id stays as given. A path is
+    a name written as one or one that exists here, as the engines tell them apart (vLLM's
+    vllm/transformers_utils/repo_utils.py `get_model_path`: `os.path.exists(model)` first)."""
+    text = model.strip()
+    written_as_path = text.startswith(("/", "~", "./", "../")) or text in (".", "..")
+    try:
+        path = Path(text).expanduser()
+        if not text or not (written_as_path or path.exists()):
+            return model
+        path = path.resolve()
+    except (OSError, RuntimeError, ValueError):  # an unknown ~user, a symlink loop, a NUL: as typed
+        return model
+    return str(path.parent if path.name == "config.json" else path)
+
+
 def relearn(
     journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore | None = None
 ) -> Learned:
@@ -262,10 +305,12 @@ def relearn(
     box was last reset, keep them, and return what the model plans with now. A part without
     enough data keeps what was stored (the speed perhaps from another model on the same box)."""
     store = store or CalibrationStore()
-    model = setup.model_path
-    entry = store.entry(Key.of(setup, simulated))
+    model = model_key(setup.model_path)
+    key = Key.of(setup, simulated)
+    entry = store.entry(key)
+    runs = journal_runs(journal, setup, simulated, entry.forgotten_before)
     fitted = fit_parts(
-        setup, journal_runs(journal, setup, simulated, entry.forgotten_before), entry.learned(model)
+        setup, [(_spelled_as(setup, run), points) for run, points in runs], entry.learned(model)
     )
     now = time.time()
     taught = entry
@@ -278,8 +323,8 @@ def relearn(
         before = entry.memory.get(model)
         if before is None or replace(before, updated=now) != memory:
             taught = replace(taught, memory={**entry.memory, model: memory})
-    if taught != entry:
-        store.put(taught)
+    if taught != entry and not store.put(taught, fitted_since=entry.forgotten_before):
+        return store.learned(key, model)  # reset while it fitted: what the reset left
     return taught.learned(model)
 
 
@@ -291,25 +336,42 @@ def journal_runs(
     the newest RUNS_PER_LAYOUT that ``setup`` would launch again as they were launched
     (``calibrate.replanned``; the others are no measurement of these constants) and that logged
     or measured something. Launches journaled before cockpit kept the GPU type and engine version
-    are left out: nothing says which box they ran on."""
+    are left out: nothing says which box they ran on. The model is compared as ``model_key``
+    makes it (a launch of `~/models/X` is one of `/home/u/models/X`), and each launch replanned
+    with the model as it was typed then (its argv holds that spelling)."""
     key = Key.of(setup, simulated)
+    model = model_key(setup.model_path)
+    canonical: dict[str, str] = {}  # each journaled spelling made canonical once
     runs = []
     per_layout: Counter[str] = Counter()
-    verdicts: dict[str, Verdict | None] = {}  # each layout planned once
+    verdicts: dict[str, dict[str, Verdict | None]] = {}  # each spelling's layouts planned once
     for experiment in journal.experiments():  # newest first
-        if experiment.engine != key.engine or experiment.model != setup.model_path:
+        if experiment.engine != key.engine or experiment.simulated != simulated or experiment.started < since:
             continue
         if experiment.gpu_type != key.gpu or engine_version(experiment.engine_version) != key.version:
             continue
-        if experiment.simulated != simulated or experiment.started < since:
+        typed = experiment.model
+        if typed not in canonical:
+            canonical[typed] = model_key(typed)
+        if canonical[typed] != model or per_layout[experiment.layout] >= RUNS_PER_LAYOUT:
             continue
-        if per_layout[experiment.layout] >= RUNS_PER_LAYOUT or not replanned(setup, experiment, verdicts):
+        as_typed = setup if typed == setup.model_path else replace(setup, model_path=typed)
+        if not replanned(as_typed, experiment, verdicts.setdefault(typed, {})):
             continue
         points = journal.points(experiment.id)
         if experiment.facts or points:
             per_layout[experiment.layout] += 1
             runs.append((experiment, points))
     return runs
+
+
+def _spelled_as(setup: Setup, run: Experiment) -> Experiment:
+    """A launch of ``setup``'s model typed another way (``journal_runs`` found it launched as
+    planned with that spelling), its argv holding the model as ``setup`` types it: the fit
+    compares argv words as they are (``calibrate.launched_as_planned``)."""
+    if run.model == setup.model_path:
+        return run
+    return replace(run, argv=tuple(setup.model_path if word == run.model else word for word in run.argv))
 
 
 # -- the file's form ---------------------------------------------------------------------------
@@ -418,8 +480,9 @@ def _count(value: Any, name: str) -> int:
 
 
 def _time(value: Any) -> float:
-    """A time the file holds; anything else is the epoch (never, for a reset)."""
-    return float(value) if _is_number(value) and value > 0 else 0.0
+    """A time the file holds; anything else (a time past LATEST too: no clock shows it) is the
+    epoch (never, for a reset)."""
+    return float(value) if _is_number(value) and 0 < value < LATEST else 0.0
 
 
 def _is_number(value: object) -> bool:

@@ -881,3 +881,161 @@ def test_calibration_show_lists_memory_per_model_and_hides_secrets(capsys, no_dr
     models = {m["model"]: m for m in row["models"]}
     assert models["MiniMaxAI/MiniMax-M2.5"]["learned"] == {"reserve_offset_gib": 6.0, "weights_factor": 1.04}
     assert models["MiniMaxAI/MiniMax-M2.5"]["defaults"] == {"reserve_offset_gib": 0.0, "weights_factor": 1.0}
+
+
+# -- review fixes: reset mends a damaged file, a reset during a fit, one name per model, dates ---
+
+
+def damaged_box_file(path, version: str = "0.4.0") -> None:
+    """A file whose one box holds a weights factor of 10: it reads as the defaults, with a warning."""
+    box = {"gpu": "rtx-pro-6000", "engine": "vllm", "version": version, "simulated": True, "speed": None}
+    box["models"] = [{"model": "m", "reserve_offset_gib": 0, "weights_factor": 10, "runs": 1}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": 2, "forgotten_before": 0, "boxes": [box]}))
+
+
+def test_reset_mends_a_box_the_warning_sends_it_to(capsys, no_driver):
+    damaged_box_file(default_path())
+    code, _, err = run_cli(capsys, "calibration")
+    assert code == 0 and "run `cockpit calibration reset`" in err and "weights_factor" in err
+    before = time.time()
+    argv = ["calibration", "reset", "--gpu", "rtx-pro-6000", "--engine", "vllm", "--version", "0.4.0"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and out.startswith(
+        "reset rtx-pro-6000 vllm 0.4.0 (simulated): it plans with the defaults"
+    )
+    assert err.startswith("note: the calibration file") and err.count("\n") == 1
+    assert "the reset wrote the file afresh" in err and "weights_factor" in err
+    code, out, err = run_cli(capsys, "calibration")
+    assert (code, err) == (0, "") and "nothing learned yet" in out  # the warning is gone
+    assert CalibrationStore().entry(key(version="0.4.0")).forgotten_before >= before
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_reset_rewrites_a_file_of_the_old_format(capsys, no_driver, everything):
+    path = default_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": 1, "boxes": [{"gpu": "h200", "memory": {"weights_factor": 1.1}}]}))
+    code, out, err = run_cli(capsys, "calibration", "reset", *(["--all"] if everything else []))
+    assert code == 0 and out.startswith("reset ") and "no longer teach it" in out
+    assert err.startswith("note: the calibration file") and "cannot be read" in err and err.count("\n") == 1
+    assert json.loads(path.read_text())["format"] == 2
+    store = CalibrationStore()
+    assert store.entries() == [] and store.warning is None
+    demo = build_setup(SetupOverrides(profile="demo"))[0]
+    assert store.entry(Key.of(demo, True)).forgotten_before > 0  # launches before it teach nothing
+
+
+def test_reset_of_a_box_with_nothing_stored_still_cuts_off_its_launches(tmp_path, minimax):
+    store = CalibrationStore(tmp_path / "calibration.json")
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal_launch(journal, minimax, "tp4")
+        journal_launch(journal, minimax, "tp8 ep")
+        assert store.remove([Key.of(minimax, True)]) == []  # nothing stored: the file never saw a fit
+        assert store.entry(Key.of(minimax, True)).forgotten_before > 0
+        assert relearn(journal, minimax, True, store) == Learned() and store.entries() == []
+    assert store.warning is None
+
+
+def test_a_reset_that_cannot_be_written_fails_and_one_with_nothing_stored_says_so(
+    capsys, no_driver, tmp_path, monkeypatch
+):
+    code, _, err = run_cli(capsys, "calibration", "reset", "--gpu", "h200", "--engine", "sglang")
+    assert code == 2 and "nothing learned for h200 sglang" in err and "no longer teach it" in err
+    assert CalibrationStore().entry(Key("h200", "sglang", "0.5.23", True)).forgotten_before > 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("COCKPIT_CALIBRATION", str(blocker / "calibration.json"))  # its folder is a file
+    code, out, err = run_cli(capsys, "calibration", "reset", "--all")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "cannot write the calibration file" in err
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_a_reset_made_while_a_fit_runs_is_not_undone_by_it(tmp_path, minimax, monkeypatch, everything):
+    import cockpit.learning
+
+    store = CalibrationStore(tmp_path / "calibration.json")
+    fit_parts = cockpit.learning.fit_parts
+
+    def reset_meanwhile(*args, **kwargs):  # `cockpit calibration reset` in another process
+        fitted = fit_parts(*args, **kwargs)
+        time.sleep(0.01)
+        CalibrationStore(store.path).remove(None if everything else [Key.of(minimax, True)])
+        return fitted
+
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal_launch(journal, minimax, "tp4")
+        journal_launch(journal, minimax, "tp8 ep")
+        assert relearn(journal, minimax, True, store).runs == 2
+        journal_launch(journal, minimax, "tp4")
+        monkeypatch.setattr(cockpit.learning, "fit_parts", reset_meanwhile)
+        assert relearn(journal, minimax, True, store) == Learned()  # what the reset left
+        monkeypatch.setattr(cockpit.learning, "fit_parts", fit_parts)
+        assert store.entries() == [] and learned_for(minimax, True, store) == Learned()
+        assert relearn(journal, minimax, True, store) == Learned()  # the launches before it teach nothing
+        time.sleep(0.01)
+        journal_launch(journal, minimax, "tp4")
+        assert relearn(journal, minimax, True, store).runs == 1
+    assert store.warning is None
+
+
+def test_a_model_is_one_name_however_its_path_is_typed(tmp_path, monkeypatch):
+    from cockpit.learning import model_key
+
+    home = tmp_path / "home"
+    folder = home / "models" / "X"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    canonical = str(folder.resolve())
+    spellings = ["~/models/X", str(folder), f"{folder}/config.json", "./models/X", "models/X", f"{folder}/"]
+    assert {model_key(spelling) for spelling in spellings} == {canonical}
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "models" / "X").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert model_key("./models/X") == str((elsewhere / "models" / "X").resolve()) != canonical
+    assert model_key("MiniMaxAI/MiniMax-M2.5") == "MiniMaxAI/MiniMax-M2.5"  # a repo id, not a folder here
+    assert model_key("https://user:pw@models.example/m") == "https://user:pw@models.example/m"
+    assert model_key("~nobody-has-this-name/x") == "~nobody-has-this-name/x"
+
+
+def test_launches_of_a_path_teach_it_however_it_is_typed(tmp_path, monkeypatch, minimax):
+    home = tmp_path / "home"
+    folder = home / "models" / "MiniMax"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    typed = [replace(minimax, model_path=path) for path in ("~/models/MiniMax", f"{folder}/config.json")]
+    store = CalibrationStore(tmp_path / "calibration.json")
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal_launch(journal, typed[0], "tp4")
+        journal_launch(journal, typed[1], "tp8 ep")
+        learned = relearn(journal, replace(minimax, model_path=str(folder)), True, store)
+    assert learned.runs == 2 and learned.reserve_offset_gib == pytest.approx(6.0, abs=0.02)
+    assert "eta_bw" in learned.calibration  # both layouts: each replanned with the path as typed then
+    assert learned_for(replace(minimax, model_path="./models/MiniMax"), True, store) == learned
+    assert learned_for(minimax, True, store).reserve_offset_gib == 0.0  # the hub's model is another
+    [entry] = store.entries()
+    assert set(entry.memory) == {str(folder.resolve())} and entry.speed.model == str(folder.resolve())
+
+
+def test_a_time_no_clock_shows_is_never_and_show_still_prints(capsys, no_driver):
+    store = CalibrationStore()
+    store.put(Entry.of(key(), replace(TRUTH, runs=1), "m", 1.0))
+    data = json.loads(default_path().read_text())
+    data["boxes"][0]["speed"]["updated"] = 1e20
+    data["boxes"][0]["models"][0]["updated"] = 1e300
+    data["boxes"][0]["forgotten_before"] = 5e12
+    default_path().write_text(json.dumps(data))
+    [entry] = CalibrationStore().entries()
+    assert entry.speed.updated == entry.memory["m"].updated == entry.forgotten_before == 0.0
+    code, out, err = run_cli(capsys, "calibration")
+    assert code == 0 and err == "" and "fitted ?" in out
+
+
+def test_show_dates_a_time_it_cannot_convert_as_unknown():
+    from cockpit.reports.calibration import _when
+
+    assert _when(0.0) == "?" and _when(1e20) == "?" and _when(float("nan")) == "?"
+    assert _when(1.0e9).startswith("2001-09-")

@@ -184,6 +184,17 @@ def test_the_refit_waits_for_ready_and_a_bench_is_predicted_as_at_launch(profile
     assert round(later[1], 2) != round(expected[1], 2)  # the test tells the two apart
 
 
+def test_a_refused_launch_keeps_no_launch_time_setup():
+    """The launcher keeps each running experiment's launch-time setup; a launch refused before
+    anything ran (a layout the planner says fails) leaves none behind."""
+    from cockpit.runner.events import Failed
+
+    with Lab.open(load_profile("minimax-m2.5"), sim=True) as lab:
+        events = list(lab.launcher.run(parse_layout("tp8")))  # the FP8 block error: refused
+        assert isinstance(events[-1], Failed) and lab.launcher.handle is None
+        assert lab.launcher._launched == {}
+
+
 def test_the_launchers_plan_is_kept_per_setup():
     profile = load_profile("minimax-m2.5")
     with Lab.open(profile, sim=True) as lab:

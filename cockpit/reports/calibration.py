@@ -103,4 +103,10 @@ def _shown(model: str) -> str:
 
 
 def _when(updated: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(updated)) if updated else "?"
+    """A fit's time as a date; "?" where none is known or no clock could show it (a damaged file)."""
+    if not updated:
+        return "?"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(updated))
+    except (OverflowError, OSError, ValueError):
+        return "?"

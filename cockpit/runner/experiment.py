@@ -191,7 +191,6 @@ class Launcher:
                 engine_version=setup.engine.version,
                 simulated=self.sim,
             )
-            self._launched[exp] = setup
             try:
                 refusal = self._refusal(verdict, force, used, free, samples, held, others)
                 if refusal is None:
@@ -221,6 +220,7 @@ class Launcher:
             return
         handle = self.handle
         assert handle is not None  # _spawn set it
+        self._launched[exp] = setup  # kept while it runs (dropped by _forget): nothing for a refusal
         try:
             self.journal.update_experiment(
                 exp, log_path=str(log_path), pid=handle.pid, port=self.profile.port

@@ -131,10 +131,11 @@ class Session(Lab):
                 first.append(verdict)
         return [self._predicted(setup, v) for v in [*first, *by_name.values()]]
 
-    def verdict(self, layout: Layout) -> Verdict:
+    def verdict(self, layout: Layout, planned: PlannedLayouts | None = None) -> Verdict:
         """The layout's verdict as listed, else planned with the setup the list was planned with
-        (a layout typed with knobs): its mark is the list's."""
-        planned = self.planned
+        (a layout typed with knobs): its mark is the list's. ``planned``: that list, when the
+        caller already holds it (the launcher's thread may replace ``self.planned`` meanwhile)."""
+        planned = planned or self.planned
         verdicts = planned.verdicts if planned is not None else []
         for v in verdicts:
             if v.layout == layout:
