@@ -239,3 +239,33 @@ def test_models_without_state_are_unchanged(engine):
     assert "state" not in plain.to_json()
     flag = "--no-enable-prefix-caching" if engine == "vllm" else "--disable-radix-cache"
     assert plan(model, engine, flag, layout="tp8").memory == plain
+
+
+def test_the_simulator_admits_as_many_hybrid_requests_as_the_planner_fits(qwen3_next):
+    """The simulated vLLM charges each request whole blocks for its tokens plus its state's blocks,
+    so it runs at once what MemoryEstimate.requests_fitting says, not what tokens alone would."""
+    import asyncio
+
+    from cockpit.perfmodel import for_verdict
+    from cockpit.sim.batcher import Batcher, VirtualClock
+    from cockpit.sim.engine import _PerfPacer
+
+    setup = Setup(qwen3_next, hardware("h100", 8), get_engine("vllm"), server_args=("--max-num-seqs", "4096"))
+    verdict = plan_layout(setup, "tp4")
+    perf = for_verdict(setup, verdict)
+    assert verdict.memory is not None and perf is not None
+    life = 65_536  # tokens of one request: few enough fit to count them
+    fitting = int(verdict.memory.requests_fitting(life))
+    assert 0 < fitting < perf.max_running and fitting < perf.kv_limit // life  # the state costs requests
+    pacer = _PerfPacer(perf)
+
+    async def running_after_first_token() -> int:
+        batcher = Batcher(pacer, clock=VirtualClock(), kv_cost=pacer.kv_cost)
+        sequences = [batcher.submit(life - 8, 8) for _ in range(fitting + 20)]
+        async with sequences[0] as first:
+            await first.__anext__()
+            running = batcher.running
+        await batcher.close()
+        return running
+
+    assert asyncio.run(running_after_first_token()) == fitting

@@ -157,9 +157,14 @@ class Sequence:
     reader that stops early (a client that went away) frees its place in the batch.
     """
 
-    def __init__(self, batcher: Batcher, prompt_tokens: int, max_tokens: int) -> None:
+    def __init__(
+        self, batcher: Batcher, prompt_tokens: int, max_tokens: int, reserved: int | None = None
+    ) -> None:
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+        # KV held for the sequence's whole life: its tokens, or what the engine's pool charges for
+        # them (Batcher's kv_cost: a hybrid model's blocks and state)
+        self.reserved_tokens = prompt_tokens + max_tokens if reserved is None else reserved
         self.generated = 0
         self.prefilled = 0  # prompt tokens computed so far: chunked prefill advances it
         self._batcher = batcher
@@ -172,11 +177,6 @@ class Sequence:
     @property
     def prefill_left(self) -> int:
         return self.prompt_tokens - self.prefilled
-
-    @property
-    def reserved_tokens(self) -> int:
-        """KV tokens held for the sequence's whole life."""
-        return self.prompt_tokens + self.max_tokens
 
     def cancel(self) -> None:
         """Leave the batch (or the queue) now; harmless once finished."""
@@ -231,12 +231,16 @@ class Batcher:
         on_step: Callable[[int], None] | None = None,
         token_budget: int | None = None,
         clock: Clock | None = None,
+        kv_cost: Callable[[int], int] | None = None,
     ) -> None:
         if token_budget is not None and token_budget < 1:
             raise ValueError(f"token_budget must be 1 or more (None: unlimited), got {token_budget}")
         self.pacer = pacer
         self.on_step = on_step
         self.token_budget = token_budget
+        # What a sequence of n tokens holds of the pacer's kv_tokens (None: n): vLLM charges a hybrid
+        # model's requests whole blocks plus their state's blocks
+        self.kv_cost = kv_cost
         self.clock: Clock = clock or RealClock()
         self.steps = 0
         self.tokens_out = 0
@@ -270,7 +274,8 @@ class Batcher:
             raise ValueError(
                 f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, {max_tokens}"
             )
-        seq = Sequence(self, prompt_tokens, max_tokens)
+        life = prompt_tokens + max_tokens
+        seq = Sequence(self, prompt_tokens, max_tokens, self.kv_cost(life) if self.kv_cost else life)
         self._waiting[seq] = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-batcher")
