@@ -161,13 +161,26 @@ def fit(setup: Setup, runs: Sequence[Run], prior: Learned | None = None) -> Lear
 def fit_parts(setup: Setup, runs: Sequence[Run], prior: Learned | None = None) -> Fitted:
     """``fit``, part by part."""
     prior = prior or Learned()
-    comparable = [(i, run) for i, run in enumerate(runs) if replanned(setup, run[0])]
+    verdicts: dict[str, Verdict | None] = {}  # runs repeat layouts: each planned once
+    comparable = [(i, run) for i, run in enumerate(runs) if replanned(setup, run[0], verdicts)]
     memory = fit_memory(setup, comparable, prior.weights_factor)
     fitted = Fitted(prior, memory, None)
     learned_memory = Learned(
         reserve_offset_gib=fitted.reserve_offset_gib, weights_factor=fitted.weights_factor
     )
     return replace(fitted, speed=fit_speed(replace(setup, learned=learned_memory), comparable))
+
+
+def _plans(setup: Setup) -> Callable[[str], Verdict]:
+    """``plan_layout`` for one setup, each layout planned once: runs repeat layouts."""
+    planned: dict[str, Verdict] = {}
+
+    def plan(layout: str) -> Verdict:
+        if layout not in planned:
+            planned[layout] = plan_layout(setup, layout)
+        return planned[layout]
+
+    return plan
 
 
 # -- which runs speak for this setup ----------------------------------------------------------
@@ -216,11 +229,11 @@ def fit_memory(
     """Weights factor and reserve offset from what the engine logged; None without any number.
     ``weights_factor``: the one learned before, which corrects the weights when none was logged.
     A reading outside WEIGHTS_FACTOR_RANGE or RESERVE_OFFSET_RANGE_GIB is a misread log: left out."""
-    base = replace(setup, learned=Learned())
+    plan = _plans(replace(setup, learned=Learned()))
     ratios: list[tuple[int, float]] = []  # (run, logged / modelled weights)
     kv: list[tuple[int, MemoryEstimate, float]] = []  # (run, the model's memory, logged KV GiB per GPU)
     for index, (launched, _) in runs:
-        verdict = plan_layout(base, launched.layout)
+        verdict = plan(launched.layout)
         memory = verdict.memory
         if memory is None or _one_stage_logged(setup, verdict):
             continue
@@ -360,11 +373,12 @@ def fit_speed(setup: Setup, runs: Sequence[tuple[int, Run]]) -> SpeedFit | None:
 def _speed_groups(setup: Setup, runs: Sequence[tuple[int, Run]]) -> tuple[list[_Group], set[int]]:
     groups: list[_Group] = []
     used: set[int] = set()
+    plan = _plans(setup)
     for index, (launched, points) in runs:
         good = [p for p in points if usable_level(p)]
         if not good:
             continue
-        verdict = plan_layout(setup, launched.layout)
+        verdict = plan(launched.layout)
         if for_verdict(setup, verdict) is None:
             continue  # the model says it cannot run: no prediction to fit against
         for (input_len, output_len), same in itertools.groupby(sorted(good, key=_shape), key=_shape):

@@ -42,6 +42,7 @@ from cockpit.model import (
     Quantization,
     architecture_name,
     dtype_size,
+    one_line_errors,
     read_quantization,
 )
 
@@ -206,23 +207,8 @@ def arch_from_checkpoint(
     """A model planned from its tensors: bytes per class are the checkpoint's own, so the planner's
     weights per GPU are the tensors' bytes split by class. Counts come from the config's generic
     keys where it has them and from the shapes where it does not; what was guessed is in ``notes``."""
-    try:
+    with one_line_errors(source):
         return _arch_from_checkpoint(raw, tensors, source, name)
-    except CockpitError:
-        raise
-    except (
-        TypeError,
-        ValueError,
-        AttributeError,
-        KeyError,
-        IndexError,
-        ZeroDivisionError,
-        OverflowError,
-    ) as exc:
-        raise CockpitError(
-            f"{source}: a value has the wrong type or size ({type(exc).__name__}: {str(exc)[:60]}): "
-            "fix the config.json or point --model at the model's own"
-        ) from exc
 
 
 def _arch_from_checkpoint(

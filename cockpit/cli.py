@@ -215,6 +215,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
             layout=None,
             concurrency=None,
             json=False,
+            sim=args.sim,
         )
         return cmd_plan(plan_args)
     from cockpit.tui.app import CockpitApp
@@ -241,19 +242,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from cockpit.installed import installed_engine
+    from cockpit.lab import simulated_reason
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
     from cockpit.reports.plan import plan_table, terminal_width
 
     profile, notes = resolve(_overrides(args))
     setup = setup_for(profile)
+    # What it learned and measured is the simulated box's with --sim or where no driver is found
+    # (where `cockpit run` would launch the simulator), else the GPUs'.
+    simulated = bool(simulated_reason(getattr(args, "sim", False)))
     # On the box itself, plan for the engine version its launcher runs (the flags `try` will
     # launch with); elsewhere, with nothing to ask, for the newest cockpit knows.
     engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
     if how is not None:
         setup = replace(setup, engine=engine)
         notes += (f"{how}: " + (engine.version_note or f"flags as {engine.options.label} has them"),)
-    setup, learning_note = _with_learned(setup)
+    setup, learning_note = _with_learned(setup, simulated)
     notes += (learning_note,) if learning_note else ()
     for note in notes:  # on stderr: stdout stays the table or valid JSON
         print(f"note: {note}", file=sys.stderr)
@@ -275,12 +280,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     ]
     for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
         print(f"warning: {warning}", file=sys.stderr)
-    from cockpit.lab import simulated_reason
     from cockpit.reports.measured import MEASURED_NOTE, measured_here, prediction_basis
 
-    # The journal's newest numbers of each layout on this box: the simulated box's where cockpit
-    # would launch the simulator (no driver), the GPUs' otherwise.
-    measured, unread = measured_here(setup, simulated=bool(simulated_reason(False)))
+    measured, unread = measured_here(setup, simulated=simulated)  # this box's newest of each layout
     if unread:
         print(f"note: {unread}", file=sys.stderr)
     if args.json:
@@ -454,18 +456,15 @@ def _results_context(journal, comp, profile: str | None, note: str):
 # -- what the box taught the planner -----------------------------------------------------------
 
 
-def _with_learned(setup: Setup) -> tuple[Setup, str | None]:
-    """The setup with what this machine's launches taught, and a note when the file could not be
-    read. `plan` has no --sim: it takes the calibration of the launches `cockpit run` would make
-    here, real ones where an NVIDIA driver is found, simulated ones elsewhere (a laptop)."""
+def _with_learned(setup: Setup, simulated: bool) -> tuple[Setup, str | None]:
+    """The setup with what this machine's launches taught (the simulated box's or the GPUs'),
+    and a note when the file could not be read."""
     from dataclasses import replace
 
     from cockpit.engines import get_engine
-    from cockpit.lab import simulated_reason
     from cockpit.learning import CalibrationStore, learned_for
 
     store = CalibrationStore()
-    simulated = bool(simulated_reason(False))
     # A simulated lab runs the engine's default version whatever is installed (cockpit.lab.lab_setup):
     # its calibration is filed under that version.
     filed = replace(setup, engine=get_engine(setup.engine.name)) if simulated else setup

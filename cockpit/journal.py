@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -372,18 +372,25 @@ class Journal:
 
     def record_peak(self, id: int, peaks: Mapping[int, int]) -> None:
         """Merge memory samples, keeping each GPU's highest: telemetry calls this as it samples."""
+
+        def merge(text: Any) -> str:
+            merged = _peaks(text)
+            for gpu, used in peaks.items():
+                merged[int(gpu)] = max(int(used), merged.get(int(gpu), 0))
+            return _dump_peaks(merged)
+
+        self._merge_column(id, "peak_memory", merge)
+
+    def _merge_column(self, id: int, column: str, merge: Callable[[Any], str]) -> None:
+        """Read one experiment's ``column`` and write back ``merge`` of it, in one transaction:
+        a cockpit and its `cockpit bench` child may merge into the same row at once."""
         with self._guard():
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute("SELECT peak_memory FROM experiments WHERE id = ?", (id,)).fetchone()
+                row = self._db.execute(f"SELECT {column} FROM experiments WHERE id = ?", (id,)).fetchone()
                 if row is None:
                     raise ValueError(f"no experiment {id} in {self.path}")
-                merged = _peaks(row[0])
-                for gpu, used in peaks.items():
-                    merged[int(gpu)] = max(int(used), merged.get(int(gpu), 0))
-                self._db.execute(
-                    "UPDATE experiments SET peak_memory = ? WHERE id = ?", (_dump_peaks(merged), id)
-                )
+                self._db.execute(f"UPDATE experiments SET {column} = ? WHERE id = ?", (merge(row[0]), id))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -397,21 +404,7 @@ class Journal:
     def merge_predicted(self, id: int, part: Mapping[str, Any]) -> None:
         """Add to what was predicted for an experiment, nested dicts merged key by key: a bench
         adds its levels' tok/s under "tok_s" beside the memory predicted at launch."""
-        with self._guard():
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._db.execute("SELECT predicted FROM experiments WHERE id = ?", (id,)).fetchone()
-                if row is None:
-                    raise ValueError(f"no experiment {id} in {self.path}")
-                merged = _merged(_json(row[0], dict), part)
-                self._db.execute(
-                    "UPDATE experiments SET predicted = ? WHERE id = ?", (json.dumps(merged), id)
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+        self._merge_column(id, "predicted", lambda text: json.dumps(_merged(_json(text, dict), part)))
 
     def add_note(self, id: int, text: str) -> None:
         """Append one line to an experiment's note: what happened to it after the fact."""

@@ -82,8 +82,8 @@ class Lab:
     monitor: Monitor  # not started: the face starts it when it wants samples
     registry: Registry
     launcher: Launcher
+    store: CalibrationStore  # what the box taught, kept
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
-    store: CalibrationStore | None = None  # what the box taught, kept; None: nothing is learned
     learning_problem: str | None = None  # the last fit that failed, one line
     _learning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _told: set[str] = field(default_factory=set, init=False, repr=False)  # notices already shown
@@ -133,7 +133,7 @@ class Lab:
                 startup_timeout=startup_timeout,
             )
             undo.pop_all()
-        lab = cls(profile, setup, reason, source, journal, monitor, registry, launcher, notes, store)
+        lab = cls(profile, setup, reason, source, journal, monitor, registry, launcher, store, notes)
         launcher.after_measure = lab.learn
         return lab
 
@@ -142,8 +142,6 @@ class Lab:
         again and plan with them from now on. A fit that fails keeps the last one: it must never
         cost the measurement that triggered it. A launch's hook and a benchmark's may run at once
         (two threads): one fit at a time."""
-        if self.store is None:
-            return
         with self._learning:
             try:
                 learned = relearn(self.journal, self.setup, self.sim, self.store)
@@ -163,7 +161,7 @@ class Lab:
         """What went wrong with learning and was not shown yet, one line each, each shown once:
         the last fit that failed, the calibration file that could not be read or written (what
         was learned then holds for this session only)."""
-        lines = (self.learning_problem, self.store.warning if self.store is not None else None)
+        lines = (self.learning_problem, self.store.warning)
         fresh = [line for line in dict.fromkeys(lines) if line and line not in self._told]
         self._told.update(fresh)
         return fresh

@@ -275,9 +275,9 @@ class CalibrationStore:
             )
 
 
-def learned_for(setup: Setup, simulated: bool, store: CalibrationStore | None = None) -> Learned:
+def learned_for(setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:
     """What the box ``setup`` plans for taught, for its model, on a simulated box or the real one."""
-    return (store or CalibrationStore()).learned(Key.of(setup, simulated), setup.model_path)
+    return store.learned(Key.of(setup, simulated), setup.model_path)
 
 
 def model_key(model: str) -> str:
@@ -298,13 +298,10 @@ def model_key(model: str) -> str:
     return str(path.parent if path.name == "config.json" else path)
 
 
-def relearn(
-    journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore | None = None
-) -> Learned:
+def relearn(journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:
     """Fit the box's constants again from the journal's launches of ``setup``'s model since the
     box was last reset, keep them, and return what the model plans with now. A part without
     enough data keeps what was stored (the speed perhaps from another model on the same box)."""
-    store = store or CalibrationStore()
     model = model_key(setup.model_path)
     key = Key.of(setup, simulated)
     entry = store.entry(key)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,10 +329,12 @@ _FAMILIES = {
 }
 
 
-def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "model") -> ModelArch:
-    """The planner's view of a config.json; every absurd or mistyped value is one CockpitError line."""
+@contextmanager
+def one_line_errors(source: str) -> Iterator[None]:
+    """A shape no check foresaw (a list where a mapping belongs, ...) in a model's files is still
+    one CockpitError line, never a traceback."""
     try:
-        return _parse_config(raw, source, name)
+        yield
     except CockpitError:
         raise
     except (
@@ -344,11 +347,16 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "
         OverflowError,
         re.error,
     ) as exc:
-        # A shape no check above foresaw (a list where a mapping belongs, ...): still one line.
         raise CockpitError(
             f"{source}: a value has the wrong type or size ({type(exc).__name__}: {str(exc)[:60]}): "
             "fix the config.json or point --model at the model's own"
         ) from exc
+
+
+def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "model") -> ModelArch:
+    """The planner's view of a config.json; every absurd or mistyped value is one CockpitError line."""
+    with one_line_errors(source):
+        return _parse_config(raw, source, name)
 
 
 def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:

@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from cockpit.engines import Placement, ServerArgs
-from cockpit.engines.sglang import gpu_defaults
+from cockpit.engines.sglang import decode_graph_max_bs, gpu_defaults
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
@@ -147,8 +147,13 @@ CALIBRATION_TABLE: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+def default_calibration(gpu_key: str, engine: str) -> Calibration:
+    """The defaults for a GPU type and engine: the table's overrides of Calibration's own."""
+    return Calibration().overridden(CALIBRATION_TABLE.get((gpu_key, engine), {}))
+
+
 def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | None = None) -> Calibration:
-    base = Calibration().overridden(CALIBRATION_TABLE.get((hw.gpu.key, engine), {}))
+    base = default_calibration(hw.gpu.key, engine)
     return base.overridden(overrides or {}, "profile calibration") if overrides else base
 
 
@@ -169,7 +174,7 @@ def step_token_budget(engine: str, server: ServerArgs, hw: Hardware, model: Mode
         return 0
     if engine == "vllm":
         return vllm_batched_tokens(server, hw, model)
-    chunk, _ = gpu_defaults(hw.memory_gib * 1024, tp=1)  # the chunk does not depend on TP
+    chunk, _ = gpu_defaults(hw.smi_total_gib * 1024, tp=1)  # as the memory share reads it; not by TP
     return server.max_num_batched_tokens or chunk
 
 
@@ -480,7 +485,13 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     # The profile's own overrides win over what the box taught (cockpit.calibrate).
     cal = calibration_for(setup.hardware, engine, {**setup.learned.calibration, **setup.calibration})
     server = verdict.server or knob_server_args(setup, verdict.layout)
-    graphs = graph_max_bs(server, setup.hardware, setup.model)
+    if engine == "sglang":  # its own default, by card and TP (the memory share reads the same)
+        gpu_mib = setup.hardware.smi_total_gib * 1024
+        graphs = (
+            decode_graph_max_bs(server, gpu_mib, verdict.placement.layout.tp) if server.cuda_graphs else 0
+        )
+    else:
+        graphs = graph_max_bs(server, setup.hardware, setup.model)
     return perf_model(
         setup.model,
         setup.hardware,

@@ -56,15 +56,6 @@ class Learned:
     reserve_offset_gib: float = 0.0  # what the engine keeps besides weights, beyond the modelled reserve
     weights_factor: float = 1.0  # measured over predicted weights (a layout the kernels repack)
 
-    @property
-    def is_default(self) -> bool:
-        return (
-            self.runs == 0
-            and not self.calibration
-            and not self.reserve_offset_gib
-            and self.weights_factor == 1.0
-        )
-
 
 @dataclass(frozen=True)
 class StateArgs:
@@ -510,7 +501,7 @@ def vllm_batched_tokens(server: ServerArgs, hw: Hardware, model: ModelArch) -> i
         return server.max_num_batched_tokens
     if hw.memory_gib >= 160:
         return 16384
-    return 8192 if hw.memory_gib >= 70 and hw.gpu.key != "a100" else 2048
+    return 8192 if _vllm_large_card(hw) else 2048
 
 
 def vllm_max_num_seqs(server: ServerArgs, hw: Hardware) -> int:
@@ -518,7 +509,12 @@ def vllm_max_num_seqs(server: ServerArgs, hw: Hardware) -> int:
     (get_batch_defaults, vllm/engine/arg_utils.py)."""
     if server.max_num_seqs:
         return server.max_num_seqs
-    return 1024 if hw.memory_gib >= 70 and hw.gpu.key != "a100" else 256
+    return 1024 if _vllm_large_card(hw) else 256
+
+
+def _vllm_large_card(hw: Hardware) -> bool:
+    """vLLM's larger batch defaults: 70 GB and more, but not an A100 (get_batch_defaults)."""
+    return hw.memory_gib >= 70 and hw.gpu.key != "a100"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -337,6 +337,23 @@ def test_plan_makes_no_journal_to_look_for_measurements(capsys):
     assert "last measured" not in capsys.readouterr().out and not default_path().exists()
 
 
+def test_bare_cockpit_with_sim_plans_with_the_simulated_boxs_measurements(capsys, real_box):
+    """`cockpit --sim` without a terminal prints the plan of the simulated box, even where a
+    driver is found: its last-measured column is the simulator's launches, not the GPUs'."""
+    from cockpit.journal import BenchPoint, Journal
+
+    journal_launch("tp4", points={32: 600.0})  # on the GPUs
+    with Journal() as journal:
+        sim = journal.start_experiment(
+            profile="minimax-m2.5", model=MINIMAX, engine="vllm", layout="tp8 ep", argv=[],
+            gpu_type="rtx-pro-6000", simulated=True,
+        )  # fmt: skip
+        journal.add_point(sim, BenchPoint(32, 900.0, input_len=1024, output_len=1024))
+    assert main(["--sim", "--profile", "minimax-m2.5"]) == 0
+    rows = {line.split("  ")[0].strip(): line for line in capsys.readouterr().out.splitlines()}
+    assert "900 tok/s at C=32" in rows["tp8 ep"] and "600 tok/s" not in rows["tp4"]
+
+
 def test_plans_last_measured_column_takes_the_simulated_or_the_real_launches(capsys):
     """A simulated launch on this host measured the simulator, not the GPUs: `measured_here` reads
     one kind or the other, as the plan is for the simulated box or the real one."""

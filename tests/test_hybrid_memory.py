@@ -248,7 +248,7 @@ def test_the_simulator_admits_as_many_hybrid_requests_as_the_planner_fits(qwen3_
 
     from cockpit.perfmodel import for_verdict
     from cockpit.sim.batcher import Batcher, VirtualClock
-    from cockpit.sim.engine import _PerfPacer
+    from cockpit.sim.engine import PerfPacer
 
     setup = Setup(qwen3_next, hardware("h100", 8), get_engine("vllm"), server_args=("--max-num-seqs", "4096"))
     verdict = plan_layout(setup, "tp4")
@@ -257,10 +257,10 @@ def test_the_simulator_admits_as_many_hybrid_requests_as_the_planner_fits(qwen3_
     life = 65_536  # tokens of one request: few enough fit to count them
     fitting = int(verdict.memory.requests_fitting(life))
     assert 0 < fitting < perf.max_running and fitting < perf.kv_limit // life  # the state costs requests
-    pacer = _PerfPacer(perf)
+    pacer = PerfPacer(perf)
 
     async def running_after_first_token() -> int:
-        batcher = Batcher(pacer, clock=VirtualClock(), kv_cost=pacer.kv_cost)
+        batcher = Batcher(pacer, clock=VirtualClock())
         sequences = [batcher.submit(life - 8, 8) for _ in range(fitting + 20)]
         async with sequences[0] as first:
             await first.__anext__()

@@ -169,6 +169,13 @@ def test_a_unique_prefix_is_the_flag_as_the_engines_read_it_with_a_note():
     assert parse_engine_args("vllm", ["m", "--max-num-seq", "512"]).non_default == (("max_num_seqs", 512),)
 
 
+def test_the_simulator_keeps_a_flag_that_names_the_model_too():
+    """Only vLLM's positional model is the model: a --tokenizer or --served-model-name spelled the
+    same is a server argument with its value, as the real parser reads it."""
+    args = parse_engine_args("vllm", ["vllm", "serve", "m", "--tokenizer", "m", "--served-model-name", "m"])
+    assert args.model == "m" and args.argv == ("--tokenizer", "m", "--served-model-name", "m")
+
+
 def test_deprecated_spellings_are_noted_with_their_replacement():
     checked = check_args(option_table("sglang"), ["--enable-dp-attention"])
     assert checked.deprecated == ("--enable-dp-attention",)

@@ -179,3 +179,21 @@ def test_predictions_are_for_the_workload_prefill_included():
     assert model.workload_tok_s(1, 256, 128) == pytest.approx(model.decode_tok_s(1, 256, 128), rel=0.03)
     loop = model.closed_loop(1024, 256, 128)  # --max-num-seqs 256: the rest queue
     assert loop.running == 256 and loop.ttft_s > 3 * loop.round_s
+
+
+def test_sglang_speed_uses_its_own_largest_decode_graph(minimax):
+    """SGLang captures decode graphs up to its own default by card and TP (256 below TP4 on a
+    94 GiB card, gpu_defaults), not vLLM's 512: batches above it run eager."""
+    from cockpit.engines import get_engine
+    from cockpit.planner import Setup
+
+    box = hardware("rtx-pro-6000", 8)
+    setup = Setup(minimax, box, get_engine("sglang"))
+    tp2 = for_verdict(setup, plan_layout(setup, "tp2 pp2"))
+    tp4 = for_verdict(setup, plan_layout(setup, "tp4"))
+    assert tp2 is not None and tp4 is not None
+    assert (tp2.graph_max_bs, tp4.graph_max_bs) == (256, 512)
+    capped = Setup(minimax, box, get_engine("sglang"), server_args=("--max-running-requests", "64"))
+    assert for_verdict(capped, plan_layout(capped, "tp4")).graph_max_bs == 64
+    eager = Setup(minimax, box, get_engine("sglang"), server_args=("--disable-cuda-graph",))
+    assert for_verdict(eager, plan_layout(eager, "tp4")).graph_max_bs == 0

@@ -142,6 +142,25 @@ def test_metrics(vllm):
     assert "vllm:generation_tokens_total" in text
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_metrics_are_valid_prometheus_text(engine, request):
+    """One HELP and one TYPE line per name, its series together below them (the text format's
+    rule; SGLang's token counters have a series per is_streaming value)."""
+    server = request.getfixturevalue(engine)
+    httpx.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True})
+    httpx.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    names: list[str] = []
+    types: list[str] = []
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith("# TYPE "):
+            types.append(line.split()[2])
+        elif line and not line.startswith("#"):
+            name = line.split("{")[0]
+            if not names or names[-1] != name:
+                names.append(name)
+    assert len(types) == len(set(types)) and names == types  # each name once, in one run
+
+
 # -- generation ------------------------------------------------------------------------------
 
 

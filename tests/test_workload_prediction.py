@@ -24,31 +24,11 @@ from cockpit.perfmodel import PerfModel, for_verdict, step_token_budget
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.sim.batcher import Batcher, VirtualClock
+from cockpit.sim.engine import PerfPacer
 
 PROFILE = "minimax-m2.5"
 LAYOUTS = ("tp8 ep", "tp4")
 WORKLOADS = ((256, 128), (1024, 1024), (8192, 256))
-
-
-@dataclass(frozen=True)
-class ModelPacer:
-    """The performance model as the batcher's pacer, as the simulated engine builds it."""
-
-    perf: PerfModel
-
-    @property
-    def max_running(self) -> int:
-        return self.perf.max_running
-
-    @property
-    def kv_tokens(self) -> int:
-        return max(1, self.perf.kv_limit)
-
-    def step_time_s(self, batch: int, context_tokens: float) -> float:
-        return self.perf.step_time_s(batch, context_tokens)
-
-    def prefill_time_s(self, tokens: int) -> float:
-        return self.perf.prefill_time_s(tokens)
 
 
 @dataclass(frozen=True)
@@ -64,7 +44,7 @@ def bench_in_process(perf: PerfModel, concurrency: int, input_len: int, output_l
 
 async def _closed_loop(perf: PerfModel, concurrency: int, input_len: int, output_len: int) -> Measured:
     clock = VirtualClock()
-    batcher = Batcher(ModelPacer(perf), token_budget=perf.step_tokens or None, clock=clock)
+    batcher = Batcher(PerfPacer(perf), token_budget=perf.step_tokens or None, clock=clock)
     cfg = BenchConfig(
         url="http://sim", concurrency=(concurrency,), input_len=input_len, output_len=output_len
     )

@@ -249,10 +249,6 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def newest_version(engine: str) -> str:
-    return list(TABLES[engine])[-1]
-
-
 def table_version(engine: str, version: str | None) -> tuple[str, str]:
     """The table to check ``version`` with, and a note when it is not that version's own.
 

@@ -330,6 +330,16 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
+def decode_graph_max_bs(server: ServerArgs, gpu_mib: float, tp: int) -> int:
+    """SGLang's largest decode batch captured in a CUDA graph: --cuda-graph-max-bs-decode, else its
+    default for the card and TP (gpu_defaults), no more than --max-running-requests."""
+    _, default_bs = gpu_defaults(gpu_mib, tp)
+    decode_bs = server.cuda_graph_max_bs or default_bs
+    if server.cuda_graph_max_bs is None and server.max_num_seqs is not None:
+        decode_bs = min(decode_bs, server.max_num_seqs)
+    return decode_bs
+
+
 def derived_mem_fraction(
     server: ServerArgs, gpu_mib: float, *, tp: int, pp: int, attn_dp: int, mla: bool, model_name: str = ""
 ) -> float:
@@ -340,11 +350,9 @@ def derived_mem_fraction(
     prefill graphs off unless --language-only), disaggregated serving, DeepEP and post-capture sizing."""
     if gpu_mib <= 0:
         return UNKNOWN_GPU_FRACTION
-    default_chunk, default_bs = gpu_defaults(gpu_mib, tp)
+    default_chunk, _ = gpu_defaults(gpu_mib, tp)
     chunk = (server.max_num_batched_tokens or default_chunk) if server.chunked_prefill else -1
-    decode_bs = server.cuda_graph_max_bs or default_bs
-    if server.cuda_graph_max_bs is None and server.max_num_seqs is not None:
-        decode_bs = min(decode_bs, server.max_num_seqs)
+    decode_bs = decode_graph_max_bs(server, gpu_mib, tp)
     activation_tokens = max(chunk if chunk > 0 else MAX_PREFILL_TOKENS, 2048)
     reserve = 512 + activation_tokens * 1.5 + tp * pp / 8 * 1024
     reserve += _graph_reserve_mib(

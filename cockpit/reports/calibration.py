@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.learning import Entry, Key, ModelMemory
-from cockpit.perfmodel import CALIBRATION_TABLE, Calibration
+from cockpit.perfmodel import default_calibration
 from cockpit.planner import Learned
 from cockpit.secrets import redact_text
 
 
 def default_constant(key: Key, name: str) -> float | None:
     """The performance model's default for this GPU type and engine (its calibration table's)."""
-    base = Calibration().overridden(CALIBRATION_TABLE.get((key.gpu, key.engine), {}))
-    value = getattr(base, name, None)
+    value = getattr(default_calibration(key.gpu, key.engine), name, None)
     return float(value) if isinstance(value, (int, float)) else None
 
 

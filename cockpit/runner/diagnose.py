@@ -254,9 +254,9 @@ class _Site:
     def after(self, count: int) -> list[str]:
         return self.messages[self.index + 1 : self.index + 1 + count]
 
-    def diagnosis(self, kind: str, cause: str, next_step: str) -> Diagnosis:
+    def diagnosis(self, kind: str, cause: str, next_step: str, gpu: int | None = None) -> Diagnosis:
         """The diagnosis of this match: the phase it happened in, its line as evidence."""
-        return Diagnosis(kind, cause, next_step, phase=self.phase(), evidence=self.evidence)
+        return Diagnosis(kind, cause, next_step, phase=self.phase(), gpu=gpu, evidence=self.evidence)
 
 
 Explain = Callable[[re.Match[str], _Site], Diagnosis]
@@ -555,27 +555,23 @@ def _free_memory_at_start(match: re.Match[str], site: _Site) -> Diagnosis:
         if match["budget"]
         else f"the server wants {match['requested']} GiB ({match['utilization']} of it)"
     )
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         f"another process holds GPU memory{on_gpu}: {match['free']} of {match['total']} GiB free at startup, {wants}",
         "stop what else runs on these GPUs (nvidia-smi), or lower --gpu-memory-utilization",
-        phase=site.phase(),
-        gpu=gpu,
-        evidence=site.evidence,
+        gpu,
     )
 
 
 def _external_weights(match: re.Match[str], site: _Site) -> Diagnosis:
     gpu = _gpu_of(match["device"])
     on_gpu = f" on GPU {gpu}" if gpu is not None else ""
-    return Diagnosis(
+    return site.diagnosis(
         "kv-cache",
         f"weights held outside the engine take {match['held']} of {match['total']} GiB{on_gpu}, more than "
         f"the {match['requested']} GiB the server may use ({match['utilization']} of it)",
         "raise --gpu-memory-utilization above the weights' share, or give the server a GPU of its own",
-        phase=site.phase(),
-        gpu=gpu,
-        evidence=site.evidence,
+        gpu,
     )
 
 
@@ -605,7 +601,7 @@ def _nccl_error(match: re.Match[str], site: _Site) -> Diagnosis:
     description = match["description"].strip(" ,.") or match.groupdict().get("code") or "NCCL failed"
     detail = _nccl_last_error(following)
     cause = f"NCCL error: {description}" + (f" ({detail})" if detail else "")
-    return Diagnosis("nccl", cause, NEXT_NCCL, phase=site.phase(), evidence=site.evidence)
+    return site.diagnosis("nccl", cause, NEXT_NCCL)
 
 
 def _nccl_last_error(following: list[str]) -> str:
@@ -627,9 +623,7 @@ def _nccl_timeout(match: re.Match[str], site: _Site) -> Diagnosis:
 
 
 def _nccl_warning(match: re.Match[str], site: _Site) -> Diagnosis:
-    return Diagnosis(
-        "nccl", f"NCCL warned: {match['text'].strip()}", NEXT_NCCL, phase=site.phase(), evidence=site.evidence
-    )
+    return site.diagnosis("nccl", f"NCCL warned: {match['text'].strip()}", NEXT_NCCL)
 
 
 def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from cockpit.runner.events import LaunchReport
-from cockpit.runner.phases import KV_MEMORY, KV_TOKENS, log_message, strip_ansi
+from cockpit.runner.phases import KV_MEMORY, KV_TOKENS, last_drawing, log_message
 
 # -- who says it ---------------------------------------------------------------------------------
 
@@ -158,11 +158,10 @@ class LaunchFacts:
     _sglang_pools: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
 
     def feed(self, line: str) -> None:
-        # tqdm redraws with carriage returns: the last drawing is the line (as in log_message).
-        segments = [part for part in strip_ansi(line).split("\r") if part.strip()]
-        message = log_message(segments[-1]) if segments else ""
+        drawn = last_drawing(line)
+        message = log_message(drawn)
         if message:
-            self._read(_rank(segments[-1]), message)
+            self._read(_rank(drawn), message)
 
     def _read(self, rank: str, message: str) -> None:
         if self._read_vllm(rank, message):

@@ -85,15 +85,16 @@ def strip_ansi(text: str) -> str:
     return ANSI_ESCAPE.sub("", text)
 
 
-def log_message(line: str) -> str:
-    """The engine's own words, without colour, process tag, level, time or source.
-
-    tqdm redraws its bar with carriage returns, so a line may hold many bars: the last counts.
-    """
+def last_drawing(line: str) -> str:
+    """The line as the terminal shows it, without colour: tqdm redraws its bar with carriage
+    returns, so a line may hold many bars, and the last counts."""
     segments = [part for part in strip_ansi(line).split("\r") if part.strip()]
-    if not segments:
-        return ""
-    return LOG_PREFIX.sub("", segments[-1], count=1).strip()
+    return segments[-1] if segments else ""
+
+
+def log_message(line: str) -> str:
+    """The engine's own words, without colour, process tag, level, time or source."""
+    return LOG_PREFIX.sub("", last_drawing(line), count=1).strip()
 
 
 class PhaseTracker:

@@ -69,6 +69,11 @@ class Pacer(Protocol):
         """Prefill of ``tokens`` prompt tokens (whole prompts or chunks) computed in one step."""
         ...
 
+    def kv_cost(self, tokens: int) -> int:
+        """What a sequence of ``tokens`` holds of ``kv_tokens`` for its whole life: its tokens, or
+        more where the engine's pool charges whole blocks and a hybrid model's state."""
+        ...
+
 
 @dataclass(frozen=True)
 class ConstantPacer:
@@ -84,6 +89,9 @@ class ConstantPacer:
 
     def prefill_time_s(self, tokens: int) -> float:
         return tokens * self.prefill_s_per_token
+
+    def kv_cost(self, tokens: int) -> int:
+        return tokens
 
 
 class Clock(Protocol):
@@ -157,14 +165,10 @@ class Sequence:
     reader that stops early (a client that went away) frees its place in the batch.
     """
 
-    def __init__(
-        self, batcher: Batcher, prompt_tokens: int, max_tokens: int, reserved: int | None = None
-    ) -> None:
+    def __init__(self, batcher: Batcher, prompt_tokens: int, max_tokens: int, reserved: int) -> None:
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
-        # KV held for the sequence's whole life: its tokens, or what the engine's pool charges for
-        # them (Batcher's kv_cost: a hybrid model's blocks and state)
-        self.reserved_tokens = prompt_tokens + max_tokens if reserved is None else reserved
+        self.reserved_tokens = reserved  # KV held for the sequence's whole life (Pacer.kv_cost)
         self.generated = 0
         self.prefilled = 0  # prompt tokens computed so far: chunked prefill advances it
         self._batcher = batcher
@@ -231,20 +235,15 @@ class Batcher:
         on_step: Callable[[int], None] | None = None,
         token_budget: int | None = None,
         clock: Clock | None = None,
-        kv_cost: Callable[[int], int] | None = None,
     ) -> None:
         if token_budget is not None and token_budget < 1:
             raise ValueError(f"token_budget must be 1 or more (None: unlimited), got {token_budget}")
         self.pacer = pacer
         self.on_step = on_step
         self.token_budget = token_budget
-        # What a sequence of n tokens holds of the pacer's kv_tokens (None: n): vLLM charges a hybrid
-        # model's requests whole blocks plus their state's blocks
-        self.kv_cost = kv_cost
         self.clock: Clock = clock or RealClock()
         self.steps = 0
         self.tokens_out = 0
-        self.prefill_tokens = 0  # prompt tokens computed, chunk by chunk
         self.slips = 0
         self._waiting: dict[Sequence, None] = {}  # dicts: FIFO order and O(1) removal
         self._running: dict[Sequence, None] = {}
@@ -274,8 +273,7 @@ class Batcher:
             raise ValueError(
                 f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, {max_tokens}"
             )
-        life = prompt_tokens + max_tokens
-        seq = Sequence(self, prompt_tokens, max_tokens, self.kv_cost(life) if self.kv_cost else life)
+        seq = Sequence(self, prompt_tokens, max_tokens, self.pacer.kv_cost(prompt_tokens + max_tokens))
         self._waiting[seq] = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-batcher")
@@ -376,7 +374,6 @@ class Batcher:
         """End of a step: chunks done, one token to every emitting sequence still in the batch."""
         for seq, chunk in step.chunks.items():
             seq.prefilled += chunk
-        self.prefill_tokens += step.prefill_tokens
         emitted = 0
         for seq in step.emitting:
             if seq not in self._running:

@@ -281,7 +281,7 @@ class SimEngine:
 
         perf = for_verdict(setup, verdict)
         assert perf is not None  # a fitting verdict always has a performance model
-        pacer = _PerfPacer(perf)
+        pacer = PerfPacer(perf)
         last = [0.0]
 
         def on_step(batch: int) -> None:
@@ -291,9 +291,7 @@ class SimEngine:
                 busy = min(1.0, 0.4 + 0.6 * batch / 32)
                 self.publish(utilization=min(100.0, 60 + 40 * busy), busy=busy)
 
-        batcher = Batcher(
-            pacer, on_step=on_step, token_budget=perf.step_tokens or None, kv_cost=pacer.kv_cost
-        )
+        batcher = Batcher(pacer, on_step=on_step, token_budget=perf.step_tokens or None)
         app = make_app(
             model_id=self.args.served_name,
             engine=self.args.engine,
@@ -360,20 +358,24 @@ def torch_size(n_bytes: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-class _PerfPacer:
+class PerfPacer:
     """The performance model seen as the batcher's clock."""
 
     def __init__(self, perf: PerfModel) -> None:
         self.perf = perf
         self.max_running = perf.max_running  # SGLang's state slots cap it for a hybrid model
         self.kv_tokens = max(1, perf.kv_limit)
-        self.kv_cost: Callable[[int], int] | None = None
+        # vLLM keeps a hybrid model's state in the KV cache's block pool: a request holds whole
+        # blocks for its tokens and its state's blocks besides (docs/placement.md#hybrid-attention-qwen3-next)
         state = perf.memory.state
-        if state is not None and state.block_tokens:
-            # vLLM keeps a hybrid model's state in the KV cache's block pool: a request holds whole
-            # blocks for its tokens and its state's blocks besides (docs/placement.md#hybrid-attention-qwen3-next)
-            self.kv_tokens = state.replicas * state.blocks * state.block_tokens
-            self.kv_cost = lambda tokens: state.blocks_per_request(tokens) * state.block_tokens
+        self._blocks = state if state is not None and state.block_tokens else None
+        if self._blocks is not None:
+            self.kv_tokens = self._blocks.replicas * self._blocks.blocks * self._blocks.block_tokens
+
+    def kv_cost(self, tokens: int) -> int:
+        if self._blocks is None:
+            return tokens
+        return self._blocks.blocks_per_request(tokens) * self._blocks.block_tokens
 
     def step_time_s(self, batch: int, context_tokens: float) -> float:
         return self.perf.step_time_s(batch, context_tokens)

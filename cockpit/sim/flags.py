@@ -199,7 +199,10 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
     )
     # The same words through cockpit's own reading: what the planner takes as server arguments
     # (not the model, layout, host or port), and the deprecated spellings the engine warns about.
-    named = [w for w in flags if w != getattr(ns, "model_tag", None)]
+    # vLLM's positional model comes first (a --model is moved there): only it is dropped, not a
+    # --tokenizer or --served-model-name that names the same model.
+    model_tag = getattr(ns, "model_tag", None)
+    named = flags[1:] if model_tag is not None and flags[:1] == [model_tag] else flags
     checked = check_args(table, named, strict=False)
     words = tuple(w for g in checked.groups if g.option.dest not in SET_BY_COCKPIT for w in g.words)
     if engine == "vllm":

@@ -266,8 +266,17 @@ async def _metrics(request: web.Request) -> web.Response:
         _Metric("cockpit_sim_steps_total", "counter", "Simulated engine steps.", label, batcher.steps),
         _Metric("cockpit_sim_step_slips_total", "counter", "Steps that started late.", label, batcher.slips),
     ]
-    text = "".join(metric.render() for metric in families)
-    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+    # The text format wants each name's series together under one HELP and TYPE pair.
+    first_seen: dict[str, int] = {}
+    for metric in families:
+        first_seen.setdefault(metric.name, len(first_seen))
+    families.sort(key=lambda metric: first_seen[metric.name])  # stable: series keep their order
+    written: set[str] = set()
+    parts = []
+    for metric in families:
+        parts.append(metric.render(header=metric.name not in written))
+        written.add(metric.name)
+    return web.Response(text="".join(parts), content_type="text/plain", charset="utf-8")
 
 
 @dataclass(frozen=True)
@@ -280,12 +289,11 @@ class _Metric:
     labels: dict[str, str]
     value: float
 
-    def render(self) -> str:
+    def render(self, header: bool = True) -> str:
+        """The series, under its name's HELP and TYPE lines when it is the name's first."""
         labels = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(self.labels.items()))
-        return (
-            f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n"
-            f"{self.name}{{{labels}}} {float(self.value)}\n"
-        )
+        head = f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n" if header else ""
+        return f"{head}{self.name}{{{labels}}} {float(self.value)}\n"
 
 
 def _kv_usage(batcher: Batcher) -> float:

@@ -134,17 +134,3 @@ class EngineLog:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
-
-
-# --- vLLM 0.33.0 ---------------------------------------------------------------------------
-
-# Where vLLM raises each startup error. Errors found while it builds its config are raised in
-# the API server, and pydantic wraps a ValueError there in a ValidationError naming the config
-# class (vllm/config/utils.py makes every config a pydantic dataclass); the others are raised
-# in a worker while it builds the model.
-
-
-def capture_sizes(most: int | None) -> list[int]:
-    """A sketch of the batch sizes captured: 1, 2, 4, 8, then every 8, up to the largest."""
-    top = most or 256
-    return [b for b in (1, 2, 4) if b < top] + list(range(8, top + 1, 8))

@@ -16,7 +16,6 @@ from cockpit.sim.logs.base import (
     Frame,
     Out,
     Raise,
-    capture_sizes,
     exception_line,
     graph_gib,
     raises,
@@ -127,6 +126,12 @@ _SGLANG_RESOLUTION_WARNINGS = {
     "--grpc-mode": "--grpc-mode is deprecated and will be removed in a future version. Use --smg-grpc-mode "
     "for the legacy SMG gRPC server, or --grpc-port for the native gRPC server.",
 }
+
+
+def capture_sizes(most: int | None) -> list[int]:
+    """A sketch of the batch sizes captured: 1, 2, 4, 8, then every 8, up to the largest."""
+    top = most or 256
+    return [b for b in (1, 2, 4) if b < top] + list(range(8, top + 1, 8))
 
 
 def _sglang_flag(spelling: str) -> str:

@@ -24,6 +24,10 @@ from cockpit.sim.logs.base import (
     raises,
 )
 
+# Where vLLM raises each startup error. Errors found while it builds its config are raised in
+# the API server, and pydantic wraps a ValueError there in a ValidationError naming the config
+# class (vllm/config/utils.py makes every config a pydantic dataclass); the others are raised
+# in a worker while it builds the model.
 _VLLM_CONFIG_CALLS = {  # vllm/engine/arg_utils.py: create_engine_config
     "VllmConfig": Frame("vllm/engine/arg_utils.py", 2883, "create_engine_config", "config = VllmConfig("),
     "ParallelConfig": Frame(
@@ -427,6 +431,3 @@ class VLLMLog(EngineLog):
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
         self.out("INFO:     Application startup complete.")
-
-
-# --- SGLang 0.5.23 -------------------------------------------------------------------------
