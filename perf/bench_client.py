@@ -3,23 +3,29 @@
 Throughput and truthfulness of each client, in one command. Starts two mock servers
 (perf/mockserver.py, pinned to CPU 0): one that streams as fast as it can (0 ms decode step,
 256-token streams) and one that paces tokens exactly 10 ms apart (100-token streams), each
-recording the true per-token gaps and TTFT. Then, pinned to CPU 1, runs each client at
-C = 1, 64, 256, 1024 against both:
+recording the true per-token gaps and TTFT. Then, pinned to ``--client-cpus`` (CPU 1), runs
+each client at C = 1, 64, 256, 1024 against both:
 
-* ``cockpit``  -- cockpit's own load generator, as ``cockpit run`` drives it
-  (``python -m cockpit.cli bench --jsonl``; ``cockpit.bench.loadgen.run_sweep`` in a child
-  process when the CLI has no ``bench``);
+* ``cockpit``  -- cockpit's own load generator, as ``cockpit run`` drives it, one process
+  (``python -m cockpit.cli bench --jsonl --workers 1``; ``cockpit.bench.loadgen.run_sweep`` in
+  a child process when the CLI has no ``bench``);
+* ``cockpit-workers`` -- the same with each level spread over ``--workers-count`` (2) worker
+  processes, at ``--workers-levels`` (1024) only. On CPU 1 alone both workers share one core:
+  that shows the merge and its cost, not the speed-up, which needs ``--client-cpus 1-2`` or more
+  on a machine with the cores for it;
 * ``minimal``  -- perf/minimal_client.py, the plain aiohttp baseline (read as vLLM's bench reads);
 * ``vllm``     -- ``vllm bench serve`` from ``--pubclients-venv`` (fixed N prompts, ~window s);
-* ``guidellm`` -- ``guidellm run`` from ``--pubclients-venv`` (all levels in one run).
+* ``guidellm`` -- ``guidellm run`` from ``--pubclients-venv`` (all levels in one run);
+* ``aiperf``   -- NVIDIA AIPerf's ``aiperf profile`` from ``--pubclients-venv`` (all levels in
+  one run, counting tokens from the server's usage: ``--use-server-token-count``).
 
 A client that is not installed gets a row saying so. For every level the script takes the
 client's own measured window (wall clock) and asks the server for the truth over the same
-window (``/stats?since=&until=``), and reads CPU 1's busy time from /proc/stat over it (so the
-client CPU includes every worker process, and start-up/imports are excluded). Prints one markdown
-table per test and a JSON dump (also written to ``--json-out``).
+window (``/stats?since=&until=``), and reads the client CPUs' busy time from /proc/stat over it
+(so the client CPU includes every worker process, and start-up/imports are excluded). Prints one
+markdown table per test and a JSON dump (also written to ``--json-out``).
 
-Run (~7.5 min with every client, ~2.5 min for cockpit + minimal on a 2-vCPU machine):
+Run (~12 min with every client, ~3 min for cockpit + minimal on a 2-vCPU machine):
     .venv/bin/python perf/bench_client.py --pubclients-venv /tmp/pubclients-venv
     .venv/bin/python perf/bench_client.py --clients cockpit,minimal --levels 1,256
 Published clients go into a throwaway venv outside the repo (see perf/README.md).
@@ -43,8 +49,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PERF = ROOT / "perf"
-SERVER_CPU, CLIENT_CPU = 0, 1
-ALL_CLIENTS = ("cockpit", "minimal", "vllm", "guidellm")
+SERVER_CPU = 0
+CLIENT_CPUS = [1]  # --client-cpus: where every client runs (all its processes)
+ALL_CLIENTS = ("cockpit", "cockpit-workers", "minimal", "vllm", "guidellm", "aiperf")
 
 TESTS = {
     "zero": {
@@ -86,10 +93,14 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def pin(cpu: int) -> list[str]:
+def pin(cpus: int | list[int]) -> list[str]:
     if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        return ["taskset", "-c", str(cpu)]
+        return ["taskset", "-c", ",".join(map(str, cpus)) if isinstance(cpus, list) else str(cpus)]
     return []
+
+
+def pin_client() -> list[str]:
+    return pin(CLIENT_CPUS)
 
 
 def free_port() -> int:
@@ -302,8 +313,15 @@ def _ms(summary: dict | None, key: str):
     return None if not summary else summary.get(key)
 
 
-def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[dict]:
+def run_cockpit_workers(test: str, server: MockServer, levels: list[int], args) -> list[dict]:
+    """cockpit with its level spread over ``--workers-count`` processes, at ``--workers-levels``."""
+    wanted = [c for c in levels if c in args.workers_levels] or args.workers_levels
+    return run_cockpit(test, server, wanted, args, workers=args.workers_count)
+
+
+def run_cockpit(test: str, server: MockServer, levels: list[int], args, workers: int = 1) -> list[dict]:
     spec = TESTS[test]
+    name = "cockpit" if workers == 1 else f"cockpit --workers {workers}"
     py = sys.executable
     has_cli = (
         subprocess.run([py, "-m", "cockpit.cli", "bench", "--help"], capture_output=True, cwd=ROOT).returncode
@@ -328,6 +346,8 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
             str(spec["output_len"]),
             "--duration",
             str(args.window),
+            "--workers",
+            str(workers),  # the CLI's default is auto: one process per level is the per-core figure
         ]
         how = "python -m cockpit.cli bench --jsonl"
     else:
@@ -335,7 +355,7 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
             [py, "-c", "import cockpit.bench.loadgen"], capture_output=True, text=True, cwd=ROOT
         )
         if probe.returncode != 0:
-            return [level("cockpit", c, status=f"not installed ({last_line(probe.stderr)})") for c in levels]
+            return [level(name, c, status=f"not installed ({last_line(probe.stderr)})") for c in levels]
         cmd = [
             py,
             str(PERF / "bench_client.py"),
@@ -347,7 +367,7 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
         how = "cockpit.bench.loadgen.run_sweep"
     errlog = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
-        pin(CLIENT_CPU) + cmd,
+        pin_client() + cmd,
         stdout=subprocess.PIPE,
         stderr=errlog,
         text=True,
@@ -375,7 +395,7 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
                 c = r["concurrency"]
                 t0 = starts.get(c, now - r["duration_s"])
                 results[c] = level(
-                    "cockpit",
+                    name,
                     c,
                     t0=t0,
                     t1=t0 + r["duration_s"],
@@ -405,6 +425,9 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
                             "client_note",
                             "warmup",
                             "tpot_ms",
+                            "workers",
+                            "worker_cpu_cores",
+                            "worker_loop_lag_p99_ms",
                         )
                     }
                     | {"how": how},
@@ -418,7 +441,7 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args) -> list[
     for c in levels:
         out.append(
             results.get(c)
-            or level("cockpit", c, status=f"failed (rc {proc.returncode}): {last_line(err, 'no result')}")
+            or level(name, c, status=f"failed (rc {proc.returncode}): {last_line(err, 'no result')}")
         )
     return out
 
@@ -427,7 +450,7 @@ def run_minimal(test: str, server: MockServer, levels: list[int], args) -> list[
     spec = TESTS[test]
     out = []
     for c in levels:
-        cmd = pin(CLIENT_CPU) + [
+        cmd = pin_client() + [
             sys.executable,
             str(PERF / "minimal_client.py"),
             "--url",
@@ -564,7 +587,7 @@ def run_vllm(test: str, server: MockServer, levels: list[int], args) -> list[dic
                 ],
             )
         )
-    cmd = pin(CLIENT_CPU) + [str(py), "-c", VLLM_LEVELS, json.dumps(plan)]
+    cmd = pin_client() + [str(py), "-c", VLLM_LEVELS, json.dumps(plan)]
     rc, text = run_capture(
         cmd, timeout=30 + len(levels) * (args.window * 3 + 20), env=pub_env(), cwd=args.workdir
     )
@@ -618,7 +641,7 @@ def run_guidellm(test: str, server: MockServer, levels: list[int], args) -> list
     result = Path(args.workdir) / f"guidellm_{test}.json"
     result.unlink(missing_ok=True)
     profile = {"kind": "concurrent", "streams": levels, "warmup": args.warmup}
-    cmd = pin(CLIENT_CPU) + [
+    cmd = pin_client() + [
         str(exe),
         "run",
         "--backend",
@@ -674,8 +697,108 @@ def run_guidellm(test: str, server: MockServer, levels: list[int], args) -> list
     ]
 
 
+def run_aiperf(test: str, server: MockServer, levels: list[int], args) -> list[dict]:
+    """NVIDIA AIPerf (``aiperf profile``) from ``--pubclients-venv``, every level in one run (a
+    concurrency sweep pays its ~15 s of start-up once). Against the mock it counts tokens from
+    the server's usage (``--use-server-token-count``): its own tokenizer would count each mock
+    token (" tok") as several. Its window is the profiling phase of ``phase_manifest.json``."""
+    spec = TESTS[test]
+    exe = args.pubclients_venv / "bin" / "aiperf" if args.pubclients_venv else None
+    if exe is None or not exe.exists():
+        return [level("aiperf", c, status="not installed") for c in levels]
+    if args.tokenizer_error:
+        return [level("aiperf", c, status=args.tokenizer_error) for c in levels]
+    out = Path(args.workdir) / f"aiperf_{test}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = pin_client() + [
+        str(exe),
+        "profile",
+        "--model",
+        "mock",
+        "--url",
+        server.url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--concurrency",
+        ",".join(map(str, levels)),
+        "--warmup-duration",
+        f"{args.warmup:g}",
+        "--benchmark-duration",
+        f"{args.window:g}",
+        "--benchmark-grace-period",
+        "0",
+        "--prompt-input-tokens-mean",
+        "16",
+        "--prompt-output-tokens-mean",
+        str(spec["output_len"]),
+        "--tokenizer",
+        str(args.tokenizer_dir),
+        "--use-server-token-count",
+        "--output-artifact-dir",
+        str(out),
+        "--ui-type",
+        "none",
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+    ]
+    # Not pub_env(): AIPerf 0.13 in HF offline mode looks a local tokenizer folder up as a hub id.
+    env = {k: v for k, v in pub_env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    rc, text = run_capture(
+        cmd, timeout=90 + len(levels) * (args.warmup + args.window + 45), env=env, cwd=args.workdir
+    )
+    recs = []
+    for c in levels:
+        folder = out / f"concurrency_{c}" if len(levels) > 1 else out
+        try:
+            data = json.loads((folder / "profile_export_aiperf.json").read_text())
+            phases = json.loads((folder / "phase_manifest.json").read_text())["phases"]
+        except (OSError, ValueError, KeyError):
+            recs.append(level("aiperf", c, status=f"failed (rc {rc}): {last_line(text)}"))
+            continue
+        window = next(p for p in phases if p.get("phase_kind") == "profiling")
+        start = window["start_ns"] / 1e9  # wall clock; the phase's end includes its drain
+        measured = (data.get("benchmark_duration") or {}).get("avg") or (window["end_ns"] / 1e9 - start)
+
+        def stat(metric: str, key: str, data=data):
+            return (data.get(metric) or {}).get(key)
+
+        recs.append(
+            level(
+                "aiperf",
+                c,
+                t0=start,
+                t1=start + measured,
+                reported={
+                    "tok_s": stat("output_token_throughput", "avg"),
+                    "itl_mean": stat("inter_token_latency", "avg"),
+                    "itl_p50": stat("inter_token_latency", "p50"),
+                    "itl_p99": stat("inter_token_latency", "p99"),
+                    "ttft_mean": stat("time_to_first_token", "avg"),
+                    "ttft_p50": stat("time_to_first_token", "p50"),
+                    "ttft_p99": stat("time_to_first_token", "p99"),
+                    "client_cpu": None,
+                },
+                extra={
+                    "achieved_concurrency": stat("effective_concurrency", "avg"),
+                    "itl_formula": "per-request (latency-ttft)/(n-1)",
+                    "completed": stat("completed_request_count", "avg"),
+                    "errors": window.get("error_request_count"),
+                },
+            )
+        )
+    return recs
+
+
 SAMPLER = CpuSampler()
-RUNNERS = {"cockpit": run_cockpit, "minimal": run_minimal, "vllm": run_vllm, "guidellm": run_guidellm}
+RUNNERS = {
+    "cockpit": run_cockpit,
+    "cockpit-workers": run_cockpit_workers,
+    "minimal": run_minimal,
+    "vllm": run_vllm,
+    "guidellm": run_guidellm,
+    "aiperf": run_aiperf,
+}
 
 
 # -- the cockpit driver (child process), used only when the CLI has no `bench` ------------------
@@ -720,7 +843,7 @@ def enrich(rec: dict, server: MockServer, sampler: CpuSampler, test: str) -> dic
     rec["truth"] = truth
     rec["cpu"] = {
         "client": sampler.client_cores(t0, t1),
-        "client_core_busy": busy[CLIENT_CPU] if len(busy) > CLIENT_CPU else None,
+        "client_core_busy": sum(busy[c] for c in CLIENT_CPUS) if len(busy) > max(CLIENT_CPUS) else None,
         "server_core_busy": busy[SERVER_CPU] if busy else None,
         "server_process": truth.get("server_cpu"),
     }
@@ -758,7 +881,11 @@ def table_zero(records: list[dict], levels: list[int]) -> str:
         cells, us, cpu, srv, notes = [], [], [], [], []
         for c in levels:
             r = rows.get(c)
-            if not r or r["status"] != "ok":
+            if r is None:  # a row that runs only some levels (cockpit-workers)
+                cells.append("·")
+                us.append("·"), cpu.append("·"), srv.append("·")
+                continue
+            if r["status"] != "ok":
                 cells.append("failed")
                 us.append("-"), cpu.append("-"), srv.append("-")
                 if r:
@@ -775,6 +902,9 @@ def table_zero(records: list[dict], levels: list[int]) -> str:
                 notes.append(f"C={c} achieved {ac:.1f}")
             if r["extra"].get("client_limited"):
                 notes.append(f"C={c} flags client-limited")
+            if r["extra"].get("worker_cpu_cores"):
+                per = "/".join(f"{x:.0%}" for x in r["extra"]["worker_cpu_cores"])
+                notes.append(f"C={c} workers' CPU {per}")
             errs = r["extra"].get("errors") or r["extra"].get("failed")
             if errs:
                 notes.append(f"C={c} {errs} errors")
@@ -816,6 +946,8 @@ def table_paced(records: list[dict], levels: list[int], delay_ms: float, output_
                 notes.append(f"achieved C {ac:.0f}")
             if r["extra"].get("client_limited"):
                 notes.append("flags client-limited")
+            if r["extra"].get("worker_cpu_cores"):
+                notes.append("workers' CPU " + "/".join(f"{x:.0%}" for x in r["extra"]["worker_cpu_cores"]))
             if r["extra"].get("itl_formula"):
                 notes.append("ITL per-request mean")
             errs = r["extra"].get("errors") or r["extra"].get("failed")
@@ -835,6 +967,15 @@ def table_paced(records: list[dict], levels: list[int], delay_ms: float, output_
     return "\n".join(lines)
 
 
+def cpu_list(text: str) -> list[int]:
+    """ "1", "1,3" or "1-3" as CPU numbers."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        cpus += list(range(int(low), int(high or low) + 1))
+    return sorted(set(cpus))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default=",".join(ALL_CLIENTS), help=f"subset of {','.join(ALL_CLIENTS)}")
@@ -852,8 +993,21 @@ def main(argv=None) -> int:
         help="local HF tokenizer for the published clients (built here if missing)",
     )
     ap.add_argument("--server-python", help="python for the mock servers (default: one with uvloop if any)")
+    ap.add_argument(
+        "--client-cpus",
+        default="1",
+        help="CPUs every client runs on, e.g. 1 or 1-3 (default 1; the mock servers have CPU 0)",
+    )
+    ap.add_argument(
+        "--workers-count", type=int, default=2, help="processes of the cockpit-workers row (default 2)"
+    )
+    ap.add_argument(
+        "--workers-levels", default="1024", help="levels of the cockpit-workers row (default 1024)"
+    )
     ap.add_argument("--json-out", type=Path, help="where to write the JSON dump (default: a file under /tmp)")
-    ap.add_argument("--max-seconds", type=float, default=900, help="mock servers exit after this long")
+    ap.add_argument(
+        "--max-seconds", type=float, default=3600, help="mock servers exit after this long (default 3600)"
+    )
     ap.add_argument("--cockpit-driver", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cockpit_driver:
@@ -864,6 +1018,10 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown clients: {', '.join(sorted(unknown))}")
     levels = [int(x) for x in args.levels.split(",")]
+    args.workers_levels = [int(x) for x in args.workers_levels.split(",")]
+    CLIENT_CPUS[:] = cpu_list(args.client_cpus)
+    if SERVER_CPU in CLIENT_CPUS:
+        ap.error(f"--client-cpus must leave CPU {SERVER_CPU} to the mock servers")
     tests = [t.strip() for t in args.tests.split(",") if t.strip()]
     if not pin(0):
         log("no taskset or fewer than 2 CPUs: server and clients are NOT pinned; numbers mix both")
@@ -873,7 +1031,7 @@ def main(argv=None) -> int:
         pass
     args.workdir = tempfile.mkdtemp(prefix="bench_client_")
     args.tokenizer_error = None
-    if args.pubclients_venv and {"vllm", "guidellm"} & set(clients):
+    if args.pubclients_venv and {"vllm", "guidellm", "aiperf"} & set(clients):
         args.pubclients_venv = args.pubclients_venv.resolve()
         if (args.pubclients_venv / "bin" / "python").exists():
             args.tokenizer_error = ensure_tokenizer(args.pubclients_venv, args.tokenizer_dir)
@@ -890,8 +1048,9 @@ def main(argv=None) -> int:
         for test in tests:
             for client in clients:
                 quiet = sampler.wait_quiet()
+                shown = args.workers_levels if client == "cockpit-workers" else levels
                 log(
-                    f"{test}: {client} at C={','.join(map(str, levels))} (machine busy {quiet:.0%} of a core before)"
+                    f"{test}: {client} at C={','.join(map(str, shown))} (machine busy {quiet:.0%} of a core before)"
                 )
                 t = time.time()
                 try:
@@ -908,7 +1067,7 @@ def main(argv=None) -> int:
 
     print(
         f"\nbench_client: server {server_py} ({'uvloop' if 'uvloop' in ' '.join(s.banner for s in servers.values()) else 'asyncio'}), "
-        f"server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}, warm-up {args.warmup:g} s, window {args.window:g} s, "
+        f"server on CPU {SERVER_CPU}, clients on CPU {','.join(map(str, CLIENT_CPUS))}, warm-up {args.warmup:g} s, window {args.window:g} s, "
         f"total {time.time() - started:.0f} s\n"
     )
     for test in tests:

@@ -416,6 +416,86 @@ def test_the_raw_transport_keeps_its_connections_alive(server):
     assert [r.chunks for r in asyncio.run(go())] == [4, 4, 4]
 
 
+def chunked(*events: bytes, extension: bytes = b"") -> bytes:
+    """A 200 event-stream response, one chunk frame per event, as uvicorn sends it."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    frames = b"".join(b"%x%s\r\n%s\r\n" % (len(e), extension, e) for e in events)
+    return head + frames + b"0\r\n\r\n"
+
+
+class _Wire(asyncio.Transport):
+    """The socket side of a raw connection, for feeding it bytes split exactly as a test says."""
+
+    def write(self, data) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def read_in_pieces(response: bytes, cuts: list[int]) -> tuple[RequestRecord, int]:
+    """The record a raw connection makes of ``response`` read in pieces ending at ``cuts``."""
+    from cockpit.bench.sse import SseReader
+    from cockpit.bench.transport import Progress, RequestFailed
+
+    async def go() -> tuple[RequestRecord, int]:
+        conn = rawclient._Conn(rawclient.new_session())
+        conn.connection_made(_Wire())
+        record, progress = RequestRecord(), Progress()
+        done = conn.start(b"", record, SseReader(record, progress), Timeouts(), time.perf_counter() + 60)
+        for start, end in zip([0, *cuts], [*cuts, len(response)]):
+            conn.data_received(response[start:end])
+        try:
+            await done
+        except RequestFailed as failure:  # as RawTransport.request records it
+            record.error = str(failure)
+        return record, progress.tokens
+
+    return asyncio.run(go())
+
+
+def test_a_chunked_stream_reads_the_same_however_its_bytes_are_split():
+    """Whole frames of plain tokens take the fast path, anything else the general one: quoted
+    and non-ASCII text, chunk extensions, a frame cut anywhere, usage, [DONE]."""
+    events = [
+        token(" a"),
+        token(" b"),
+        token(' say "hi"'),
+        token(" ünï"),
+        token(" c"),
+        *[token(f" t{i}") for i in range(6)],
+        token(" z", "length"),
+        event({"id": "cmpl-1", "choices": [], "usage": usage(12)}),
+        DONE,
+    ]
+    whole = chunked(*events)
+    expected, tokens = read_in_pieces(whole, [])
+    assert expected.error is None and expected.chunks == 12 and tokens == 12
+    assert expected.usage_completion_tokens == 12 and not expected.token_mismatch
+    pieces = [
+        list(range(1, len(whole))),  # a byte at a time
+        list(range(97, len(whole), 97)),  # cut inside frames
+        [whole.index(b"\r\n\r\n") + 4 + len(chunked(events[0])) - len(chunked())],  # after the first frame
+    ]
+    for cuts in pieces:
+        record, counted = read_in_pieces(whole, cuts)
+        assert (record.error, record.chunks, counted) == (None, 12, 12), cuts[:3]
+        assert record.usage_completion_tokens == 12 and record.first_token is not None
+    extended, counted = read_in_pieces(chunked(*events, extension=b";x=1"), [])
+    assert (extended.error, extended.chunks, counted) == (None, 12, 12)
+
+
+def test_a_broken_chunk_frame_is_a_counted_error_on_either_path():
+    frames = chunked(token(" a"), token(" b"), token(" c"), DONE)
+    broken = frames.replace(b"\r\n" + token(" c") + b"\r\n", b"\r\n" + token(" c") + b"XX", 1)
+    for cuts in ([], list(range(1, len(broken)))):
+        record, _ = read_in_pieces(broken, cuts)
+        assert record.error == "broken chunked encoding", cuts[:3]
+
+
 # -- what the client sends ---------------------------------------------------------------------------
 
 

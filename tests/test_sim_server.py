@@ -522,3 +522,111 @@ def test_generated_tokens_count_per_step_in_vllm_and_per_finished_request_in_sgl
     else:
         assert mid_stream == 0
     assert finished == 40
+
+
+# -- the body on the wire: HTTP/1.0 and 1.1, and a stream cut short ---------------------------
+
+
+def raw_post(
+    port: int, version: str, body: dict, cut: Callable[[], None] | None = None
+) -> tuple[bytes, bytes]:
+    """POST /v1/completions over a plain socket; the response's head and body as sent, read to
+    the connection's end. ``cut`` is called once the first bytes of the body have come."""
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/completions HTTP/{version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    data = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head + payload)
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+                if cut is not None and b"data: {" in data:
+                    cut, call = None, cut
+                    call()
+        except ConnectionResetError:
+            pass  # an aborted connection may end in a reset
+    response_head, _, response_body = data.partition(b"\r\n\r\n")
+    return response_head, response_body
+
+
+def dechunk(body: bytes) -> tuple[bytes, bool]:
+    """The payload of a chunked body, and whether it ended with the last chunk (RFC 9112, 7.1)."""
+    payload = b""
+    while body:
+        size_line, sep, rest = body.partition(b"\r\n")
+        if not sep:
+            return payload, False
+        size = int(size_line, 16)
+        if size == 0:
+            return payload, rest == b"\r\n"
+        payload, body = payload + rest[:size], rest[size + 2 :]
+    return payload, False
+
+
+def event_texts(body: bytes) -> list[str]:
+    """Each SSE event's text, with what differs per request (its id and second) left out."""
+    events = body.decode().split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    texts = []
+    for event in events[:-2]:
+        assert event.startswith("data: {")
+        obj = json.loads(event.removeprefix("data: "))
+        texts.append(json.dumps({k: v for k, v in obj.items() if k not in ("id", "created")}))
+    return texts
+
+
+def test_http_1_0_streams_bare_events_and_1_1_chunks_the_same_events(vllm):
+    body = {"prompt": "hi", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+    head_10, body_10 = raw_post(vllm.port, "1.0", body)
+    assert b"transfer-encoding" not in head_10.lower()
+    assert body_10.startswith(b"data: {") and body_10.endswith(b"data: [DONE]\n\n")
+    head_11, body_11 = raw_post(vllm.port, "1.1", body)
+    assert b"transfer-encoding: chunked" in head_11.lower()
+    payload_11, complete = dechunk(body_11)
+    assert complete
+    assert event_texts(payload_11) == event_texts(body_10)
+    assert len(event_texts(body_10)) == 6  # five tokens and the usage
+
+
+def test_a_stream_the_engine_stops_mid_way_is_broken_not_ended():
+    """A shutdown mid-stream aborts the connection: no last chunk, no [DONE], so the client can
+    tell the stream was cut short."""
+    server = ServerThread("vllm", ConstantPacer(step_s=STEP_S))
+    try:
+        body = {"prompt": "hi", "max_tokens": 4000, "stream": True}
+        _, sent = raw_post(server.port, "1.1", body, cut=lambda: server._call(server.batcher.close()))
+        payload, complete = dechunk(sent)
+        assert payload.startswith(b"data: {") and not complete and b"[DONE]" not in payload
+    finally:
+        server.stop()
+
+
+def test_a_failing_sink_ends_with_an_error_and_its_token_is_not_counted():
+    class Failing:
+        def __init__(self) -> None:
+            self.ended: list[BaseException | None] = []
+
+        def token(self, position: int) -> None:
+            if position == 2:
+                raise OSError("the write failed")
+
+        def end(self, error: BatcherClosed | None) -> None:
+            self.ended.append(error)
+
+    async def run() -> tuple[Batcher, Failing]:
+        batcher = Batcher(ConstantPacer(step_s=0.001))
+        sink = Failing()
+        seq = batcher.submit(0, 5, sink)
+        while not sink.ended:
+            await asyncio.sleep(0.001)
+        await batcher.close()
+        assert seq.generated == 2
+        return batcher, sink
+
+    batcher, sink = asyncio.run(run())
+    (error,) = sink.ended
+    assert isinstance(error, BatcherClosed) and "the token sink failed" in str(error)
+    assert batcher.tokens_out == 2

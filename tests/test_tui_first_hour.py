@@ -132,8 +132,8 @@ def test_a_new_launch_brings_its_lines_into_view(minimax):
         async with app.run_test(size=(120, 40)) as pilot:
             await launch_ready(pilot, app, "tp4")
             log = app.main.log_pane.log_view
-            await pilot.pause(0.3)
-            assert log.scroll_y == log.max_scroll_y  # the READY banner did not push the last lines out
+            # the READY banner did not push the last lines out
+            await until(pilot, lambda: log.scroll_y == log.max_scroll_y, timeout=5, what="the log's tail")
             log.scroll_home(animate=False, immediate=True)  # the person scrolled up to read
             await pilot.pause(0.1)
             assert log.scroll_y == 0 and log.max_scroll_y > 0
@@ -143,8 +143,8 @@ def test_a_new_launch_brings_its_lines_into_view(minimax):
                 lambda: app.server.layout == "tp8 ep" and app.server.state == "ready",
                 what="tp8 ep ready",
             )
-            await pilot.pause(0.3)
-            assert log.scroll_y == log.max_scroll_y  # following the tail again
+            # following the tail again (a loaded machine paints the last lines a frame or two later)
+            await until(pilot, lambda: log.scroll_y == log.max_scroll_y, timeout=5, what="the log's tail")
             tail = log.lines[int(log.scroll_y) :]
             assert any(line.startswith("── tp8 ep ──") for line in log.lines)
             assert any("serving" in line.lower() or "Application startup complete" in line for line in tail)

@@ -47,6 +47,13 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument(
         "--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions"
     )
+    bench.add_argument(
+        "--workers",
+        default="auto",
+        metavar="N|auto",
+        help="processes per level, one event loop each: 1 sends from this process; auto (the "
+        "default) adds workers when the level before says one core will not keep up",
+    )
     bench.add_argument("--jsonl", action="store_true", help="print one JSON event a line")
     bench.add_argument(
         "--experiment", type=int, metavar="ID", help="journal each level under this experiment"
@@ -74,6 +81,7 @@ def config_from_args(args: argparse.Namespace):
     if args.rate is not None and args.rate <= 0:
         raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
     check_seconds(args.timeout, "--timeout")
+    workers = _workers(args.workers)
     if not args.url.startswith(("http://", "https://")):
         raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
     return BenchConfig(
@@ -89,7 +97,23 @@ def config_from_args(args: argparse.Namespace):
         jsonl=args.prompts,
         api_key=os.environ.get("OPENAI_API_KEY") or None,  # never on argv, where `ps` shows it
         timeout=args.timeout,
+        workers=workers,
     )
+
+
+def _workers(text: str) -> int | None:
+    """``--workers``: a whole number from 1, or ``auto`` (None)."""
+    if text.strip().lower() == "auto":
+        return None
+    from cockpit.bench.loadgen import MAX_WORKERS
+
+    try:
+        workers = int(text)
+    except ValueError:
+        raise CockpitError(f"--workers must be a number of processes or 'auto', got '{text}'") from None
+    if not 1 <= workers <= MAX_WORKERS:
+        raise CockpitError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+    return workers
 
 
 def describe_level(result) -> str:
@@ -108,6 +132,8 @@ def describe_level(result) -> str:
         line += f" ({count}x {reason})"
     if data.get("failed"):
         line += "  FAILED: not comparable"
+    if (data.get("workers") or 1) > 1:
+        line += f"  ({data['workers']} workers)"
     if data.get("client_limited"):
         line += f"  [client-limited: {data.get('client_note', '')}]"
     return line

@@ -12,6 +12,10 @@ an arrival waiting for a slot keeps its due time, and the wait is reported as cl
 Each finished level is delivered through ``on_event`` before the next starts, so a Ctrl-C
 (the caller's task cancelled) loses only the level it interrupts; connections close on the way
 out.
+
+The sending itself is ``load.Load``, in this process (``load.LocalSource``) or spread over
+worker processes (``workers.RemoteSource``, ``BenchConfig.workers``); either way one ``_Level``
+here finds the window in the completions and builds the result from all the raw records.
 """
 
 from __future__ import annotations
@@ -20,17 +24,17 @@ import asyncio
 import gc
 import itertools
 import math
-import random
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cockpit.bench import client, metrics, rawclient
-from cockpit.bench.health import ClientHealth, CpuMeter, LoopLag, assess
+from cockpit.bench.health import MIN_ACHIEVED, ClientHealth, assess
+from cockpit.bench.load import LocalSource, OnDone, ProcessHealth
 from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
@@ -43,6 +47,8 @@ GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all faile
 DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
 MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
 MAX_CONCURRENCY = 65536
+MAX_WORKERS = 256
+LEVEL_GC_YOUNG = 100_000  # allocations between two collections while a level runs (no_gc_pauses)
 TRANSPORTS = ("auto", "aiohttp", "raw")
 T = TypeVar("T")
 
@@ -62,7 +68,11 @@ class BenchConfig:
 
     ``timeout`` bounds every wait of a request: connecting, the response headers, and each gap
     between reads of the stream. ``request_timeout_s`` bounds a whole request (default: an hour,
-    or the timeout if longer), so a stream that trickles forever still ends."""
+    or the timeout if longer), so a stream that trickles forever still ends.
+
+    ``workers`` spreads each level over that many processes, one event loop each, when one
+    core cannot drive it (``workers.py``); 1 sends from this process, as always; None chooses
+    per level from the level before (``workers.plan_workers``)."""
 
     url: str
     model: str | None = None  # None: the first id of GET /v1/models
@@ -81,6 +91,7 @@ class BenchConfig:
     seed: int = 0
     # "auto": the raw asyncio.Protocol transport (rawclient) for http://, aiohttp for https://
     transport: str = "auto"
+    workers: int | None = 1  # processes per level; None: chosen per level (see above)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -95,6 +106,8 @@ class BenchConfig:
             raise CockpitError(
                 f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, got {self.concurrency}"
             )
+        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
+            raise CockpitError(f"workers must be between 1 and {MAX_WORKERS}, got {self.workers}")
         for name in ("input_len", "output_len", "requests", "warmup"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup" else 1):
@@ -209,12 +222,19 @@ class LevelResult:
     # usage averages and peaks, preemptions, prefix hit rate, the engine's generated tok/s
     # (gen_tok_s, beside output_tok_s); {} when it serves no /metrics.
     engine: dict[str, float] = field(default_factory=dict)
+    workers: int = 1  # processes that sent the level's requests (BenchConfig.workers)
+    # Each worker process's own CPU (cores) and event-loop lag p99 (ms), when there were several.
+    worker_cpu_cores: list[float] = field(default_factory=list)
+    worker_loop_lag_p99_ms: list[float] = field(default_factory=list)
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
+    window: Window | None = field(default=None, repr=False, compare=False)  # keep_records only: perf_counter
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name == "records" or (f.name == "engine" and not self.engine):
+            if f.name in ("records", "window") or (
+                f.name in _OMITTED_WHEN_EMPTY and not getattr(self, f.name)
+            ):
                 continue
             value = getattr(self, f.name)
             out[f.name] = value.to_json() if isinstance(value, Summary) else value
@@ -250,6 +270,9 @@ class LevelResult:
         return BenchPoint(**columns, extra=extra)
 
 
+_OMITTED_WHEN_EMPTY = ("engine", "worker_cpu_cores", "worker_loop_lag_p99_ms")
+
+
 @dataclass(frozen=True)
 class LevelDone:
     result: LevelResult
@@ -280,26 +303,34 @@ async def run_sweep(
     ``keep_records`` leaves each level's raw RequestRecords on its result (for tests and
     analysis; they cost memory: one float per token).
     """
+    from cockpit.bench.workers import WorkerPool, plan_workers
+
     model = cfg.model or await discover_model(cfg.base_url, cfg.api_key, timeout=cfg.timeout)
-    workload = _workload(cfg, model)
+    workload = workload_of(cfg, model)
     raise_open_files_limit(max(cfg.concurrency) + 64)
     indices = itertools.count()  # request numbers across the sweep: every prompt tag is unique
     progress = Progress()
     results: list[LevelResult] = []
     engine = AsyncEngineScraper(cfg.base_url, timeout=min(cfg.timeout, ENGINE_TIMEOUT_S), api_key=cfg.api_key)
     try:
-        async with open_transport(cfg, cfg.base_url + workload.path, progress) as transport:
+        async with (
+            open_transport(cfg, cfg.base_url + workload.path, progress) as transport,
+            WorkerPool(cfg, model) as pool,
+        ):
             for concurrency in cfg.concurrency:
                 on_event(LevelStart(concurrency))
-                _quiet_gc()
-                level = _Level(cfg, concurrency, transport, workload, indices, on_event, model, engine)
-                result = await level.run()
+                workers = plan_workers(cfg, concurrency, results[-1] if results else None)
+                source: LevelSource = (
+                    await pool.source(workers) if workers > 1 else LocalSource(transport, workload, indices)
+                )
+                level = _Level(cfg, concurrency, source, on_event, model, engine)
+                with no_gc_pauses():
+                    result = await level.run()
                 if keep_records:
-                    result = replace(result, records=tuple(level.records))
+                    result = replace(result, records=tuple(level.records), window=level.window)
                 results.append(result)
                 on_event(LevelDone(result))
     finally:
-        gc.unfreeze()
         await engine.aclose()
     on_event(SweepDone(tuple(results)))
     return results
@@ -320,14 +351,28 @@ async def open_transport(cfg: BenchConfig, url: str, progress: Progress) -> Asyn
         yield client.AiohttpTransport(session, url, api_key=cfg.api_key, timeouts=timeouts, progress=progress)
 
 
-def _quiet_gc() -> None:
-    """Collect now and freeze what survives, so no collection inside a window walks the whole
-    heap (a 20 ms gen-2 pause showed up as event-loop lag at C=256); vLLM's bench does the same."""
+@contextmanager
+def no_gc_pauses() -> Iterator[None]:
+    """Almost no garbage collection while a level runs. What survives so far is collected and
+    frozen (as vLLM's bench does), and the young generation is collected only every 100,000
+    allocations, never promoted further. A collection stops the loop while every stream's bytes
+    wait: at C=1024 the default thresholds (700/10/10) gave, in a 5 s level, 8 gen-1 passes of
+    up to 10 ms and a gen-2 pass of ~30 ms, each one in TTFT and the ITL p99. A successful
+    request leaves no cyclic garbage (measured: 0 unreachable objects after thousands), so this
+    costs no memory; the rare young pass bounds what failures' cycles can hold."""
+    thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
+    gc.set_threshold(LEVEL_GC_YOUNG, 1 << 20, 1 << 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
-def _workload(cfg: BenchConfig, model: str) -> Workload:
+def workload_of(cfg: BenchConfig, model: str) -> Workload:
+    """The sweep's request bodies: the prompts file's, or random prompts of the configured lengths."""
     if cfg.jsonl:
         return jsonl_workload(cfg.jsonl, model, endpoint=cfg.endpoint, output_len=cfg.output_len)
     return random_workload(
@@ -390,16 +435,42 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 # -- one level --------------------------------------------------------------------------------------
 
 
+class LevelSource(Protocol):
+    """Where a level's load runs: ``load.LocalSource`` (this process) or ``workers.RemoteSource``
+    (worker processes). ``run`` sends until ``over`` is set and is then cancelled; ``finish``
+    hands back every record and each process's health over the window."""
+
+    @property
+    def progress(self) -> Progress: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def processes(self) -> int: ...
+
+    async def run(
+        self, concurrency: int, rate: float | None, rng_key: str, on_done: OnDone, over: asyncio.Event
+    ) -> None: ...
+
+    def window_opened(self) -> None: ...
+
+    async def window_closed(self) -> None: ...
+
+    async def finish(self) -> tuple[list[RequestRecord], list[ProcessHealth]]: ...
+
+    async def abort(self) -> None: ...
+
+
 class _Level:
-    """One concurrency level: drives the load, finds the window, builds the result."""
+    """One concurrency level: finds the window in the completions its source reports, ticks,
+    watches the engine, builds the result from the records the source hands back."""
 
     def __init__(
         self,
         cfg: BenchConfig,
         concurrency: int,
-        transport: Transport,
-        workload: Workload,
-        indices: Iterator[int],
+        source: LevelSource,
         on_event: Callable[[object], None],
         model: str = "",
         engine: AsyncEngineScraper | None = None,
@@ -409,14 +480,11 @@ class _Level:
         self.engine_window = EngineWindow()
         self.model = model
         self.concurrency = concurrency
-        self.transport = transport
-        self.workload = workload
-        self.indices = indices
+        self.source = source
         self.on_event = on_event
         self.warmup = cfg.warmup_requests(concurrency)
         self.target = cfg.measured_requests(concurrency)
         self.records: list[RequestRecord] = []
-        self.in_flight = 0
         self.warm_done = self.warm_failed = 0
         self.done = self.failed = 0  # completions (and failures among them) since the window opened
         self.failing = 0  # failures in a row
@@ -424,119 +492,72 @@ class _Level:
         self.warm_timeouts = 0
         self.window_start: float | None = None
         self.window_end: float | None = None
+        self.reached_target = False
         self.warm = asyncio.Event()
         self.over = asyncio.Event()
 
     async def run(self) -> LevelResult:
-        cpu, lag = CpuMeter(), LoopLag()
-        progress = self.transport.progress
-        load = asyncio.create_task(self._open_loop() if self.cfg.rate else self._closed_loop())
+        source = self.source
+        rng_key = f"{self.cfg.seed}:{self.concurrency}"
+        load = asyncio.create_task(
+            source.run(self.concurrency, self.cfg.rate, rng_key, self._finished, self.over)
+        )
         ticker: asyncio.Task[None] | None = None
         watcher: asyncio.Task[None] | None = None
         try:
             if self.warmup == 0:
                 self._open_window(perf_counter())
             await _until(self.warm, load)
-            reads, events = progress.reads, progress.events
             if not self.over.is_set():
-                cpu.start()
-                lag.start()
+                source.window_opened()
                 ticker = asyncio.create_task(self._ticks())
                 if self.engine is not None:
                     watcher = asyncio.create_task(self._watch_engine(self.engine))
                 await self._wait_window(load)
-            cores = cpu.cores() if ticker is not None else 0.0
-            await lag.stop()
-        finally:
-            helpers = [task for task in (ticker, watcher) if task is not None]
-            for task in (load, *helpers):
-                task.cancel()
-            await asyncio.gather(load, *helpers, return_exceptions=True)
-            await lag.stop()
+            await source.window_closed()
+        except BaseException:
+            await _stop(load, ticker, watcher)
+            await source.abort()
+            raise
+        await _stop(load, ticker, watcher)
         failure = ticker.exception() if ticker is not None and not ticker.cancelled() else None
         if failure is not None:
+            await source.abort()
             raise failure  # the caller's on_event failed
-        reads, events = progress.reads - reads, progress.events - events
-        return self._result(cores, lag, events / reads if reads else 0.0)
+        self.records, health = await source.finish()
+        if self.reached_target:
+            self._exact_end()
+        return self._result(health)
 
-    # -- load -----------------------------------------------------------------------------------
+    # -- completions ------------------------------------------------------------------------------
 
-    async def _closed_loop(self) -> None:
-        async def worker() -> None:
-            while not self.over.is_set():  # decided: send nothing more, the rest is cancelled
-                if (await self._one()).error is not None:
-                    await asyncio.sleep(0)  # a request can fail without ever yielding: let others run
-
-        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
-
-    async def _open_loop(self) -> None:
-        rate = self.cfg.rate
-        assert rate is not None
-        rng = random.Random(f"{self.cfg.seed}:{self.concurrency}")
-        slots = asyncio.Semaphore(self.concurrency)
-        tasks: set[asyncio.Task[Any]] = set()
-
-        def finished(task: asyncio.Task[Any]) -> None:
-            tasks.discard(task)
-            slots.release()
-
-        due = perf_counter()
-        try:
-            while not self.over.is_set():
-                due += rng.expovariate(rate)
-                delay = due - perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await slots.acquire()
-                if self.over.is_set():
-                    slots.release()
-                    break
-                task: asyncio.Task[Any] = asyncio.create_task(self._one(scheduled=due))
-                tasks.add(task)
-                task.add_done_callback(finished)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _one(self, scheduled: float | None = None) -> RequestRecord:
-        """One request, kept in ``records`` from the start so a cancelled one still counts."""
-        record = RequestRecord(scheduled=scheduled)
-        self.records.append(record)
-        self.in_flight += 1
-        try:
-            await self.transport.request(self.workload.body(next(self.indices)), record)
-        finally:
-            self.in_flight -= 1
-        self._finished(record)
-        return record
-
-    def _finished(self, record: RequestRecord) -> None:
-        timed_out = is_timeout(record)
+    def _finished(self, end: float, error: str | None) -> None:
+        timed_out = is_timeout(error)
         if not self.warm.is_set():
             self.warm_done += 1
-            self.warm_failed += record.error is not None
+            self.warm_failed += error is not None
             self.warm_timeouts += timed_out
             if self.warm_failed == self.warm_done:  # nothing served yet
                 # Failing fast, 8 tries tell a blip from a dead server; each timeout already
                 # waited the whole bound, so a warm-up's worth of them is enough.
                 enough = self.warmup if self.warm_timeouts else max(self.warmup, GIVE_UP_AFTER)
                 if self.warm_done >= max(1, enough):
-                    self._open_window(record.end)
-                    self._close_window(record.end)  # nothing served: do not hammer it for a window
+                    self._open_window(end)
+                    self._close_window(end)  # nothing served: do not hammer it for a window
             elif self.warm_done >= self.warmup:
-                self._open_window(record.end)
+                self._open_window(end)
             return
         if self.over.is_set():
             return
         self.done += 1
-        self.failed += record.error is not None
-        self.failing = self.failing + 1 if record.error is not None else 0
+        self.failed += error is not None
+        self.failing = self.failing + 1 if error is not None else 0
         self.timing_out = self.timing_out + 1 if timed_out else 0
         if self.target is not None and self.done >= self.target:
-            self._close_window(record.end)
+            self.reached_target = True
+            self._close_window(end)
         elif self.failing >= max(100, 10 * self.concurrency) or self.timing_out >= self.concurrency:
-            self._close_window(record.end)  # the server stopped answering: the reasons are known, stop
+            self._close_window(end)  # the server stopped answering: the reasons are known, stop
 
     def _open_window(self, at: float) -> None:
         self.window_start = at
@@ -545,6 +566,22 @@ class _Level:
     def _close_window(self, at: float) -> None:
         self.window_end = at
         self.over.set()
+
+    @property
+    def window(self) -> Window | None:
+        if self.window_start is None or self.window_end is None:
+            return None
+        return Window(self.window_start, self.window_end)
+
+    def _exact_end(self) -> None:
+        """The window closed at its ``requests``-th completion: that completion's own end, from the
+        records. Worker processes report completions a few ms apart and out of order, so the one
+        counted last may not be the one that ended last; in one process this changes nothing."""
+        assert self.window_start is not None and self.target is not None
+        start = self.window_start
+        ends = sorted(r.end for r in self.records if not r.cancelled and r.end > start)
+        if len(ends) >= self.target:
+            self.window_end = ends[self.target - 1]
 
     async def _wait_window(self, load: asyncio.Task[None]) -> None:
         assert self.window_start is not None
@@ -571,7 +608,7 @@ class _Level:
 
     async def _ticks(self) -> None:
         assert self.window_start is not None
-        progress = self.transport.progress
+        progress = self.source.progress
         last_time, last_tokens = perf_counter(), progress.tokens
         due = self.window_start
         while True:
@@ -581,11 +618,13 @@ class _Level:
             tok_s = (tokens - last_tokens) / (now - last_time) if now > last_time else 0.0
             last_time, last_tokens = now, tokens
             elapsed = now - self.window_start
-            self.on_event(Tick(self.concurrency, elapsed, tok_s, self.done, self.in_flight, self.failed))
+            self.on_event(
+                Tick(self.concurrency, elapsed, tok_s, self.done, self.source.in_flight, self.failed)
+            )
 
     # -- the result ------------------------------------------------------------------------------
 
-    def _result(self, cpu_cores: float, lag: LoopLag, events_per_read: float) -> LevelResult:
+    def _result(self, processes: list[ProcessHealth]) -> LevelResult:
         assert self.window_start is not None and self.window_end is not None
         window = Window(self.window_start, self.window_end)
         records = self.records
@@ -597,16 +636,14 @@ class _Level:
         errors = sum(reasons.values())
         finished = len(completed) + errors
         closed = self.cfg.rate is None and errors <= 0.05 * max(1, finished)
-        health: ClientHealth = assess(
-            cpu_cores=cpu_cores,
-            loop_lag_p99_ms=lag.p99_ms(),
-            loop_lag_max_ms=lag.max_ms(),
+        health = assess_processes(
+            processes,
             achieved_concurrency=metrics.mean_concurrency(records, window),
             target_concurrency=self.concurrency if closed and window.length > 0 else None,
-            events_per_read=events_per_read,
         )
         output_tokens = metrics.output_tokens_in(records, window, k)
         failure = level_failure(len(completed), reasons, output_tokens)
+        spread = len(processes) > 1
         return LevelResult(
             concurrency=self.concurrency,
             rate=self.cfg.rate,
@@ -643,7 +680,56 @@ class _Level:
             failed=failure is not None,
             error=failure,
             engine=self.engine_window.summary(),
+            workers=len(processes),
+            worker_cpu_cores=[p.cpu_cores for p in processes] if spread else [],
+            worker_loop_lag_p99_ms=[_lag_p99_ms(p.lags) for p in processes] if spread else [],
         )
+
+
+async def _stop(*tasks: asyncio.Task[None] | None) -> None:
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+
+
+def _lag_p99_ms(lags: list[float]) -> float:
+    return metrics.percentile(lags, 99) * 1e3 if lags else 0.0
+
+
+def assess_processes(
+    processes: list[ProcessHealth], *, achieved_concurrency: float, target_concurrency: int | None
+) -> ClientHealth:
+    """The client's health from each sending process's own: the CPU of all of them (cores), the
+    event-loop lag of every probe of every process together, and client-limited when any one
+    process was (a process past 0.7 of a core or 5 ms of lag stamps late, whatever the others
+    do) or the level held too few requests in flight. One process: exactly ``health.assess``."""
+    reads = sum(p.reads for p in processes)
+    events = sum(p.events for p in processes)
+    lags = [lag for p in processes for lag in p.lags]
+    merged = assess(
+        cpu_cores=sum(p.cpu_cores for p in processes),
+        loop_lag_p99_ms=_lag_p99_ms(lags),
+        loop_lag_max_ms=max(lags, default=0.0) * 1e3,
+        achieved_concurrency=achieved_concurrency,
+        target_concurrency=target_concurrency,
+        events_per_read=events / reads if reads else 0.0,
+    )
+    if len(processes) == 1:
+        return merged
+    reasons = []
+    for number, process in enumerate(processes, 1):
+        own = assess(
+            cpu_cores=process.cpu_cores,
+            loop_lag_p99_ms=_lag_p99_ms(process.lags),
+            achieved_concurrency=0.0,
+            target_concurrency=None,
+        )
+        if own.limited:
+            reasons.append(f"worker {number}: {own.note}")
+    if target_concurrency and achieved_concurrency < MIN_ACHIEVED * target_concurrency:
+        reasons.append(f"held {achieved_concurrency:.1f} of {target_concurrency} requests in flight")
+    return replace(merged, limited=bool(reasons), note="; ".join(reasons))
 
 
 def level_failure(completed: int, reasons: Counter[str], output_tokens: float) -> str | None:

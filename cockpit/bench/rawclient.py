@@ -6,6 +6,12 @@ so a step blocks the loop for 5-10 ms and the later chunks are stamped late. Her
 is stamped (``perf_counter()``, first thing) and parsed inside ``data_received``, the loop's own
 callback: no task wake-up, no queue; the request's task is woken once, when the stream ends.
 
+Inside ``data_received``, whole chunk frames that each hold one plain token event are counted in
+place (``_token_frames``: no chunk decoding, no event splitting, no bytes copied); anything
+else takes the general path. In-process, at one event a read, that is ~2.7 instead of ~5 us of
+Python per token (at ten a read ~1.4 instead of ~4.7), which matters most at C=1024, where a
+server's step is long and each read carries one token.
+
 A ``transport.Transport``, like ``client.AiohttpTransport``: the same records, failure texts
 and timeouts. Keep-alive connections, one per request in flight, are reused across requests;
 chunked transfer coding is decoded by hand; the SSE split and the template fast path for plain
@@ -20,7 +26,7 @@ from time import perf_counter
 from typing import cast
 from urllib.parse import urlsplit
 
-from cockpit.bench.sse import SseReader
+from cockpit.bench.sse import NOT_PLAIN_ASCII, SseReader
 from cockpit.bench.transport import (
     DEFAULT_TIMEOUTS,
     ERROR_BODY_LIMIT,
@@ -218,6 +224,15 @@ class _Conn(asyncio.Protocol):
                 if not data and not (self.left == 0 and not self.chunked and not self.until_eof):
                     return
             if self.chunked:
+                if self.cstate == _SIZE and not self.cbuf and self.error_body is None:
+                    frame = self.reader.token_frame()
+                    if frame is not None:
+                        count, at = _token_frames(data, *frame)
+                        if count:
+                            self.reader.add_tokens(count, now, whole_read=at == len(data))
+                            if at == len(data):
+                                return
+                            data = data[at:]
                 self._chunked(data, now)
             elif self.until_eof:
                 self._body(data, now)
@@ -279,12 +294,39 @@ class _Conn(asyncio.Protocol):
         return rest
 
     def _chunked(self, data: bytes, now: float) -> None:
+        """Decode chunked transfer coding. A server sends one chunk per SSE event (uvicorn does),
+        so the common case, a whole chunk and its CRLF in this read, is taken in one step: one
+        find, one int, one slice (three state changes a chunk cost ~1 us of a ~5 us token)."""
         buf = self.cbuf + data if self.cbuf else data
         out: list[bytes] = []
         at, size = 0, len(buf)
+        find = buf.find
         while at < size and self.phase == _BODY:
             state = self.cstate
-            if state == _DATA:
+            if state == _SIZE:
+                end = find(b"\r\n", at)
+                if end < 0:
+                    if size - at > 1024:
+                        raise RequestFailed("broken chunked encoding")
+                    break
+                try:
+                    length = int(buf[at:end], 16)
+                except ValueError:
+                    length = _chunk_size(buf[at:end])
+                if length < 0:
+                    raise RequestFailed("broken chunked encoding")
+                start = end + 2
+                stop = start + length
+                if length and stop + 2 <= size:  # the whole chunk is here: the hot path
+                    if buf[stop : stop + 2] != b"\r\n":
+                        raise RequestFailed("broken chunked encoding")
+                    out.append(buf[start:stop])
+                    at = stop + 2
+                    continue
+                at = start
+                self.left = length
+                self.cstate = _DATA if length else _TRAILER
+            elif state == _DATA:
                 take = min(self.left, size - at)
                 out.append(buf[at : at + take])
                 at += take
@@ -298,21 +340,8 @@ class _Conn(asyncio.Protocol):
                     raise RequestFailed("broken chunked encoding")
                 at += 2
                 self.cstate = _SIZE
-            elif state == _SIZE:
-                end = buf.find(b"\r\n", at)
-                if end < 0:
-                    if size - at > 1024:
-                        raise RequestFailed("broken chunked encoding")
-                    break
-                line = buf[at:end].split(b";", 1)[0].strip()
-                try:
-                    self.left = int(line, 16)
-                except ValueError:
-                    raise RequestFailed("broken chunked encoding") from None
-                at = end + 2
-                self.cstate = _DATA if self.left else _TRAILER
             else:  # _TRAILER: optional trailer lines, then an empty line
-                end = buf.find(b"\r\n", at)
+                end = find(b"\r\n", at)
                 if end < 0:
                     break
                 empty = end == at
@@ -455,6 +484,47 @@ class RawTransport:
         if isinstance(exc, (_Dropped, ConnectionError)):
             return connection_dropped(record)
         return client_bug(exc)
+
+
+def _token_frames(buf: bytes, head: bytes, tail: bytes) -> tuple[int, int]:
+    """The hot path of a token stream: how many whole chunk frames at the start of ``buf`` each
+    hold one plain token event (``head``, printable ASCII text, ``tail``: see
+    ``SseReader.token_frame``), and where they end. One find, one int and three bounded
+    comparisons a token, with no bytes copied; the first frame that is anything else, or not
+    whole, stops it and the general path takes the rest."""
+    at, size, count = 0, len(buf), 0
+    find, startswith, endswith, not_plain = buf.find, buf.startswith, buf.endswith, NOT_PLAIN_ASCII.search
+    shortest = len(head) + len(tail)
+    while at < size:
+        end = find(b"\r\n", at)
+        if end < 0:
+            break
+        try:
+            length = int(buf[at:end], 16)
+        except ValueError:
+            break
+        start = end + 2
+        stop = start + length
+        if (
+            length <= shortest
+            or stop + 2 > size
+            or not startswith(b"\r\n", stop)
+            or not startswith(head, start)
+            or not endswith(tail, start, stop)
+            or not_plain(buf, start + len(head), stop - len(tail)) is not None
+        ):
+            break
+        count += 1
+        at = stop + 2
+    return count, at
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line with ``;extensions`` (plain hex digits are read in place)."""
+    try:
+        return int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        raise RequestFailed("broken chunked encoding") from None
 
 
 def _close_if_connected(task: asyncio.Future[tuple[asyncio.Transport, _Conn]]) -> None:

@@ -25,7 +25,7 @@ TIMED_OUT = "timed out after "  # how every timeout's reason starts
 ERROR_BODY_LIMIT = 64 * 1024  # the most of an error response's body that is read
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RequestRecord:
     """One request as the client saw it; every time is ``time.perf_counter()`` seconds.
 
@@ -148,9 +148,9 @@ class RequestFailed(Exception):
     """Ends a request with a one-line reason: the record's ``error``."""
 
 
-def is_timeout(record: RequestRecord) -> bool:
-    """The request failed because the server stayed silent for a whole bound."""
-    return record.error is not None and record.error.startswith(TIMED_OUT)
+def is_timeout(error: str | None) -> bool:
+    """A request's error says the server stayed silent for a whole bound."""
+    return error is not None and error.startswith(TIMED_OUT)
 
 
 def http_error(status: int, message: str) -> str:

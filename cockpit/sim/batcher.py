@@ -24,12 +24,21 @@ what is left of the step's token budget); docs/performance.md#the-workload expla
 
 The clock is honest: steps are scheduled against absolute deadlines on a ``Clock``, by default
 ``RealClock`` (``perf_counter``), so sleep overshoot never accumulates and measured tokens/s
-match the pacer. A step that starts more than ``SLIP_S`` late (an overloaded machine) counts as a
-slip and restarts the schedule from now instead of bursting to catch up. The real clock waits for
-deadlines in a helper thread: asyncio's timers count whole milliseconds (and round up twice on
-some Pythons), waking up to ~2 ms late, while ``time.sleep`` in a thread wakes within ~0.5 ms and
-burns no CPU spinning. ``VirtualClock`` jumps to each deadline at once, so a test can serve
-minutes of simulated load in a fraction of a second with the same scheduling.
+match the pacer. ``cockpit.sim.pacing`` holds the rule: the schedule is kept (a deadline follows
+the previous deadline, not the time the loop got round to it), lateness is measured when the
+clock wakes, a wake more than ``SLIP_S`` late is a slip, a late step's successor catches up at
+most half its own duration (no bursts), and what the engine cannot catch up is dropped, counted
+and logged. The real clock waits for deadlines in a helper thread: asyncio's timers count whole
+milliseconds (and round up twice on some Pythons), waking up to ~2 ms late, while
+``time.sleep`` in a thread wakes within ~0.5 ms and burns no CPU spinning. ``VirtualClock``
+jumps to each deadline at once, so a test can serve minutes of simulated load in a fraction of
+a second with the same scheduling.
+
+Tokens reach a sequence's reader in one of two ways. By default a ``Sequence`` is an async
+iterator (a queue: one task wake-up per token, fine for tests and in-process clients). A
+``TokenSink`` given to ``submit`` is called synchronously at the end of each step instead,
+with no queue and no task switch: the HTTP server writes each stream's SSE frame from there,
+which is what lets one core keep the clock at a batch of 1024 (docs/simulator.md#keeping-the-clock).
 """
 
 from __future__ import annotations
@@ -42,10 +51,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-log = logging.getLogger(__name__)
+from .pacing import Pace
 
-SLIP_S = 0.002
-"""A step starting later than this behind its deadline is a slip."""
+log = logging.getLogger(__name__)
 
 
 class Pacer(Protocol):
@@ -158,21 +166,55 @@ class BatcherClosed(RuntimeError):
     """The batcher was closed (or its loop died) while the sequence was in it."""
 
 
+class TokenSink(Protocol):
+    """Where a sequence's tokens go, called on the event loop as each step ends."""
+
+    def token(self, position: int) -> None:
+        """Token ``position`` (0, 1, ...) was generated. Called for every sequence of the step in
+        turn, so it must not block; ``Sequence.generated`` already counts it."""
+        ...
+
+    def end(self, error: BatcherClosed | None) -> None:
+        """No more tokens: all generated or the sequence cancelled (None), or the batcher closed
+        or died, or ``token`` raised (the error). Called once."""
+        ...
+
+
+class _Queue:
+    """The default sink: tokens queued for ``async for`` (one task wake-up per token)."""
+
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[int | BatcherClosed | None] = asyncio.Queue()
+
+    def token(self, position: int) -> None:
+        self.items.put_nowait(position)
+
+    def end(self, error: BatcherClosed | None) -> None:
+        self.items.put_nowait(error)
+
+
 class Sequence:
-    """One request in the batch: an async iterator of its token positions 0, 1, ..., max_tokens-1.
+    """One request in the batch: an async iterator of its token positions 0, 1, ..., max_tokens-1,
+    unless a ``TokenSink`` was given to ``submit``, which then gets them.
 
     Use it as ``async with batcher.submit(p, n) as seq: async for pos in seq: ...`` so that a
     reader that stops early (a client that went away) frees its place in the batch.
     """
 
-    def __init__(self, batcher: Batcher, prompt_tokens: int, max_tokens: int, reserved: int) -> None:
+    def __init__(
+        self, batcher: Batcher, prompt_tokens: int, max_tokens: int, reserved: int, sink: TokenSink | None
+    ) -> None:
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.reserved_tokens = reserved  # KV held for the sequence's whole life (Pacer.kv_cost)
         self.generated = 0
         self.prefilled = 0  # prompt tokens computed so far: chunked prefill advances it
         self._batcher = batcher
-        self._out: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+        self._queue: _Queue | None = None
+        if sink is None:
+            sink = self._queue = _Queue()
+        self.sink: TokenSink = sink
+        self.ended = False
 
     @property
     def context_tokens(self) -> int:
@@ -190,7 +232,9 @@ class Sequence:
         return self
 
     async def __anext__(self) -> int:
-        item = await self._out.get()
+        if self._queue is None:
+            raise TypeError("this sequence hands its tokens to a sink, not to async for")
+        item = await self._queue.items.get()
         if item is None:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
@@ -203,8 +247,10 @@ class Sequence:
     async def __aexit__(self, *exc_info: object) -> None:
         self.cancel()
 
-    def _push(self, item: int | BaseException | None) -> None:
-        self._out.put_nowait(item)
+    def _end(self, error: BatcherClosed | None) -> None:
+        if not self.ended:
+            self.ended = True
+            self.sink.end(error)
 
 
 @dataclass
@@ -225,7 +271,9 @@ class Batcher:
     Create it anywhere; its loop task starts on the first ``submit`` inside a running event
     loop and sleeps while there is nothing to do. ``on_step(batch)`` is called at the start of
     every step with the number of running sequences, and with 0 when the engine goes idle.
-    ``token_budget`` caps the tokens of one step (module docstring); ``clock`` paces the steps.
+    ``token_budget`` caps the tokens of one step (module docstring); ``clock`` paces the steps;
+    ``warn`` gets the line that says the engine cannot keep its clock (default: this module's
+    logger, as a warning).
     """
 
     def __init__(
@@ -235,6 +283,7 @@ class Batcher:
         on_step: Callable[[int], None] | None = None,
         token_budget: int | None = None,
         clock: Clock | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         if token_budget is not None and token_budget < 1:
             raise ValueError(f"token_budget must be 1 or more (None: unlimited), got {token_budget}")
@@ -242,9 +291,9 @@ class Batcher:
         self.on_step = on_step
         self.token_budget = token_budget
         self.clock: Clock = clock or RealClock()
+        self.pace = Pace(warn or log.warning)
         self.steps = 0
         self.tokens_out = 0
-        self.slips = 0
         self._waiting: dict[Sequence, None] = {}  # dicts: FIFO order and O(1) removal
         self._running: dict[Sequence, None] = {}
         self._reserved = 0
@@ -261,19 +310,26 @@ class Batcher:
         return len(self._waiting)
 
     @property
+    def slips(self) -> int:
+        """Steps whose clock woke more than SLIP_S after their deadline (cockpit.sim.pacing)."""
+        return self.pace.slips
+
+    @property
     def kv_reserved(self) -> int:
         """KV tokens reserved by the running sequences."""
         return self._reserved
 
-    def submit(self, prompt_tokens: int, max_tokens: int) -> Sequence:
-        """Queue a request; must be called from the event loop that serves it."""
+    def submit(self, prompt_tokens: int, max_tokens: int, sink: TokenSink | None = None) -> Sequence:
+        """Queue a request; must be called from the event loop that serves it. With ``sink``,
+        its tokens go there (synchronously, as each step ends) instead of to ``async for``."""
         if self._closed:
             raise BatcherClosed("the batcher is closed")
         if prompt_tokens < 0 or max_tokens < 1:
             raise ValueError(
                 f"need prompt_tokens >= 0 and max_tokens >= 1, got {prompt_tokens}, {max_tokens}"
             )
-        seq = Sequence(self, prompt_tokens, max_tokens, self.pacer.kv_cost(prompt_tokens + max_tokens))
+        reserved = self.pacer.kv_cost(prompt_tokens + max_tokens)
+        seq = Sequence(self, prompt_tokens, max_tokens, reserved, sink)
         self._waiting[seq] = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-batcher")
@@ -307,27 +363,29 @@ class Batcher:
             self.clock.close()
 
     async def _steps(self) -> None:
-        clock = self.clock
-        start = clock.now()  # when the next step is due to start
+        clock, pace = self.clock, self.pace
+        deadline = woke = clock.now()  # when the last step was due, and when the clock woke for it
         while True:
             if not self._running and not self._waiting:
                 self._notify(0)
-                self._wake.clear()
-                await self._wake.wait()
-                start = clock.now()
-            now = clock.now()
-            if now - start > SLIP_S:
-                self.slips += 1
-                start = now  # run late, never burst to catch up
+                pace.idle(clock.now())
+                await self._idle()
+                deadline = woke = clock.now()  # nothing was due while idle: a new schedule
             step = self._schedule()
             if not step.emitting and not step.chunks:  # nothing may run (max_running 0): no busy loop
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
+                deadline = woke = clock.now()
                 continue
             self._notify(len(self._running))
-            start += self._duration(step)
-            await clock.sleep_until(start)
+            deadline = pace.next_deadline(deadline, woke, self._duration(step))
+            await clock.sleep_until(deadline)
+            woke = clock.now()
+            pace.woke(deadline, woke)  # lateness at the wake; handing the tokens out comes after
             self._emit(step)
+
+    async def _idle(self) -> None:
+        self._wake.clear()
+        await self._wake.wait()
 
     def _schedule(self) -> _Step:
         """This step's work: running sequences first, then admissions, within the token budget."""
@@ -374,33 +432,41 @@ class Batcher:
         """End of a step: chunks done, one token to every emitting sequence still in the batch."""
         for seq, chunk in step.chunks.items():
             seq.prefilled += chunk
+        running = self._running
         emitted = 0
         for seq in step.emitting:
-            if seq not in self._running:
+            if seq not in running:
                 continue  # cancelled during the step
-            seq._push(seq.generated)
-            seq.generated += 1
+            position = seq.generated
+            seq.generated = position + 1
+            try:
+                seq.sink.token(position)
+            except Exception as exc:  # one broken reader must not stop the others' tokens
+                log.exception("a token sink failed; its sequence leaves the batch")
+                seq.generated = position  # not sent: not counted
+                self._finish(seq, BatcherClosed(f"the token sink failed: {exc!r}"))
+                continue
             emitted += 1
-            if seq.generated >= seq.max_tokens:
+            if position + 1 >= seq.max_tokens:
                 self._finish(seq)
         self.steps += 1
         self.tokens_out += emitted
 
-    def _finish(self, seq: Sequence) -> None:
+    def _finish(self, seq: Sequence, error: BatcherClosed | None = None) -> None:
         del self._running[seq]
         self._reserved -= seq.reserved_tokens
-        seq._push(None)
+        seq._end(error)
 
     def _drop(self, seq: Sequence) -> None:
         if seq in self._waiting:
             del self._waiting[seq]
-            seq._push(None)
+            seq._end(None)
         elif seq in self._running:
             self._finish(seq)
 
     def _fail_all(self, exc: BatcherClosed) -> None:
         for seq in [*self._running, *self._waiting]:
-            seq._push(exc)
+            seq._end(exc)
         self._running.clear()
         self._waiting.clear()
         self._reserved = 0

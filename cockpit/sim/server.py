@@ -3,7 +3,9 @@
 Clients (tests, the benchmark, people with curl) cannot tell it from the real servers on the
 paths they use: the same routes, the same SSE chunks, usage and error bodies. Tokens are paced
 by a ``Batcher``; their text is a fixed cycle of word-like pieces, so output is deterministic.
-Prompt lengths are estimated without a tokenizer (about four characters a token).
+Prompt lengths are estimated without a tokenizer (about four characters a token). aiohttp
+parses requests and sends headers; a stream's events are written by its ``frames.SseStream``,
+which the batcher calls as each step ends (docs/simulator.md#keeping-the-clock).
 """
 
 from __future__ import annotations
@@ -13,38 +15,19 @@ import hmac
 import json
 import math
 import time
-import uuid
 from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
-from .batcher import Batcher, BatcherClosed, Sequence
+from .batcher import Batcher, BatcherClosed
+from .frames import Ask, Chunks, SseStream, Whole, dumps, text_of
+from .pacing import summary_ms
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 DEFAULT_MAX_TOKENS = 16
-WORDS = (
-    " the",
-    " model",
-    " runs",
-    " on",
-    " eight",
-    " GPUs",
-    " with",
-    " expert",
-    " parallel",
-    " and",
-    " tensor",
-    " shards",
-    ",",
-    " so",
-    " tokens",
-    " flow",
-    ".",
-)
-"""What the sim "generates": token at position i is WORDS[i % len(WORDS)]."""
 
 
 @dataclass
@@ -77,24 +60,13 @@ class _Truth:
         """Over the requests received (and the gaps begun) at ``since`` or later: a client's
         measured window, without its warm-up."""
         return {
-            "ttft_ms": _summary([s for t, s in self.ttft_s if t >= since]),
-            "itl_ms": _summary([s for t, s in self.gaps_s if t >= since]),
+            "ttft_ms": summary_ms(s for t, s in self.ttft_s if t >= since),
+            "itl_ms": summary_ms(s for t, s in self.gaps_s if t >= since),
         }
 
     def reset(self) -> None:
         self.ttft_s.clear()
         self.gaps_s.clear()
-
-
-def _summary(values: list[float]) -> dict[str, Any]:
-    ordered = sorted(v * 1e3 for v in values)
-    if not ordered:
-        return {"n": 0}
-
-    def pct(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return {"n": len(ordered), "mean": sum(ordered) / len(ordered), "p50": pct(0.5), "p99": pct(0.99)}
 
 
 STATE = web.AppKey("cockpit_sim_served", _Served)
@@ -438,18 +410,6 @@ def _sglang_metrics(served: _Served) -> list[_Metric]:
 # -- generation --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Ask:
-    """A validated generation request."""
-
-    chat: bool
-    prompt_tokens: int
-    max_tokens: int
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-
-
 async def _completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=False)
 
@@ -466,9 +426,11 @@ async def _truth(request: web.Request) -> web.Response:
         since = float(request.query.get("since", "-inf"))
     except ValueError:
         raise ApiError(400, "since must be a perf_counter time in seconds") from None
-    body = truth.summary(since)
+    pace = request.app[STATE].batcher.pace
+    body = {**truth.summary(since), "clock": pace.summary(since)}
     if request.query.get("reset"):
         truth.reset()
+        pace.reset()
     return web.json_response(body)
 
 
@@ -476,17 +438,18 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     received = time.perf_counter()
     served = request.app[STATE]
     ask = _validate(await _json_body(request), served, chat=chat)
+    chunks = Chunks(ask, served.model_id, chunked=request.version >= HttpVersion11)
+    sink = SseStream(chunks, served.truth.ttft_s, served.truth.gaps_s, received) if ask.stream else Whole()
     try:
-        seq = served.batcher.submit(ask.prompt_tokens, ask.max_tokens)
+        seq = served.batcher.submit(ask.prompt_tokens, ask.max_tokens, sink)
     except BatcherClosed:
         raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError") from None
     served.prompt_tokens_total += ask.prompt_tokens
-    chunks = _Chunks(ask, served.model_id)
     try:
         async with seq:  # leaving, for whatever reason (a client gone), frees the batch slot
-            if ask.stream:
-                return await _stream(request, seq, ask, chunks, served.truth, received)
-            return await _whole(seq, ask, chunks)
+            if isinstance(sink, SseStream):
+                return await _stream(request, sink)
+            return await _whole(sink, chunks)
     finally:
         finished = served.finished_tokens[ask.stream]
         finished[0] += ask.prompt_tokens
@@ -503,7 +466,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> _Ask:
+def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> Ask:
     model = body.get("model")
     if model is not None and model != served.model_id:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
@@ -528,7 +491,7 @@ def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> _Ask:
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object.")
     options = options or {}
-    return _Ask(
+    return Ask(
         chat=chat,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
@@ -591,116 +554,37 @@ def _check_context(served: _Served, prompt_tokens: int, max_tokens: int) -> None
         )
 
 
-async def _stream(
-    request: web.Request, seq: Sequence, ask: _Ask, chunks: _Chunks, truth: _Truth, received: float
-) -> web.StreamResponse:
-    """SSE as vLLM writes it: one event per token, then usage if asked, then [DONE]."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-    last = None
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
+
+
+async def _stream(request: web.Request, stream: SseStream) -> web.StreamResponse:
+    """SSE as vLLM writes it: one event per token, then usage if asked, then [DONE]. The batcher
+    writes the events (cockpit/sim/frames.py); this handler sends the headers, waits for the
+    end and closes the body. A stream cut short (the engine stopping, a sink that failed, the
+    handler cancelled) aborts the connection, so the client sees a broken stream, never a clean
+    end without [DONE]."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    transport = request.transport
     try:
-        await response.prepare(request)  # a client gone before the headers is a client gone, not a traceback
-        if ask.chat:
-            await response.write(chunks.role())
-        async for position in seq:
-            await response.write(chunks.token(position))
-            now = time.perf_counter()
-            if last is None:
-                truth.ttft_s.append((received, now - received))
-            else:
-                truth.gaps_s.append((last, now - last))
-            last = now
-        if ask.include_usage:
-            await response.write(chunks.usage())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-    except (ConnectionResetError, BatcherClosed):
-        pass  # the client left, or the engine is stopping: the stream just ends
+        await response.prepare(request)  # sends the headers (StreamResponse does, at once)
+        if transport is None or transport.is_closing():
+            return response  # the client left before the headers
+        stream.attach(transport)
+        if await stream.done is None:
+            await response.write_eof()  # the last chunk (HTTP/1.1); HTTP/1.0 ends by closing
+            return response
+    except ConnectionResetError:
+        return response  # the client left: the stream just ends
+    except BaseException:
+        if transport is not None:
+            transport.abort()
+        raise
+    if transport is not None:
+        transport.abort()  # BatcherClosed: the engine stopped or the sink failed mid-stream
     return response
 
 
-async def _whole(seq: Sequence, ask: _Ask, chunks: _Chunks) -> web.Response:
-    try:
-        text = "".join([WORDS[position % len(WORDS)] async for position in seq])
-    except BatcherClosed:
-        raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError") from None
-    return web.json_response(chunks.whole(text), dumps=_dumps)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))  # compact, as pydantic writes it
-
-
-class _Chunks:
-    """Renders one request's response objects; streamed tokens reuse a pre-rendered template."""
-
-    _HOLE = "\x00text\x00"
-
-    def __init__(self, ask: _Ask, model_id: str) -> None:
-        self.ask = ask
-        self.head = {
-            "id": f"{'chatcmpl' if ask.chat else 'cmpl'}-{uuid.uuid4().hex}",
-            "object": "chat.completion.chunk" if ask.chat else "text_completion",
-            "created": int(time.time()),
-            "model": model_id,
-        }
-        self._templates = {last: self._template(last) for last in (False, True)}
-
-    def _choice(
-        self, text: str, finish: str | None, *, delta: dict[str, str] | None = None
-    ) -> dict[str, Any]:
-        if self.ask.chat:
-            body: dict[str, Any] = {"index": 0, "delta": delta if delta is not None else {"content": text}}
-        else:
-            body = {"index": 0, "text": text}
-        return {**body, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-
-    def _event(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
-        obj: dict[str, Any] = {**self.head, "choices": choices}
-        if usage is not None:
-            obj["usage"] = usage
-        return b"data: " + _dumps(obj).encode() + b"\n\n"
-
-    def _template(self, last: bool) -> tuple[bytes, bytes]:
-        event = self._event([self._choice(self._HOLE, "length" if last else None)])
-        before, after = event.split(_dumps(self._HOLE).encode())
-        return before, after
-
-    def _usage(self, completion_tokens: int) -> dict[str, int]:
-        prompt = self.ask.prompt_tokens
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt + completion_tokens,
-        }
-
-    def role(self) -> bytes:
-        """A chat stream's first event: the assistant's role, no content yet."""
-        usage = self._usage(0) if self.ask.continuous_usage else None
-        return self._event([self._choice("", None, delta={"role": "assistant", "content": ""})], usage)
-
-    def token(self, position: int) -> bytes:
-        last = position + 1 >= self.ask.max_tokens
-        word = WORDS[position % len(WORDS)]
-        if self.ask.continuous_usage:
-            return self._event([self._choice(word, "length" if last else None)], self._usage(position + 1))
-        before, after = self._templates[last]
-        return before + _dumps(word).encode() + after
-
-    def usage(self) -> bytes:
-        return self._event([], self._usage(self.ask.max_tokens))
-
-    def whole(self, text: str) -> dict[str, Any]:
-        """The non-streaming response object."""
-        if self.ask.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": "length",
-                "stop_reason": None,
-            }
-            kind = "chat.completion"
-        else:
-            choice = self._choice(text, "length")
-            kind = "text_completion"
-        return {**self.head, "object": kind, "choices": [choice], "usage": self._usage(self.ask.max_tokens)}
+async def _whole(sink: Whole, chunks: Chunks) -> web.Response:
+    if await sink.done is not None:
+        raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError")
+    return web.json_response(chunks.whole(text_of(chunks.ask.max_tokens)), dumps=dumps)

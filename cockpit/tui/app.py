@@ -328,10 +328,14 @@ class CockpitApp(App[None]):
     def refresh_results(self) -> None:
         """The comparison, and the picker: measured again, and planned again if the box taught
         (rows typed with knobs too, with the setup the list was planned with)."""
-        self.main.bench.show_comparison(self.session.comparison())
+        try:
+            bench, picker = self.main.bench, self.main.picker
+        except NoMatches:  # a refit finished in its thread can land while the screen is torn down
+            return
+        bench.show_comparison(self.session.comparison())
         planned = self.session.planned  # read once: the launcher's thread may replan meanwhile
         if planned is not None:
-            self.main.picker.reload(planned.verdicts, lambda layout: self.session.verdict(layout, planned))
+            picker.reload(planned.verdicts, lambda layout: self.session.verdict(layout, planned))
 
     def _tell_learning(self) -> None:
         """What went wrong with learning (a fit, the calibration file), on the status line once."""
