@@ -14,27 +14,13 @@ from dataclasses import replace
 
 import psutil
 import pytest
-from simproc import SimProcess, free_port
+from test_bench_sim import MODEL, engine  # noqa: F401  (the simulated engine, a real process, shared)
 
 from cockpit.bench import metrics
 from cockpit.bench.loadgen import BenchConfig, LevelDone, LevelResult, run_sweep
 from cockpit.bench.workers import plan_workers, shares
 
-MODEL = "qwen3-30b-a3b-fp8"
-FLAGS = ["--tensor-parallel-size", "2", "--max-num-seqs", "256"]
 C, OUT = 32, 16
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    port = free_port()
-    sim = SimProcess("vllm", ["serve", MODEL, *FLAGS, "--port", str(port)], tmp_path_factory.mktemp("simbox"))
-    url = f"http://127.0.0.1:{port}"
-    try:
-        sim.wait_ready(url)
-        yield url
-    finally:
-        sim.stop()
 
 
 def sweep(cfg: BenchConfig) -> LevelResult:

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "profile",
             "resolve",
             "children",
+            "eventloop",
             "installed",
             "safetensors",
         },

@@ -24,9 +24,8 @@ import asyncio
 import gc
 import itertools
 import math
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
@@ -39,6 +38,7 @@ from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
 from cockpit.errors import CockpitError
+from cockpit.eventloop import run as run  # the bench's loop: uvloop where installed
 from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineWindow
 
 TICK_S = 1.0
@@ -417,19 +417,6 @@ def raise_open_files_limit(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError):
             pass  # requests beyond the limit fail with a counted "Too many open files"
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run on uvloop when it is installed (~40% less client CPU at a paced load)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(coro)
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return asyncio.run(coro)
 
 
 # -- one level --------------------------------------------------------------------------------------

@@ -20,13 +20,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cockpit import eventloop
 from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
 from cockpit.engines import api_keys, get_engine
 from cockpit.errors import CockpitError, shown
@@ -421,21 +422,9 @@ def run_engine(args: EngineArgs, env: Mapping[str, str] | None = None) -> int:
     box = SimBox.from_env(env).create()
     engine = SimEngine(args, box, env, out=lambda line: print(line, flush=True), on_ready=quiet_collector)
     try:
-        return run_loop(engine.run())
+        return eventloop.run(engine.run())
     except KeyboardInterrupt:
         return 130
     finally:
         engine.publisher.clear()
         sys.stdout.flush()
-
-
-def run_loop(main: Coroutine[Any, Any, int]) -> int:
-    """Run the engine on uvloop where it is installed (a project dependency, except on Windows,
-    github.com/MagicStack/uvloop), else on asyncio's own loop. The CPU per token is about the same
-    (the write's send() dominates), but the clock wakes on time more often: at C=1024 the p99
-    lateness was 0.9 ms on uvloop against 16 ms on asyncio's loop (perf/sim_capacity.py)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
