@@ -180,6 +180,8 @@ def test_closed_loop_at_64_matches_the_model(state):
         url = f"http://127.0.0.1:{port}"
         sim.wait_ready(url)
         tokens, seconds = asyncio.run(_closed_loop(url, "qwen3-30b-a3b-fp8", 64, 100))
+        # Time the engine says it could not keep (a starved CPU, cockpit/sim/pacing.py) is not the model's.
+        dropped_s = httpx.get(url + "/cockpit/truth").json()["clock"]["dropped_s"]
     finally:
         sim.stop()
     setup, _ = build_setup(SetupOverrides(profile="demo", model="qwen3-30b-a3b-fp8"))
@@ -189,4 +191,4 @@ def test_closed_loop_at_64_matches_the_model(state):
     assert tokens == 64 * 100
     # 15% when the engine has a core to itself; a loaded 2-core machine (CI with a CPU-bound
     # process beside it) makes every step a little late: 25% still catches a clock that is off.
-    assert tokens / seconds == pytest.approx(expected, rel=0.25)
+    assert tokens / (seconds - dropped_s) == pytest.approx(expected, rel=0.25), (seconds, dropped_s)
