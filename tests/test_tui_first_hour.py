@@ -61,8 +61,7 @@ def test_typing_over_a_dialog_cancels_it_visibly(minimax):
             await submit(pilot, "try tp8")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("b")  # the first key of `bench`
-            await pilot.pause(0.1)
-            assert isinstance(app.screen, MainScreen)
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), what="the dialog gone")
             assert "Launch tp8 anyway?" in status_text(app) and "cancelled" in status_text(app)
             assert app.focused is app.main.prompt and app.main.prompt.value == "b"
         assert Journal().experiments() == []
@@ -134,9 +133,15 @@ def test_a_new_launch_brings_its_lines_into_view(minimax):
             log = app.main.log_pane.log_view
             # the READY banner did not push the last lines out
             await until(pilot, lambda: log.scroll_y == log.max_scroll_y, timeout=5, what="the log's tail")
-            log.scroll_home(animate=False, immediate=True)  # the person scrolled up to read
-            await pilot.pause(0.1)
-            assert log.scroll_y == 0 and log.max_scroll_y > 0
+
+            # the person scrolls up to read (again, if the banner's own scroll to the tail was
+            # still queued on a loaded machine)
+            def scrolled_up() -> bool:
+                if log.scroll_y != 0:
+                    log.scroll_home(animate=False, immediate=True)
+                return log.scroll_y == 0 and log.max_scroll_y > 0
+
+            await until(pilot, scrolled_up, timeout=5, what="the log scrolled to its top")
             await submit(pilot, "try tp8 ep")
             await until(
                 pilot,
@@ -184,8 +189,7 @@ def test_the_screen_says_the_box_is_simulated_and_hints_a_layout_the_engine_can_
     async def scenario():
         app = make_app("demo")  # vLLM: it cannot say `tp4 ep2`
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.1)
-            assert "simulated" in app.main.header.plain
+            await until(pilot, lambda: "simulated" in app.main.header.plain, what="the header")
             assert "simulated box" in status_text(app)
             hint = app.main.prompt.placeholder
             assert "tp4 ep2" not in hint
@@ -205,8 +209,12 @@ def test_plan_alone_answers_and_stop_replaces_stopping(minimax):
             await launch_ready(pilot, app, "tp4")
             await submit(pilot, "stop")
             await until(pilot, lambda: app.server.state == "stopped", what="stopped")
-            await pilot.pause(0.2)
-            assert "stopping" not in status_text(app) and "stopped" in status_text(app)
+            await until(
+                pilot,
+                lambda: "stopping" not in status_text(app) and "stopped" in status_text(app),
+                timeout=5,
+                what="stopped said",
+            )
 
     run(scenario())
 
