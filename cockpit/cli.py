@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
+from cockpit.layout import ENGINES
 from cockpit.resolve import SetupOverrides, build_setup, resolve, setup_for
+from cockpit.tune.spec import USAGE as TUNE_USAGE
 
 if TYPE_CHECKING:
     from cockpit.learning import Key
@@ -61,6 +63,102 @@ def _add_setup_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-mem", type=float, metavar="GIB", help="memory per GPU in GiB (overrides the type's)"
     )
+
+
+def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
+    tune = commands.add_parser(
+        "tune",
+        help="find the best layout and knobs for a goal under latency bounds, measured on the box",
+        description=f"{TUNE_USAGE}. Launches the most promising candidates, measures each one's goodput, "
+        "and stops when the best measured beats what is left.",
+    )
+    tune.add_argument(
+        "words",
+        nargs="*",
+        help="the tune words, as in the prompt: goal=tok/s itl<50ms n=6 --max-num-seqs 256,512 "
+        "(server flags to try may stand anywhere among them)",
+    )
+    tune.add_argument("--resume", action="store_true", help="continue this profile's unfinished tune")
+    # SUPPRESS: given before `tune` (`cockpit --profile P tune`), cockpit's own option stands.
+    tune.add_argument(
+        "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
+    )
+    tune.add_argument(
+        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
+    )
+    tune.add_argument(
+        "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
+    )
+    tune.add_argument(
+        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for each ready"
+    )
+    tune.add_argument("--verbose", action="store_true", help="also print the servers' log lines")
+
+
+_TUNE_FLAGS = {"--resume": "resume", "--sim": "sim", "--verbose": "verbose"}
+_TUNE_VALUED = {"--profile": "profile", "--engine": "engine", "--startup-timeout": "startup_timeout"}
+_TUNE_EXAMPLES = {"--profile": "minimax-m2.5", "--engine": "sglang", "--startup-timeout": "3600"}
+
+
+def _tune_options(args: argparse.Namespace, words: list[str]) -> list[str]:
+    """The words after the first tune word hold the server flags to try (`--max-num-seqs 256,512`),
+    which argparse cannot know; cockpit's own options among them are taken out here."""
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, eq, inline = word.partition("=")
+        if word in _TUNE_FLAGS:
+            setattr(args, _TUNE_FLAGS[word], True)
+        elif name in _TUNE_VALUED:
+            if not eq and i + 1 >= len(words):
+                raise CockpitError(f"{name} needs a value, like {name} {_TUNE_EXAMPLES[name]}")
+            value = inline if eq else words[i + 1]
+            i += 0 if eq else 1
+            if name == "--engine" and value not in ENGINES:
+                raise CockpitError(f"--engine is vllm or sglang, not {value!r}")
+            setattr(
+                args, _TUNE_VALUED[name], _startup_seconds(value) if name == "--startup-timeout" else value
+            )
+        elif word != "--":
+            rest.append(word)
+        i += 1
+    return rest
+
+
+_GLOBAL_VALUED = ("--profile", "--engine")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command line. `cockpit tune` takes the server flags to try (`--max-num-seqs 256,512`),
+    which argparse cannot know: the words after `tune` are read by ``_tune_options``."""
+    at = _command_index(argv)
+    if at is None or argv[at] != "tune":
+        return parser.parse_args(argv)
+    rest = argv[at + 1 :]
+    if "-h" in rest or "--help" in rest:
+        parser.parse_args([*argv[: at + 1], "--help"])
+    args = parser.parse_args(argv[: at + 1])
+    args.words = _tune_options(args, rest)
+    return args
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the command word stands, after cockpit's own options."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-"):
+            return i
+        i += 2 if word in _GLOBAL_VALUED else 1
+    return None
+
+
+def _startup_seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise CockpitError(f"--startup-timeout takes seconds, like 3600; got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(commands)
 
+    _add_tune_parser(commands)
+
     gpus = commands.add_parser(
         "gpus", help="one line per GPU: memory, power, utilisation, temperature, processes"
     )
@@ -162,7 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
+    except CockpitError as exc:
+        print(f"cockpit: {exc}", file=sys.stderr)
+        return 2
     try:
         handlers = {
             "plan": cmd_plan,
@@ -175,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gpus": cmd_gpus,
             "web": cmd_web,
             "calibration": cmd_calibration,
+            "tune": cmd_tune,
         }
         return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
@@ -188,6 +293,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `cockpit plan | head`: the reader left, nothing is lost
         sys.stderr.close()
         return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from cockpit.headless import run_tune
+
+    return run_tune(
+        " ".join(args.words),
+        profile=args.profile,
+        sim=args.sim,
+        engine=args.engine,
+        resume=args.resume,
+        verbose=args.verbose,
+        startup_timeout=args.startup_timeout,
+    )
 
 
 def cmd_cockpit(args: argparse.Namespace) -> int:
@@ -412,6 +531,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     from cockpit.reports.comparison import comparison
     from cockpit.reports.export import markdown_report
     from cockpit.reports.results import format_comparison
+    from cockpit.reports.tune import newest_tune
 
     with Journal() as journal:
         comp = comparison(journal, _journal_profile(args.profile) if args.profile else None)
@@ -422,7 +542,8 @@ def cmd_results(args: argparse.Namespace) -> int:
         if args.format == "markdown" and comp.rows:
             note = "the newest experiment's" if picked else ""
             context = _results_context(journal, comp, args.profile or comp.profile, note)
-            text = markdown_report(comp, context, predicted=args.predicted)
+            tune = newest_tune(journal, comp.profile) if comp.profile else None
+            text = markdown_report(comp, context, predicted=args.predicted, tune=tune)
         else:
             text = format_comparison(comp, args.format, predicted=args.predicted)
     print(text)

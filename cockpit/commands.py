@@ -10,9 +10,14 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cockpit.errors import CockpitError, shown
 from cockpit.layout import Layout, parse_layout
+from cockpit.slo import Slo
+
+if TYPE_CHECKING:
+    from cockpit.tune.spec import TuneSpec
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class Bench:
     requests: int | None = None
     duration_s: float | None = None
     timeout_s: float | None = None  # per request; None: the bench client's default
+    slo: Slo | None = None  # latency bounds: each level also reports its goodput
+    rate: float | None = None  # open loop: Poisson arrivals per second, the levels capping requests in flight
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,15 @@ class Plan:
 class Sweep:
     layouts: tuple[Layout, ...] = field(default_factory=tuple)
     bench: Bench = Bench()  # the benchmark each layout gets: `bench`'s own words
+
+
+@dataclass(frozen=True)
+class Tune:
+    """`tune ...`: find the best layout and knobs for a goal (cockpit.tune.spec has the words);
+    `tune --resume` continues the profile's unfinished tune."""
+
+    spec: TuneSpec | None = None  # None: resume
+    resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ class Quit:
     pass
 
 
-Command = Try | Bench | Stop | Plan | Sweep | Results | Export | Use | Help | Quit
+Command = Try | Bench | Stop | Plan | Sweep | Tune | Results | Export | Use | Help | Quit
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,11 @@ COMMANDS = (
         "sweep",
         "sweep <layout> [--flag v], <layout>, ... [c=1,32 in=N out=N n=N|t=S timeout=S]",
         "launch, bench, stop each layout in turn",
+    ),
+    CommandSpec(
+        "tune",
+        "tune [goal=tok/s|tok/s/gpu] [ttft<2s] [itl<50ms] [c=1,32|rate=2,4] [in=N out=N] [budget=30m|n=6] [--flag v1,v2] | tune --resume",
+        "find the best layout and knobs under latency bounds: launch, measure, learn, stop when nothing left can win",
     ),
     CommandSpec("results", "results", "show the comparison table of this profile"),
     CommandSpec(
@@ -157,6 +178,8 @@ def parse_command(text: str) -> Command:
         return Plan(parse_layout(rest) if rest else None)
     if word == "sweep":
         return _sweep(rest)
+    if word == "tune":
+        return _tune(rest)
     if word == "export":
         return _export(rest)
     if word == "use":
@@ -177,6 +200,17 @@ def parse_command(text: str) -> Command:
         raise CockpitError(
             f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`"
         ) from None
+
+
+def _tune(rest: str) -> Tune:
+    from cockpit.tune.spec import parse_tune  # it reads the bench's words from this module
+
+    words = rest.split()
+    if "--resume" in words:
+        if len(words) > 1:
+            raise CockpitError("`tune --resume` continues the last tune as it was asked: give no other words")
+        return Tune(None, resume=True)
+    return Tune(parse_tune(rest))
 
 
 def _export(rest: str) -> Export:

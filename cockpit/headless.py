@@ -1,4 +1,4 @@
-"""`cockpit run`, `stop` and `attach`: the experiment flow without a screen, one event a line."""
+"""`cockpit run`, `tune`, `stop` and `attach`: the experiment flow without a screen, one event a line."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from cockpit.commands import Bench, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.lab import Lab
-from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Ready
+from cockpit.runner.events import BenchDone, BenchTick, Event, Failed, LogLine, Phase, Ready
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.registry import Registry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
@@ -59,19 +60,95 @@ def run_headless(
         )
     check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
     with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
-        if lab.sim:
-            out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
-        elif lab.setup.engine.version_note:
-            out(lab.setup.engine.version_note)
-        for note in lab.notes:
-            out(f"note: {note}")
-        tell_learning(lab, out)
+        tell_opening(lab, out)
         announce_live_servers(lab.registry, out)
         lab.monitor.start()
         return _drive(lab, command, force=force, keep=keep, quiet=quiet, out=out, bench=bench_command)
 
 
-def _on_signal(signum, frame) -> None:
+def tell_opening(lab: Lab, out: Print) -> None:
+    """What the lab opened on: the simulated box or the engine version found, the notes of a
+    profile run on another engine, and what went wrong with learning."""
+    if lab.sim:
+        out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
+    elif lab.setup.engine.version_note:
+        out(lab.setup.engine.version_note)
+    for note in lab.notes:
+        out(f"note: {note}")
+    tell_learning(lab, out)
+
+
+def raise_on_signals() -> dict[int, Any]:
+    """Ctrl-C, SIGTERM and SIGHUP raise from now on (``raise_on_signal``); the handlers replaced,
+    for ``restore_signals``. A signal already ignored stays ignored: under nohup a hang-up must
+    not end the run."""
+    return {
+        sig: signal.signal(sig, raise_on_signal)
+        for sig in HELD
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+
+
+def restore_signals(previous: dict[int, Any], code: int) -> None:
+    """Once a signal came (``code`` 128 or more), the others stay ignored until cockpit has exited."""
+    if code < 128:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_tune(
+    text: str,
+    *,
+    profile: str | None,
+    sim: bool,
+    engine: str | None,
+    resume: bool,
+    verbose: bool,
+    startup_timeout: float,
+    out: Print = print,
+) -> int:
+    """`cockpit tune`: 0 with a winner, 1 without one. Ctrl-C, SIGTERM and a hang-up stop the
+    candidate's server and leave the tune journaled as interrupted, for `cockpit tune --resume`."""
+    from cockpit.tune.spec import parse_tune
+    from cockpit.tuner import Tuner
+
+    if resume and text.strip():
+        raise CockpitError("`cockpit tune --resume` continues the last tune as it was asked: give no words")
+    spec = None if resume else parse_tune(text)
+    check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
+    printer = Printer(out)
+
+    def show(event: object) -> None:
+        if verbose or not isinstance(event, (LogLine, Phase, BenchTick)):
+            printer(str(event))
+
+    previous = raise_on_signals()
+    code = 1
+    try:
+        with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
+            tell_opening(lab, printer)
+            try:
+                tuner = Tuner.resume(lab, show) if spec is None else Tuner.start(lab, spec, show)
+                lab.monitor.start()
+                result = tuner.run()
+            except BaseException as exc:  # a signal, or a failing journal: never leave the server up
+                printer.gone = printer.gone or isinstance(exc, HungUp)
+                if lab.launcher.handle is not None:
+                    with contextlib.suppress(CockpitError):
+                        stopped = lab.launcher.stop("tune interrupted")
+                        if stopped:
+                            printer(str(stopped))
+                raise
+            code = 0 if result.winner and not result.interrupted else 1
+            return code
+    except (KeyboardInterrupt, HungUp) as exc:
+        code = exit_code(exc)
+        return code
+    finally:
+        restore_signals(previous, code)
+
+
+def raise_on_signal(signum, frame) -> None:
     """Ctrl-C, SIGTERM and SIGHUP raise once; another during the clean-up must not cut it short."""
     for sig in HELD:
         signal.signal(sig, signal.SIG_IGN)
@@ -82,7 +159,7 @@ def _on_signal(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-class _Printer:
+class Printer:
     """Prints until the terminal is gone (an SSH drop makes writes fail); then stays quiet."""
 
     def __init__(self, out: Print) -> None:
@@ -109,17 +186,12 @@ def _bench_command(text: str | None) -> Bench | None:
 def _drive(
     lab: Lab, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None
 ) -> int:
-    # A signal already ignored stays ignored: under nohup a hang-up must not end the run.
-    previous = {
-        sig: signal.signal(sig, _on_signal) for sig in HELD if signal.getsignal(sig) is not signal.SIG_IGN
-    }
+    previous = raise_on_signals()
     code = 1
     try:
-        code = _follow(lab, command, force=force, keep=keep, quiet=quiet, out=_Printer(out), bench=bench)
+        code = _follow(lab, command, force=force, keep=keep, quiet=quiet, out=Printer(out), bench=bench)
     finally:
-        if code < 128:  # once a signal came, the others stay ignored until cockpit has exited
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        restore_signals(previous, code)
     return code
 
 
@@ -130,7 +202,7 @@ def _follow(
     force: bool,
     keep: bool,
     quiet: bool,
-    out: _Printer,
+    out: Printer,
     bench: Bench | None,
 ) -> int:
     launcher = lab.launcher

@@ -98,6 +98,33 @@ _MIGRATIONS = [
     ALTER TABLE experiments ADD COLUMN simulated INTEGER NOT NULL DEFAULT 0;
     UPDATE experiments SET simulated = 1 WHERE argv LIKE '%cockpit.sim%';
     """,
+    # A tune (cockpit.tune): what it was asked, and each candidate as it ended, so that a tune cut
+    # short is resumed without launching again what it finished.
+    """
+    CREATE TABLE tunes (
+        id INTEGER PRIMARY KEY,
+        started REAL NOT NULL,
+        ended REAL,
+        host TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'running',
+        result TEXT,
+        pid INTEGER
+    );
+    CREATE INDEX tunes_profile ON tunes (profile, started);
+    CREATE TABLE tune_steps (
+        tune_id INTEGER NOT NULL REFERENCES tunes (id),
+        candidate TEXT NOT NULL,
+        experiment_id INTEGER,
+        state TEXT NOT NULL,
+        goal REAL,
+        level REAL,
+        detail TEXT NOT NULL DEFAULT '{}',
+        updated REAL NOT NULL,
+        PRIMARY KEY (tune_id, candidate)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -165,6 +192,43 @@ class BenchPoint:
     id: int | None = None  # set by the journal
     experiment_id: int | None = None
     created: float | None = None
+
+    @property
+    def goodput_tok_s(self) -> float | None:
+        """Output tok/s of the requests within the level's latency bounds (``extra["slo"]``), as
+        ``bench.loadgen.LevelResult`` measured it; None when the level was run without bounds."""
+        value = self.extra.get("goodput_tok_s")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class TuneStepRecord:
+    """One candidate of a tune: running (launched, not finished), measured or failed."""
+
+    candidate: str
+    experiment: int | None
+    state: str
+    goal: float | None
+    level: float | None
+    detail: dict[str, Any]
+    updated: float = 0.0  # when it was last written (a running step: just before its launch)
+
+
+@dataclass(frozen=True)
+class TuneRecord:
+    """A tune as journaled: its spec (``TuneSpec.to_json``), state (running, interrupted, done),
+    its steps in the order they were made, and its result once it ended (``TuneResult.to_json``)."""
+
+    id: int
+    started: float
+    ended: float | None
+    host: str
+    pid: int | None  # the cockpit that runs (or last ran) it
+    profile: str
+    spec: dict[str, Any]
+    state: str
+    steps: tuple[TuneStepRecord, ...]
+    result: dict[str, Any] | None
 
 
 _EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
@@ -440,6 +504,100 @@ class Journal:
             rows = self._db.execute(sql, params).fetchall()
         return [_experiment(row) for row in rows]
 
+    # -- tunes ---------------------------------------------------------------------------------
+
+    def start_tune(self, profile: str, spec: Mapping[str, Any]) -> int:
+        with self._guard():
+            cur = self._db.execute(
+                "INSERT INTO tunes (started, host, profile, spec, pid) VALUES (?, ?, ?, ?, ?)",
+                (time.time(), socket.gethostname(), profile, json.dumps(spec), os.getpid()),
+            )
+        return _inserted_id(cur)
+
+    def tune_step(
+        self,
+        tune: int,
+        candidate: str,
+        *,
+        experiment: int | None,
+        state: str,
+        goal: float | None = None,
+        level: float | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write (or rewrite) one candidate's step of a tune."""
+        with self._guard():
+            self._db.execute(
+                "INSERT OR REPLACE INTO tune_steps"
+                " (tune_id, candidate, experiment_id, state, goal, level, detail, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    tune,
+                    candidate,
+                    experiment,
+                    state,
+                    goal,
+                    level,
+                    json.dumps(dict(detail or {})),
+                    time.time(),
+                ),
+            )
+
+    def resume_tune(self, tune: int) -> None:
+        """This cockpit carries the tune on: it runs again, here."""
+        with self._guard():
+            self._db.execute(
+                "UPDATE tunes SET state = 'running', ended = NULL, host = ?, pid = ? WHERE id = ?",
+                (socket.gethostname(), os.getpid(), tune),
+            )
+
+    def finish_tune(self, tune: int, state: str, result: Mapping[str, Any]) -> None:
+        """A tune ended (``done``) or was cut short (``interrupted``: `tune --resume` continues it)."""
+        with self._guard():
+            self._db.execute(
+                "UPDATE tunes SET state = ?, ended = ?, result = ? WHERE id = ?",
+                (state, time.time(), json.dumps(dict(result)), tune),
+            )
+
+    def tunes(self, profile: str | None = None) -> list[TuneRecord]:
+        """Newest first."""
+        sql = "SELECT id, started, ended, host, pid, profile, spec, state, result FROM tunes"
+        params: list[Any] = []
+        if profile is not None:
+            sql += " WHERE profile = ?"
+            params.append(profile)
+        with self._guard():
+            rows = self._db.execute(sql + " ORDER BY started DESC, id DESC", params).fetchall()
+            steps = self._db.execute(
+                "SELECT tune_id, candidate, experiment_id, state, goal, level, detail, updated FROM tune_steps"
+                " ORDER BY updated, rowid"
+            ).fetchall()
+        by_tune: dict[int, list[TuneStepRecord]] = {}
+        for tune_id, candidate, experiment, state, goal, level, detail, updated in steps:
+            by_tune.setdefault(tune_id, []).append(
+                TuneStepRecord(candidate, experiment, state, goal, level, _json_dict(detail), updated)
+            )
+        return [
+            TuneRecord(
+                id,
+                started,
+                ended,
+                host,
+                pid,
+                profile_name,
+                _json_dict(spec),
+                state,
+                tuple(by_tune.get(id, ())),
+                _json_dict(result) if result else None,
+            )
+            for id, started, ended, host, pid, profile_name, spec, state, result in rows
+        ]
+
+    def open_tune(self, profile: str) -> TuneRecord | None:
+        """This profile's newest tune, if it did not finish (interrupted, or its cockpit died)."""
+        newest = next(iter(self.tunes(profile)), None)
+        return newest if newest is not None and newest.state != "done" else None
+
     # -- benchmark points ----------------------------------------------------------------------
 
     def add_point(self, experiment_id: int, point: BenchPoint) -> int:
@@ -631,3 +789,12 @@ def _peaks(text: Any) -> dict[int, int]:
         except (TypeError, ValueError):
             continue
     return peaks
+
+
+def _json_dict(text: Any) -> dict[str, Any]:
+    """A JSON object column; anything else (a hand-edited row) reads as empty."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -30,6 +30,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "commands",
             "secrets",
             "outcome",
+            "slo",
+            "tune",
         },
     ),
     (
@@ -52,7 +54,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("GPU and engine telemetry", {"telemetry"}),
     ("the load generator", {"bench"}),
     ("running experiments", {"runner"}),
-    ("opening a lab, reports", {"lab", "reports"}),
+    ("opening a lab, reports", {"lab", "reports", "tuner"}),
     ("the faces", {"headless", "tui", "webserve"}),
     ("the command line", {"cli"}),
 ]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from cockpit.children import python_module
 from cockpit.commands import check_seconds, parse_levels
 from cockpit.errors import CockpitError
+from cockpit.slo import EXAMPLE, Slo, parse_slo
 
 Print = Callable[[str], None]
 PARENT_ENV = "COCKPIT_BENCH_PARENT"  # set by the cockpit that starts `cockpit bench --jsonl`
@@ -54,6 +55,12 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
         help="processes per level, one event loop each: 1 sends from this process; auto (the "
         "default) adds workers when the level before says one core will not keep up",
     )
+    bench.add_argument(
+        "--goodput",
+        metavar="BOUNDS",
+        help=f"latency bounds in ms, e.g. {EXAMPLE}: each level also reports its goodput, the "
+        "output tok/s of the requests whose TTFT and mean inter-token latency met them",
+    )
     bench.add_argument("--jsonl", action="store_true", help="print one JSON event a line")
     bench.add_argument(
         "--experiment", type=int, metavar="ID", help="journal each level under this experiment"
@@ -82,6 +89,7 @@ def config_from_args(args: argparse.Namespace):
         raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
     check_seconds(args.timeout, "--timeout")
     workers = _workers(args.workers)
+    slo = parse_slo(args.goodput, "--goodput") if args.goodput is not None else None
     if not args.url.startswith(("http://", "https://")):
         raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
     return BenchConfig(
@@ -98,6 +106,7 @@ def config_from_args(args: argparse.Namespace):
         api_key=os.environ.get("OPENAI_API_KEY") or None,  # never on argv, where `ps` shows it
         timeout=args.timeout,
         workers=workers,
+        slo=slo,
     )
 
 
@@ -132,11 +141,22 @@ def describe_level(result) -> str:
         line += f" ({count}x {reason})"
     if data.get("failed"):
         line += "  FAILED: not comparable"
+    if data.get("goodput_tok_s") is not None:
+        line += f"  {_goodput(data)}"
     if (data.get("workers") or 1) > 1:
         line += f"  ({data['workers']} workers)"
     if data.get("client_limited"):
         line += f"  [client-limited: {data.get('client_note', '')}]"
     return line
+
+
+def _goodput(data: dict) -> str:
+    """``goodput 812 tok/s (94% of requests within ttft<=2000ms itl<=50ms)``."""
+    slo = Slo.from_json(data.get("slo"))
+    bounds = slo.describe() if slo is not None else "the bounds"
+    requests, good = data.get("requests") or 0, data.get("good_requests") or 0
+    share = f"{100 * good / requests:.0f}%" if requests else "0%"
+    return f"goodput {data['goodput_tok_s']:,.1f} tok/s ({share} of requests within {bounds})"
 
 
 def _ms(data: dict, metric: str, stat: str) -> str:
@@ -236,6 +256,8 @@ def bench_argv(
     duration: float | None = None,
     experiment: int | None = None,
     timeout: float | None = None,
+    slo: Slo | None = None,
+    rate: float | None = None,
 ) -> list[str]:
     """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it).
     An API key goes in the child's environment (OPENAI_API_KEY), never here."""
@@ -262,4 +284,8 @@ def bench_argv(
         argv += ["--experiment", str(experiment)]
     if timeout is not None:
         argv += ["--timeout", str(timeout)]
+    if slo is not None:
+        argv += ["--goodput", slo.to_arg()]
+    if rate is not None:
+        argv += ["--rate", repr(float(rate))]
     return argv

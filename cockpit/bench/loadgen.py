@@ -39,6 +39,7 @@ from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
 from cockpit.errors import CockpitError
 from cockpit.eventloop import run as run  # the bench's loop: uvloop where installed
+from cockpit.slo import Slo
 from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineWindow
 
 TICK_S = 1.0
@@ -72,7 +73,9 @@ class BenchConfig:
 
     ``workers`` spreads each level over that many processes, one event loop each, when one
     core cannot drive it (``workers.py``); 1 sends from this process, as always; None chooses
-    per level from the level before (``workers.plan_workers``)."""
+    per level from the level before (``workers.plan_workers``).
+
+    ``slo``: latency bounds; each level then also reports its goodput (``LevelResult``)."""
 
     url: str
     model: str | None = None  # None: the first id of GET /v1/models
@@ -92,6 +95,7 @@ class BenchConfig:
     # "auto": the raw asyncio.Protocol transport (rawclient) for http://, aiohttp for https://
     transport: str = "auto"
     workers: int | None = 1  # processes per level; None: chosen per level (see above)
+    slo: Slo | None = None  # latency bounds: each level's goodput counts the requests within them
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -182,7 +186,14 @@ class Tick:
 
 @dataclass(frozen=True)
 class LevelResult:
-    """Everything one level measured. Latencies are Summaries in ms (see metrics for formulas)."""
+    """Everything one level measured. Latencies are Summaries in ms (see metrics for formulas).
+
+    With latency bounds (``BenchConfig.slo``, kept as ``slo``), the goodput too: a completed
+    request is good when its own TTFT and mean inter-token latency are within the bounds
+    (``slo.Slo.is_good``, as ``vllm bench serve --goodput`` counts), and ``goodput_tok_s`` is
+    ``output_tok_s`` x the good requests' share of the completed requests' output tokens
+    (``metrics.goodput``): the output rate that served requests in time, DistServe's goodput.
+    Without bounds the three goodput figures are None and left out of ``to_json``."""
 
     concurrency: int
     rate: float | None
@@ -226,18 +237,24 @@ class LevelResult:
     # Each worker process's own CPU (cores) and event-loop lag p99 (ms), when there were several.
     worker_cpu_cores: list[float] = field(default_factory=list)
     worker_loop_lag_p99_ms: list[float] = field(default_factory=list)
+    slo: Slo | None = None  # the bounds the goodput figures count by
+    good_requests: int | None = None  # completed requests inside the window that met the bounds
+    goodput_tok_s: float | None = None  # output_tok_s x good requests' share of completed tokens
+    goodput_request_s: float | None = None  # good_requests / duration_s
     records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
     window: Window | None = field(default=None, repr=False, compare=False)  # keep_records only: perf_counter
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name in ("records", "window") or (
-                f.name in _OMITTED_WHEN_EMPTY and not getattr(self, f.name)
+            value = getattr(self, f.name)
+            if (
+                f.name in ("records", "window")
+                or (f.name in _OMITTED_WHEN_EMPTY and not value)
+                or (f.name in _OMITTED_WHEN_NONE and value is None)
             ):
                 continue
-            value = getattr(self, f.name)
-            out[f.name] = value.to_json() if isinstance(value, Summary) else value
+            out[f.name] = value.to_json() if isinstance(value, (Summary, Slo)) else value
         return out
 
     def to_bench_point(self):
@@ -271,6 +288,7 @@ class LevelResult:
 
 
 _OMITTED_WHEN_EMPTY = ("engine", "worker_cpu_cores", "worker_loop_lag_p99_ms")
+_OMITTED_WHEN_NONE = ("slo", "good_requests", "goodput_tok_s", "goodput_request_s")
 
 
 @dataclass(frozen=True)
@@ -631,6 +649,9 @@ class _Level:
         output_tokens = metrics.output_tokens_in(records, window, k)
         failure = level_failure(len(completed), reasons, output_tokens)
         spread = len(processes) > 1
+        output_tok_s = output_tokens / window.length if window.length else 0.0
+        slo = self.cfg.slo
+        good = metrics.goodput(completed, slo) if slo is not None else None
         return LevelResult(
             concurrency=self.concurrency,
             rate=self.cfg.rate,
@@ -640,7 +661,7 @@ class _Level:
             errors=errors,
             error_reasons=dict(reasons.most_common()),
             duration_s=window.length,
-            output_tok_s=output_tokens / window.length if window.length else 0.0,
+            output_tok_s=output_tok_s,
             request_s=metrics.request_s(records, window),
             output_tokens=output_tokens,
             ttft_ms=metrics.ttft(completed),
@@ -670,6 +691,12 @@ class _Level:
             workers=len(processes),
             worker_cpu_cores=[p.cpu_cores for p in processes] if spread else [],
             worker_loop_lag_p99_ms=[_lag_p99_ms(p.lags) for p in processes] if spread else [],
+            slo=slo,
+            good_requests=good.good_requests if good is not None else None,
+            goodput_tok_s=output_tok_s * good.token_share if good is not None else None,
+            goodput_request_s=(
+                (good.good_requests / window.length if window.length else 0.0) if good is not None else None
+            ),
         )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from cockpit.bench.transport import RequestRecord
+from cockpit.slo import Slo
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,37 @@ def itl(records: Iterable[RequestRecord], window: Window, fallback: float = 1.0)
                     values.append((times[i] - times[i - 1]) / per_chunk[i])
                     weights.append(per_chunk[i])
     return summarize(values, weights)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """The completed requests that met a Slo (``slo.Slo.is_good``) and their share of the tokens."""
+
+    good_requests: int
+    good_tokens: int
+    tokens: int  # output tokens of every completed request
+
+    @property
+    def token_share(self) -> float:
+        """Good requests' output tokens / all completed requests' (0 when none completed)."""
+        return self.good_tokens / self.tokens if self.tokens else 0.0
+
+
+def goodput(completed: Iterable[RequestRecord], slo: Slo) -> Goodput:
+    """Which of the window's completed requests were good, by request and by output token.
+
+    goodput tok/s = output tok/s x ``token_share``: the window's token rate, scaled by the good
+    requests' share of the completed requests' tokens (each request's tokens by
+    ``RequestRecord.output_tokens``: usage when sent, else chunks). The rate counts tokens as
+    they arrive in the window, so a request is not credited for tokens it got before it; the
+    share says how much of that flow went to requests that met their bounds."""
+    good = good_tokens = tokens = 0
+    for record in completed:
+        tokens += record.output_tokens
+        if slo.is_good(record):
+            good += 1
+            good_tokens += record.output_tokens
+    return Goodput(good, good_tokens, tokens)
 
 
 def errors_in(records: Iterable[RequestRecord], window: Window) -> Counter[str]:

@@ -16,7 +16,9 @@ from cockpit.planner import Setup
 from cockpit.reports.comparison import Comparison
 from cockpit.reports.numbers import format_ms, format_tok_s
 from cockpit.reports.results import format_comparison
+from cockpit.reports.tune import tune_markdown
 from cockpit.secrets import redact_text
+from cockpit.tune.events import TuneResult
 
 
 @dataclass(frozen=True)
@@ -123,21 +125,27 @@ def _short_name(model: str) -> str:
     return parts[-1] if parts else model
 
 
-def markdown_report(comp: Comparison, context: ReportContext, predicted: bool = False) -> str:
+def markdown_report(
+    comp: Comparison, context: ReportContext, predicted: bool = False, tune: TuneResult | None = None
+) -> str:
     """A titled markdown document: what was measured, tok/s per layout and concurrency, then
     TTFT and ITL per level, ready to paste into an issue or a chat. It is pasted where anyone
     reads it, so a URL's password (a model at s3://u:p@...) or a secret in a diagnosis is blanked.
-    `predicted` puts the tok/s predicted at launch beside each measured one."""
+    `predicted` puts the tok/s predicted at launch beside each measured one; `tune`, the profile's
+    newest tune (`cockpit.reports.tune.newest_tune`), adds its section: winner, command, what was tried."""
     lines = [report_title(context), "", *context_lines(context), ""]
     if not comp.rows:
-        return redact_text("\n".join([*lines, "No benchmark results yet."]))
-    lines += [
-        "### Output tok/s",
-        "",
-        format_comparison(comp, "markdown", predicted),
-    ]  # the table `cockpit results --format markdown` prints
-    if any(row.cells for row in comp.rows):
-        lines += ["", "### Latency (ms)", "", latency_table(comp)]
+        lines.append("No benchmark results yet.")
+    else:
+        lines += [
+            "### Output tok/s",
+            "",
+            format_comparison(comp, "markdown", predicted),
+        ]  # the table `cockpit results --format markdown` prints
+        if any(row.cells for row in comp.rows):
+            lines += ["", "### Latency (ms)", "", latency_table(comp)]
+    if tune is not None:
+        lines += ["", tune_markdown(tune)]
     return redact_text("\n".join(lines))
 
 

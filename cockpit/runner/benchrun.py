@@ -49,6 +49,8 @@ def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, exp
         duration=duration,
         experiment=experiment,
         timeout=bench.timeout_s,
+        slo=bench.slo,
+        rate=bench.rate,
     )
 
 

@@ -6,9 +6,10 @@ Data flow:
     Control threads --LogBuffer--> flush timer (10 Hz) --> Log.write_lines (batches)
                     --post_message(RunnerEventPosted)--> ServerView / BenchView --> header, banner, bench pane
                     --post_message(JobEventPosted)--> status line (sweep steps, notices, job failures)
+                    --post_message(TuneEventPosted)--> TuneBoard --> tune view (candidates, bound, chart, winner)
     Session.on_learned (a launch's or bench's refit, on its job thread) --post_message(JobEventPosted(Relearned))-->
                     picker and results read again, learning problems on the status line once each
-    prompt text --commands.parse_command--> cmd_* --> Control (launch, bench, stop, sweep)
+    prompt text --commands.parse_command--> cmd_* --> Control (launch, bench, stop, sweep, tune)
 Nothing here blocks the loop: the Launcher's generators run on Control's threads; short
 one-off jobs (opening a profile, looking for servers left running) are Textual thread workers.
 """
@@ -40,6 +41,7 @@ from cockpit.commands import (
     Stop,
     Sweep,
     Try,
+    Tune,
     Use,
     parse_command,
 )
@@ -47,6 +49,7 @@ from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.planner import FAILS, Verdict
 from cockpit.profile import find_profile
+from cockpit.reports.tune import level_text, newest_tune
 from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
@@ -80,6 +83,7 @@ from cockpit.tui.messages import (
     LaunchRequested,
     RunnerEventPosted,
     SessionOpened,
+    TuneEventPosted,
 )
 from cockpit.tui.screens.choice import quit_screen, servers_screen
 from cockpit.tui.screens.confirm import ConfirmScreen
@@ -90,8 +94,13 @@ from cockpit.tui.session import Session, hostname
 from cockpit.tui.state import READY, BenchView, EngineView, ServerView
 from cockpit.tui.widgets.layout_picker import describe
 from cockpit.tui.widgets.prompt_bar import complete
+from cockpit.tui.widgets.tune_view import TuneBoard
+from cockpit.tune.events import TuneEvent, TuneResult, TuneStep
+from cockpit.tune.spec import TuneSpec
 
 log = logging.getLogger(__name__)
+
+ENDING_TUNE = "; the running tune ends first, after its current level"
 
 SCREEN_ACTIONS = {"help", "focus_prompt", "view", "results", "stop", "quit", "leave_prompt"}
 LOG_FLUSH_S = 0.1
@@ -104,6 +113,7 @@ KEYS = (  # the screen's keys; the help lists the shown ones
     Binding("l", "view('layouts')", "Layouts", id="layouts"),
     Binding("o", "view('log')", "Log", id="log"),
     Binding("b", "view('bench')", "Bench", id="bench"),
+    Binding("t", "view('tune')", "Tune", id="tune"),
     Binding("r", "results", "Results", id="results"),
     Binding("s", "stop", "Stop", id="stop"),
     Binding("q", "quit", "Quit", id="quit"),
@@ -148,8 +158,13 @@ class CockpitApp(App[None]):
         self._engine_busy = False  # a scrape is in flight: the next poll waits for it
         self.log_buffer = LogBuffer()
         self.control = Control(
-            self.session, self.log_buffer, on_event=self._post_runner_event, on_job=self._post_job_event
+            self.session,
+            self.log_buffer,
+            on_event=self._post_runner_event,
+            on_job=self._post_job_event,
+            on_tune=self._post_tune_event,
         )
+        self.tune_board = TuneBoard()
         self.main = MainScreen(self.history, self._candidates, cursor_blink=cursor_blink)
         self._unsubscribe: Callable[[], None] | None = None
         self._quitting = False
@@ -200,7 +215,7 @@ class CockpitApp(App[None]):
 
     def _terminated(self) -> None:
         self._exit_code = 143
-        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+        if not self._busy:
             self.exit(return_code=143)
             return
         self._quitting = True
@@ -232,6 +247,8 @@ class CockpitApp(App[None]):
         self.refresh_header()
         self.refresh_results()
         main.bench.show_live(self.bench_view)
+        self.tune_board = TuneBoard.of_result(newest_tune(session.journal, session.profile.name))
+        main.tune.show(self.tune_board)
         main.log_pane.hide_banner()
         main.prompt.placeholder = session.prompt_hint()
         session.on_learned = self._post_learned
@@ -256,6 +273,9 @@ class CockpitApp(App[None]):
 
     def _post_job_event(self, event: JobEvent) -> None:
         self.post_message(JobEventPosted(event))
+
+    def _post_tune_event(self, event: TuneEvent) -> None:
+        self.post_message(TuneEventPosted(event))
 
     def _post_learned(self) -> None:
         self.post_message(JobEventPosted(Relearned()))
@@ -410,24 +430,54 @@ class CockpitApp(App[None]):
                 self.flush_log()
                 main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
                 self.refresh_results()  # what it logged is measured now, beside the prediction
-                if not self.control.sweeping:
+                if not self._batch:
                     main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
             case Failed():
                 self.flush_log()
                 main.log_pane.show_failure(self.server.layout, event.diagnosis)
-                if not self.control.sweeping:
+                if not self._batch:
                     main.say(f"{self.server.layout} failed: see the banner above the log", error=True)
-                main.show_view("log")
+                if not self.control.tuning:  # the tune view stays in front: its row says it failed
+                    main.show_view("log")
                 self.refresh_results()
                 self.refresh_gpus()
             case Stopped():
                 self.flush_log()
                 main.log_pane.show_stopped(self.server.layout, event.reason)
-                if not self.control.sweeping:
+                if not self._batch:
                     main.say(f"■ {self.server.layout} stopped: {event.reason}")
                 self.refresh_gpus()
-            case Phase(name="loading", progress=None):
+            case Phase(name="loading", progress=None) if not self.control.tuning:
                 main.show_view("log")
+
+    @property
+    def _batch(self) -> bool:
+        """A sweep or a tune runs the servers: their status lines speak for each step."""
+        return self.control.sweeping or self.control.tuning
+
+    def on_tune_event_posted(self, message: TuneEventPosted) -> None:
+        """A tune's progress: the tune view, and its steps and end on the status line."""
+        event = message.event
+        self.tune_board.apply(event)
+        self.main.tune.show(self.tune_board)
+        match event:
+            case TuneStep():
+                self.main.say(f"tune: {event}")
+            case TuneResult() if event.interrupted:
+                self.main.say(str(event))
+                self.refresh_results()
+            case TuneResult():
+                self.main.say(self._tune_end_words(event))
+                self.refresh_results()
+
+    def _tune_end_words(self, result: TuneResult) -> str:
+        if result.winner is None:
+            return f"tune done, no winner: {result.reason}"
+        rates = bool(self.tune_board.spec and self.tune_board.spec.rates)
+        return (
+            f"✓ tune done: {result.winner} wins at {level_text(result.winner_level, rates)}; "
+            f"{result.launches} launch(es), {result.saved} saved · its command is in the tune view (t) · `export md` writes it"
+        )
 
     def _bench_event(self, event: BenchTick | BenchLevel | BenchDone) -> None:
         view = self.bench_view
@@ -498,6 +548,8 @@ class CockpitApp(App[None]):
                 self.cmd_plan(command)
             case Sweep() as command:
                 self.cmd_sweep(command)
+            case Tune() as command:
+                self.cmd_tune(command)
             case Results() as command:
                 self.cmd_results(command)
             case Export() as command:
@@ -558,6 +610,7 @@ class CockpitApp(App[None]):
             f"launching {layout}"
             + (" (forced)" if force else "")
             + ("; stopping the running server first" if self.control.has_server else "")
+            + (ENDING_TUNE if self.control.tuning else "")
         )
         self.control.launch(layout, force=force)
         self.main.show_view("log")
@@ -567,6 +620,8 @@ class CockpitApp(App[None]):
             raise CockpitError("a benchmark is running: wait for it, or `stop`")
         if self.control.sweeping:
             raise CockpitError("a sweep is running: it benches each layout itself")
+        if self.control.tuning:
+            raise CockpitError("a tune is running: it benches each candidate itself")
         if self.server.state != READY or self.session.launcher.handle is None:
             raise CockpitError("no server is ready: `try <layout>` first, then `bench`")
         levels = self._bench_levels = command.concurrency or self.session.levels
@@ -578,10 +633,21 @@ class CockpitApp(App[None]):
             f"bench {self.server.layout}: C={','.join(map(str, levels))} in a child `cockpit bench --jsonl`"
         )
 
+    @property
+    def _busy(self) -> bool:
+        """A server of ours runs or loads, or a job (bench, sweep, tune) is at work."""
+        control = self.control
+        return control.has_server or control.sweeping or control.benching or control.tuning
+
     def cmd_stop(self, command: Stop | None = None) -> None:
-        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+        if not self._busy:
             raise CockpitError("no server is running")
-        self.main.say(f"stopping {self.server.layout or 'the server'} …")
+        if self.control.tuning:
+            self.main.say(
+                "ending the tune after its current level, then its server stops (`tune --resume` continues it) …"
+            )
+        else:
+            self.main.say(f"stopping {self.server.layout or 'the server'} …")
         self.control.stop()
 
     def cmd_plan(self, command: Plan) -> None:
@@ -606,8 +672,34 @@ class CockpitApp(App[None]):
         names = ", ".join(map(str, command.layouts))
         self.main.say(
             f"sweep {names}: each is launched, benched at C={','.join(map(str, self._bench_levels))}, stopped"
+            + (ENDING_TUNE if self.control.tuning else "")
         )
         self.main.show_view("log")
+
+    def cmd_tune(self, command: Tune) -> None:
+        """Tune (or `tune --resume`): what runs ends first; the tune view comes to the front."""
+        if self.control.sweeping or self.control.benching:
+            raise CockpitError("a sweep or benchmark is running: `stop` ends it first")
+        spec = command.spec
+        if spec is None:
+            record = self.session.journal.open_tune(self.session.profile.name)
+            if record is None:
+                raise CockpitError(
+                    f"no unfinished tune of profile {self.session.profile.name}: start one with `tune ...`"
+                )
+            spec = TuneSpec.from_json(record.spec)
+        self._bench_levels = () if spec.rates else spec.concurrency
+        replacing = (
+            ENDING_TUNE
+            if self.control.tuning
+            else "; stopping the running server first"
+            if self.control.has_server
+            else ""
+        )
+        self.control.tune(command.spec)
+        what = "resuming the last tune" if command.spec is None else spec.describe()
+        self.main.say(f"{what}: `stop` ends it after the current level{replacing}")
+        self.main.show_view("tune")
 
     def cmd_results(self, command: Results | None = None) -> None:
         self.refresh_results()
@@ -621,7 +713,7 @@ class CockpitApp(App[None]):
         self.main.say(f"✓ wrote {path.resolve()}")
 
     def cmd_use(self, command: Use) -> None:
-        if self.control.has_server or self.control.sweeping:
+        if self.control.has_server or self.control.sweeping or self.control.tuning:
             raise CockpitError(
                 f"a server of profile {self.session.profile.name} is running: `stop` it before `use`"
             )
@@ -752,7 +844,7 @@ class CockpitApp(App[None]):
         self.push_screen(HelpScreen(keys))
 
     def action_stop(self) -> None:
-        if not (self.control.has_server or self.control.sweeping or self.control.benching):
+        if not self._busy:
             self.main.say("no server is running", error=True)
             return
         what = self._server_words()
@@ -775,7 +867,7 @@ class CockpitApp(App[None]):
         self._ask_quit()
 
     def _ask_quit(self) -> None:
-        if not (self.control.has_server or self.control.sweeping):
+        if not (self.control.has_server or self.control.sweeping or self.control.tuning):
             self.exit()
             return
 

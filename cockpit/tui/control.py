@@ -7,9 +7,13 @@ for minutes, and a thread following it must not hold the process open (Textual's
 workers run in the loop's executor, which is joined at exit).
 
 Log lines go to a `LogBuffer` that the screen drains on a timer (never one message per line);
-every other event of the experiment goes to `on_event`, and what a job says about itself (a
-sweep's step, a stop that finished, a crash) to `on_job`; the app turns each into a message of
-its own (thread-safe, non-blocking). No Textual here.
+every other event of the experiment goes to `on_event`, a tune's progress to `on_tune`, and what
+a job says about itself (a sweep's step, a stop that finished, a crash) to `on_job`; the app turns
+each into a message of its own (thread-safe, non-blocking). No Textual here.
+
+A tune is ended only between its levels (``Tuner.should_stop``): a level cut short, or a load
+stopped half way, would be journaled as the candidate's goodput or as a failed launch. A stop, a
+new launch, sweep or tune, and quitting wait for its current level (or load) to end.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from typing import TYPE_CHECKING
 import psutil
 
 from cockpit.commands import Bench
+from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Phase, Ready, Stopped
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
+from cockpit.tune.events import TuneEvent, TuneLevel, TuneStarted
+from cockpit.tune.spec import TuneSpec
+from cockpit.tuner import Tuner
 
 if TYPE_CHECKING:
     from cockpit.tui.session import Session
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
 PHASE_MARK = "» "  # a log line that moved the engine to a new phase (a mark, not only a colour)
 JOIN_TIMEOUT_S = 20.0
 SETTLE_S = 5.0
+TUNE_END_WAIT_S = 300.0  # a tune's current level (or load) may take this long to end before a stop goes ahead
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,14 @@ class Relearned:
 JobEvent = JobFailed | SweepStep | SweepDone | StopFinished | Notice | Relearned
 
 
+@dataclass
+class TuneJob:
+    """A tune's thread and the flag that ends it after its current level."""
+
+    thread: threading.Thread
+    end: threading.Event
+
+
 class LogBuffer:
     """Lines from the job threads, waiting for the screen's next flush. Thread-safe."""
 
@@ -125,17 +142,20 @@ class Control:
         *,
         on_event: Callable[[Event], None],
         on_job: Callable[[JobEvent], None],
+        on_tune: Callable[[TuneEvent], None],
     ) -> None:
-        """`on_event` and `on_job` are called on the job threads: they must not block."""
+        """`on_event`, `on_job` and `on_tune` are called on the job threads: they must not block."""
         self.session = session
         self.log = log
         self.on_event = on_event
         self.on_job = on_job
+        self.on_tune = on_tune
         self._lock = threading.Lock()
         self._server_thread: threading.Thread | None = None  # follows the current launch
         self._bench_thread: threading.Thread | None = None
         self._stop_thread: threading.Thread | None = None
         self._sweep_thread: threading.Thread | None = None
+        self._tune: TuneJob | None = None
         self._closed = threading.Event()
 
     # -- state ------------------------------------------------------------------------------
@@ -159,6 +179,10 @@ class Control:
     @property
     def sweeping(self) -> bool:
         return self._alive(self._sweep_thread)
+
+    @property
+    def tuning(self) -> bool:
+        return self._tune is not None and self._alive(self._tune.thread)
 
     @property
     def stopping(self) -> bool:
@@ -190,6 +214,7 @@ class Control:
             since = self.launcher.cancels  # a stop asked for after this launch cancels it
 
             def job() -> None:
+                self._end_tune()
                 self._stop_current("replaced by a new launch", previous)
                 self._run(layout, force, since)
 
@@ -216,11 +241,13 @@ class Control:
             self._bench_thread = self._spawn("bench", job)
 
     def stop(self, reason: str = "stopped by the user") -> None:
-        """Stop the bench (if any) and the server; ends a sweep after its current step."""
+        """Stop the bench (if any) and the server; ends a sweep after its current step, a tune
+        after its current level (it stops its own server)."""
         self.launcher.cancel_launches()
 
         def job() -> None:
             try:
+                self._end_tune()
                 self._stop_current(reason)
             finally:
                 self.on_job(StopFinished())
@@ -249,6 +276,7 @@ class Control:
             return launcher.cancels != since
 
         def job() -> None:
+            self._end_tune()
             self._stop_current("replaced by a sweep")
             done = 0
             for index, layout in enumerate(layouts, 1):
@@ -266,6 +294,48 @@ class Control:
         with self._lock:
             self._sweep_thread = self._spawn("sweep", job)
 
+    def tune(self, spec: TuneSpec | None) -> None:
+        """End what runs (a tune after its current level), then tune: launch the most promising
+        candidates in turn, bench, stop, learn (cockpit.tuner). ``spec`` None resumes the profile's
+        unfinished tune. Ends as interrupted (resumable) after `stop`, a replacing job, or quit."""
+        launcher, since = self.launcher, self.launcher.cancels
+        end = threading.Event()
+        restored: list[TuneLevel] = []  # a resumed tune's levels measured before, for the chart
+
+        def should_stop() -> bool:
+            return end.is_set() or self._closed.is_set() or launcher.cancels != since
+
+        def on_event(event: TuneEvent | Event) -> None:
+            if not isinstance(event, TuneEvent):
+                self._hand_on(event)
+                return
+            self.on_tune(event)
+            if isinstance(event, TuneStarted):
+                for level in restored:
+                    self.on_tune(level)
+
+        with self._lock:
+            previous = self._tune
+
+            def job() -> None:
+                if previous is not None:
+                    self._end_tune(previous)
+                self._stop_current("replaced by a tune")
+                if should_stop():
+                    return
+                try:
+                    if spec is None:
+                        tuner = Tuner.resume(self.session, on_event, should_stop=should_stop)
+                        per_gpu = tuner.spec.per_gpu
+                        restored.extend(TuneLevel(tuner.tune, p, per_gpu) for p in tuner.points)
+                    else:
+                        tuner = Tuner.start(self.session, spec, on_event, should_stop=should_stop)
+                    tuner.run()
+                except CockpitError as exc:
+                    self.on_job(Notice(f"tune: {exc}", error=True))
+
+            self._tune = TuneJob(self._spawn("tune", job), end)
+
     def close(self) -> None:
         """The screen is going away: end our bench child; a server keeps running (detached)."""
         self._closed.set()
@@ -274,7 +344,8 @@ class Control:
 
     def wait(self, timeout: float = JOIN_TIMEOUT_S) -> None:
         """Wait for the jobs that are running (tests, and quitting with "stop it")."""
-        for thread in (self._stop_thread, self._sweep_thread, self._bench_thread, self._server_thread):
+        tune = self._tune.thread if self._tune is not None else None
+        for thread in (self._stop_thread, tune, self._sweep_thread, self._bench_thread, self._server_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
 
@@ -288,15 +359,27 @@ class Control:
         last: Event | None = None
         for event in events:
             last = event
-            if isinstance(event, LogLine):
-                self.log.append(event.text)
-                continue
-            if isinstance(event, Phase):
-                self.log.mark_last()
-            self.on_event(event)
+            self._hand_on(event)
             if self._closed.is_set() and isinstance(event, (Ready, Failed, BenchDone)):
                 break
         return last
+
+    def _hand_on(self, event: Event) -> None:
+        """A log line to the buffer (a phase marks the line that started it), the rest to `on_event`."""
+        if isinstance(event, LogLine):
+            self.log.append(event.text)
+            return
+        if isinstance(event, Phase):
+            self.log.mark_last()
+        self.on_event(event)
+
+    def _end_tune(self, tune: TuneJob | None = None) -> None:
+        """End a running tune after its current level and wait for it (it stops its own server)."""
+        tune = tune if tune is not None else self._tune
+        if tune is None or tune.thread is threading.current_thread():
+            return
+        tune.end.set()
+        tune.thread.join(TUNE_END_WAIT_S)
 
     def _stop_current(self, reason: str, follower: threading.Thread | None = None) -> None:
         """Stop the bench and the server, wait for the threads that follow them, journal `stopped`."""

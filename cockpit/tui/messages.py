@@ -3,7 +3,7 @@
 `post_message` is thread-safe and never blocks the sender; a GPU poll whose message has not
 been handled yet is replaced by the next one (only the newest samples matter). The experiment's
 own events (`RunnerEventPosted`) and the jobs' reports about themselves (`JobEventPosted`) are
-two messages, so each has a handler of its own.
+two messages, so each has a handler of its own; a tune's progress (`TuneEventPosted`) is a third.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from cockpit.telemetry.base import GpuSample
     from cockpit.tui.control import JobEvent
     from cockpit.tui.session import Session
+    from cockpit.tune.events import TuneEvent
 
 
 @dataclass
@@ -45,6 +46,14 @@ class JobEventPosted(Message):
     """A job's report about itself: a sweep's step or end, a stop that finished, a notice, a crash."""
 
     event: JobEvent
+
+
+@dataclass
+class TuneEventPosted(Message):
+    """A tune's progress, from its job thread: started, ranked, a candidate launched, a level's
+    goodput, a candidate measured, the result (its launches' own events come as RunnerEventPosted)."""
+
+    event: TuneEvent
 
 
 @dataclass

@@ -264,14 +264,16 @@ class Session(Lab):
         self, fmt: str, folder: Path | None = None, now: float | None = None, predicted: bool = False
     ) -> Path:
         """Write the results in `folder` (the cwd, else the data folder): md as a titled report with
-        the context a reader needs (cockpit.reports.export.markdown_report), csv as one record per level.
-        `predicted` adds the tok/s predicted at launch beside each measured one."""
+        the context a reader needs and the profile's newest tune (cockpit.reports.export.markdown_report),
+        csv as one record per level. `predicted` adds the tok/s predicted at launch beside each measured one."""
         from cockpit.reports.export import context_from_setup, markdown_report
+        from cockpit.reports.tune import newest_tune
 
         comp = self.comparison()
         if fmt == "md":
             context = context_from_setup(self.setup, self.profile.name, comp, now=now)
-            text = markdown_report(comp, context, predicted) + "\n"
+            tune = newest_tune(self.journal, self.profile.name)
+            text = markdown_report(comp, context, predicted, tune=tune) + "\n"
         else:
             text = format_comparison(comp, fmt, predicted) + "\n"
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))

@@ -32,6 +32,12 @@ def help_table(bindings: list[tuple[str, str]]) -> Table:
         "Marks", "✓ fits  ~ tight  ✗ fails · ▶ GPU of the running layout  · idle  ★ best of a column"
     )
     table.add_row("", "» a log line that starts a phase · ○ no server ◐ loading ● ready ■ stopped")
+    table.add_row(
+        "Tune (t)",
+        "▶ the candidate running · ★ the best measured · ✗ failed to start · the tune stops when the best"
+        " measured ≥ the highest bound left (a prediction plus the model's observed error) · the chart:"
+        " goal against p99 latency, * the Pareto front",
+    )
     return table
 
 

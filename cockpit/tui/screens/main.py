@@ -1,9 +1,9 @@
-"""The one screen: header, GPU panes, the engine line, layout picker, launch log, benchmark pane,
-prompt bar, footer.
+"""The one screen: header, GPU panes, the engine line, layout picker, tune view, launch log,
+benchmark pane, prompt bar, footer.
 
-Wide terminals show the picker, the log and the bench pane side by side; a compact one
-(80x24) shows one of them at a time (l, o, b switch) and the GPU panes shrink to one line. The
-engine line shows only while a ready server answers with its metrics.
+Wide terminals show the picker (or the tune view in its place), the log and the bench pane side by
+side; a compact one (80x24) shows one of them at a time (l, t, o, b switch) and the GPU panes shrink
+to one line. The engine line shows only while a ready server answers with its metrics.
 """
 
 from __future__ import annotations
@@ -24,8 +24,15 @@ from cockpit.tui.widgets.header import StatusHeader
 from cockpit.tui.widgets.launch_log import LaunchLog
 from cockpit.tui.widgets.layout_picker import LayoutPicker
 from cockpit.tui.widgets.prompt_bar import Candidates, PromptBar, StatusLine
+from cockpit.tui.widgets.tune_view import TuneView
 
-VIEWS = {"layouts": "layouts (l)", "log": "launch log (o)", "bench": "benchmark (b) · results (r)"}
+VIEWS = {
+    "layouts": "layouts (l)",
+    "tune": "tune (t)",
+    "log": "launch log (o)",
+    "bench": "benchmark (b) · results (r)",
+}
+LEFT = ("layouts", "tune")  # wide: the one shown last of these holds the left column
 WIDE_MIN_WIDTH, WIDE_MIN_HEIGHT = 100, 32
 GPU_COLUMNS_WIDE = 4
 GPU_COLUMNS_COMPACT = 2
@@ -33,6 +40,7 @@ GPU_COLUMNS_COMPACT = 2
 
 class MainScreen(Screen):
     view = reactive("layouts")  # the view shown in a compact screen (and focused in a wide one)
+    left = reactive("layouts")  # the view in a wide screen's left column: the picker or the tune view
 
     def __init__(self, history: PromptHistory, candidates: Candidates, cursor_blink: bool = True) -> None:
         super().__init__()
@@ -47,6 +55,7 @@ class MainScreen(Screen):
         yield EngineLine(id="engine")
         with Container(id="main"):
             yield LayoutPicker(id="view-layouts", classes="view")
+            yield TuneView(id="view-tune", classes="view")
             yield LaunchLog(id="view-log", classes="view")
             yield BenchPane(id="view-bench", classes="view")
         prompt = PromptBar(self._history, self._candidates, self.say, id="prompt")
@@ -77,6 +86,10 @@ class MainScreen(Screen):
     @property
     def picker(self) -> LayoutPicker:
         return self.query_one(LayoutPicker)
+
+    @property
+    def tune(self) -> TuneView:
+        return self.query_one(TuneView)
 
     @property
     def log_pane(self) -> LaunchLog:
@@ -116,6 +129,7 @@ class MainScreen(Screen):
             return
         compact = width < WIDE_MIN_WIDTH or height < WIDE_MIN_HEIGHT
         self.set_class(compact, "-compact")
+        self.query_one(Footer).compact = compact  # every pane key in 80 columns
         columns = GPU_COLUMNS_COMPACT if compact else GPU_COLUMNS_WIDE
         count = max(1, self.gpu_count)
         columns = min(columns, count)
@@ -126,8 +140,11 @@ class MainScreen(Screen):
     # -- views ------------------------------------------------------------------------------
 
     def watch_view(self, view: str) -> None:
+        if view in LEFT:
+            self.left = view
         for name in VIEWS:
             self.query_one(f"#view-{name}").set_class(name == view, "-active")
+            self.query_one(f"#view-{name}").set_class(name in LEFT and name != self.left, "-left-hidden")
         # Wide: the log and the bench pane share the right column; the one in use gets more of it.
         self.query_one("#main").styles.grid_rows = (
             "1fr 2fr" if view == "bench" else "2fr 1fr" if view == "log" else "1fr 1fr"
@@ -141,6 +158,7 @@ class MainScreen(Screen):
     def focus_view(self) -> None:
         target: Widget = {
             "layouts": lambda: self.picker.table,
+            "tune": lambda: self.tune.table,
             "log": lambda: self.log_pane.log_view,
             "bench": lambda: self.bench.results_table,
         }[self.view]()

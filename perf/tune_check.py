@@ -1,0 +1,147 @@
+"""Does `tune` find the best candidate, and how many launches does it save? Run by hand.
+
+On the simulated box (optionally with a hidden truth, COCKPIT_SIM_TRUTH), for one profile and one
+set of tune words, it runs:
+
+1. `cockpit tune` itself (a real `cockpit tune --sim` process), and reads its journaled result;
+2. an exhaustive measurement: every fitting candidate launched and measured at every level of the
+   spec, with the same goodput definition and the same bench;
+
+then prints, per candidate, the truth's goodput (exhaustive), what the tune measured or why it did
+not try it, the winner against the exhaustive best, and the launches saved.
+
+    python perf/tune_check.py --profile minimax-m2.5 --truth 'calibration: {eta_bw: 0.4, t_layer_us: 10}' \\
+        -- 'itl<50ms' in=32 out=8 c=4,16,64
+
+Everything runs in a scratch folder (journal, calibration, simulated box), never the user's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="minimax-m2.5")
+    parser.add_argument("--truth", default="", help="the box's truth, as YAML (docs/simulator.md)")
+    parser.add_argument("--time-scale", default="50", help="COCKPIT_SIM_TIME_SCALE (loading only)")
+    parser.add_argument("--skip-exhaustive", action="store_true")
+    parser.add_argument("words", nargs="*", help="the tune words")
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="tune-check-"))
+    env = {
+        **os.environ,
+        "COCKPIT_SIM_TIME_SCALE": args.time_scale,
+        "COCKPIT_JOURNAL": str(scratch / "tune.sqlite"),
+        "COCKPIT_STATE_DIR": str(scratch / "state"),
+        "COCKPIT_SIM_STATE": str(scratch / "simbox"),
+        "XDG_DATA_HOME": str(scratch / "data"),
+        "XDG_CONFIG_HOME": str(scratch / "config"),
+    }
+    if args.truth:
+        truth = scratch / "truth.yaml"
+        truth.write_text(yaml.safe_dump(yaml.safe_load(args.truth)))
+        env["COCKPIT_SIM_TRUTH"] = str(truth)
+    os.environ.update(env)
+    args.profile = private_profile(args.profile, scratch)  # its own port: never another server's
+
+    started = time.monotonic()
+    tune = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "tune", "--sim", "--profile", args.profile, *args.words],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    tune_s = time.monotonic() - started
+    print(tune.stdout[-3000:], tune.stderr[-2000:], sep="\n")
+
+    from cockpit.journal import Journal
+
+    with Journal() as journal:
+        record = journal.tunes()[0]
+    result = record.result or {}
+    rows = {row["name"]: row for row in result.get("rows", [])}
+    print(f"tune: {result.get('launches')} launches of {result.get('fitting')} fitting, {tune_s:.0f} s wall")
+    if args.skip_exhaustive:
+        return 0
+
+    started = time.monotonic()
+    exhaustive = measure_all(args.profile, " ".join(args.words))
+    all_s = time.monotonic() - started
+    best = max(exhaustive, key=exhaustive.__getitem__)
+    print(
+        f"\nexhaustive: {len(exhaustive)} launches, {all_s:.0f} s wall; best {best} {exhaustive[best]:,.1f}"
+    )
+    print(f"{'candidate':<40} {'exhaustive':>11} {'tune measured':>14}  tune")
+    for name, goal in sorted(exhaustive.items(), key=lambda kv: -kv[1]):
+        row = rows.get(name, {})
+        measured = row.get("measured")
+        shown = f"{measured:,.1f}" if measured is not None else "-"
+        print(f"{name:<40} {goal:>11,.1f} {shown:>14}  {row.get('state', '?')}: {row.get('note', '')}")
+    winner = result.get("winner")
+    if winner:
+        ratio = exhaustive.get(winner, 0.0) / exhaustive[best] if exhaustive[best] else 0.0
+        print(
+            f"\nwinner {winner}: {ratio:.1%} of the exhaustive best ({best}); "
+            f"launches {result['launches']} of {len(exhaustive)} (saved {len(exhaustive) - result['launches']})"
+        )
+    return 0
+
+
+def private_profile(name: str, scratch: Path) -> str:
+    """The profile copied into the scratch folder with a free port."""
+    import socket
+
+    from cockpit.profile import find_profile
+
+    data = yaml.safe_load(find_profile(name).read_text())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data.setdefault("server", {})["port"] = port
+    path = scratch / f"{Path(name).stem}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def measure_all(profile: str, words: str) -> dict[str, float]:
+    """Every fitting candidate at every level of the spec: its best goodput."""
+    from dataclasses import replace
+
+    from cockpit.lab import Lab
+    from cockpit.tune.candidates import plan_candidates
+    from cockpit.tune.spec import parse_tune
+    from cockpit.tuner import Tuner, resolved
+
+    out: dict[str, float] = {}
+    with Lab.open(profile, sim=True, interval=0.5) as lab:
+        spec = resolved(parse_tune(words), lab)
+        usable = len(lab.profile.gpu_ids) if lab.profile.gpu_ids else lab.setup.hardware.count
+        # Planned once, with the planner's defaults: the set of candidates does not depend on learning.
+        candidates, _ = plan_candidates(replace(lab.setup, learned=type(lab.setup.learned)()), spec, usable)
+        measurer = Tuner(lab, spec, lambda event: None)
+        for candidate in candidates:
+            events = list(lab.launcher.run(candidate.layout))
+            if type(events[-1]).__name__ != "Ready":
+                out[candidate.name] = 0.0
+                continue
+            try:
+                out[candidate.name] = max(measurer.measure_level(candidate, level) for level in spec.levels)
+            finally:
+                lab.launcher.stop("exhaustive: next")
+            print(f"  {candidate.name}: {out[candidate.name]:,.1f}", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
