@@ -86,7 +86,8 @@ class Slo:
     def to_arg(self) -> str:
         """As ``parse_slo`` reads it (``cockpit bench --goodput``): ``ttft=2000,itl=50``, or
         ``none`` for no bound (every completed request is good)."""
-        return ",".join(f"{key}={_number(value)}" for key, value in self._bounds()) or NONE
+        # 15 digits: the child reads back what was typed (`:g` would cut 1234.5678 to 1234.57)
+        return ",".join(f"{key}={value:.15g}" for key, value in self._bounds()) or NONE
 
     def to_json(self) -> dict[str, float]:
         return {f"{key}_ms": value for key, value in self._bounds()}
@@ -134,4 +135,4 @@ def parse_slo(text: str, where: str = "--goodput") -> Slo:
 
 
 def _number(value: float) -> str:
-    return f"{value:.15g}"  # exact for what a person types; `:g` would cut 1234.5678 to 1234.57
+    return f"{value:g}"

@@ -32,6 +32,7 @@ from cockpit.tune.events import (
     TuneEvent,
     TuneLevel,
     TuneMeasured,
+    TuneNotice,
     TuneRanked,
     TuneResult,
     TuneStarted,
@@ -55,6 +56,10 @@ MEASURED, FAILED, RUNNING = "measured", "failed", "running"
 # never shapes the arrivals; a level measures this many seconds of them.
 MAX_IN_FLIGHT = 4096
 RATE_WINDOW_S = 30.0
+# The simulated engine dropping more than this share of a level's time measured its CPU, not its
+# model: measured again, at most this many times.
+SIM_DROPPED_SHARE = 0.02
+SIM_RETRIES = 2
 # Refusals before anything launched: the box is busy, not the candidate wrong.
 BOX_BUSY = ("port-in-use", "gpus-busy")
 # Journaled failures that say nothing about the layout on this box.
@@ -236,7 +241,35 @@ class Tuner:
         return ""
 
     def measure_level(self, candidate: Candidate, level: float) -> float:
-        """One level on the running server: its goodput, in the goal's units (0 when it failed)."""
+        """One level on the running server: its goodput, in the goal's units (0 when it failed).
+
+        On the simulated box, a level during which the engine could not keep its clock (its CPU
+        was short: ``sim_dropped_s`` in the level's engine figures) measured the machine, not the
+        model: it is measured again, up to ``SIM_RETRIES`` times, and the least disturbed counts."""
+        best: tuple[float, Point | None] | None = None  # (dropped share, point)
+        for _ in range(1 + SIM_RETRIES):
+            point, dropped_share = self._level_once(candidate, level)
+            if best is None or dropped_share < best[0]:
+                best = (dropped_share, point)
+            if dropped_share <= SIM_DROPPED_SHARE or self.should_stop():
+                break
+            self.on_event(
+                TuneNotice(
+                    self.tune,
+                    f"{candidate.name} at {level:g}: the simulated engine dropped {dropped_share:.0%} of "
+                    "the level's time (its CPU was short), so it measured the machine: measuring it again",
+                )
+            )
+        point = best[1] if best else None
+        if point is None:
+            return 0.0
+        self.points.append(point)
+        self.on_event(TuneLevel(self.tune, point, self.spec.per_gpu))
+        return point.goal
+
+    def _level_once(self, candidate: Candidate, level: float) -> tuple[Point | None, float]:
+        """The level measured once (None when it failed), and the share of its time the
+        simulated engine dropped (0 on a real engine, which does not report it)."""
         spec = self.spec
         open_loop = bool(spec.rates)
         bench = Bench(
@@ -257,15 +290,16 @@ class Tuner:
             if isinstance(event, BenchLevel):
                 result = event.result
         if result is None or result.get("failed"):
-            return 0.0
+            return None, 0.0
+        engine = result.get("engine") or {}
+        duration = float(result.get("duration_s") or 0.0)
+        dropped_share = float(engine.get("sim_dropped_s") or 0.0) / duration if duration > 0 else 0.0
         tok_s = float(result.get("output_tok_s") or 0.0)
         good = result.get("goodput_tok_s")
         goodput = tok_s if good is None else float(good)
         goal = goodput / candidate.gpus if spec.per_gpu else goodput
         point = Point(candidate.name, level, goal, tok_s, _p99(result, "ttft_ms"), _p99(result, "itl_ms"))
-        self.points.append(point)
-        self.on_event(TuneLevel(self.tune, point, spec.per_gpu))
-        return goal
+        return point, dropped_share
 
     # -- the journal ------------------------------------------------------------------------------
 

@@ -494,3 +494,16 @@ def test_each_level_carries_the_engines_own_generation_throughput(tmp_path, engi
         result.engine,
         result.output_tok_s,
     )
+
+
+def test_the_simulated_engine_s_dropped_time_over_a_window():
+    from cockpit.telemetry.enginemetrics import EngineWindow
+
+    window = EngineWindow()
+    for t, dropped in ((0.0, 0.1), (1.0, 0.1), (2.0, 0.4)):
+        window.add(EngineMetrics(engine="vllm", time=t, sim_dropped_s_total=dropped))
+    assert window.summary()["sim_dropped_s"] == pytest.approx(0.3)
+    real = EngineWindow()
+    real.add(EngineMetrics(engine="vllm", time=0.0, running=1.0))
+    real.add(EngineMetrics(engine="vllm", time=1.0, running=1.0))
+    assert "sim_dropped_s" not in real.summary()  # a real engine does not serve it

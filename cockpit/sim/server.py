@@ -237,6 +237,13 @@ async def _metrics(request: web.Request) -> web.Response:
     families += [
         _Metric("cockpit_sim_steps_total", "counter", "Simulated engine steps.", label, batcher.steps),
         _Metric("cockpit_sim_step_slips_total", "counter", "Steps that started late.", label, batcher.slips),
+        _Metric(
+            "cockpit_sim_dropped_seconds_total",
+            "counter",
+            "Schedule time the engine could not keep (its CPU was short).",
+            label,
+            batcher.pace.dropped_s,
+        ),
     ]
     # The text format wants each name's series together under one HELP and TYPE pair.
     first_seen: dict[str, int] = {}

@@ -84,6 +84,15 @@ SGLANG: dict[str, _Family] = {
     "gen_throughput": _Family(("sglang:gen_throughput",), sum),
 }
 
+# cockpit's simulated engine serves both engines' names, and these of its own (cockpit/sim/server.py):
+# the time its clock could not keep because its CPU was short. A level measured then measured
+# the machine running the simulator, not the modelled GPUs (cockpit.tuner measures it again).
+SIMULATOR: dict[str, _Family] = {
+    "sim_dropped_s_total": _Family(("cockpit_sim_dropped_seconds_total",), max),
+}
+VLLM.update(SIMULATOR)
+SGLANG.update(SIMULATOR)
+
 ENGINES: dict[str, dict[str, _Family]] = {"vllm": VLLM, "sglang": SGLANG}
 
 # Labels that tell apart the schedulers of one replica: with --enable-metrics-for-all-schedulers
@@ -114,6 +123,7 @@ class EngineMetrics:
     prefix_hit_rate: float | None = None
     generation_tokens_total: float | None = None
     gen_throughput: float | None = None
+    sim_dropped_s_total: float | None = None  # the simulated engine's only
 
 
 Series = tuple[str, dict[str, str], float]  # name, labels, value
@@ -277,6 +287,9 @@ class EngineWindow:
         tok_s = self.gen_tok_s()
         if tok_s is not None:
             out["gen_tok_s"] = round(tok_s, 1)
+        dropped = self.delta("sim_dropped_s_total")
+        if dropped is not None:
+            out["sim_dropped_s"] = round(dropped, 4)
         return out
 
     def delta(self, counter: str) -> float | None:

@@ -95,7 +95,7 @@ from cockpit.tui.state import READY, BenchView, EngineView, ServerView
 from cockpit.tui.widgets.layout_picker import describe
 from cockpit.tui.widgets.prompt_bar import complete
 from cockpit.tui.widgets.tune_view import TuneBoard
-from cockpit.tune.events import TuneEvent, TuneResult, TuneStep
+from cockpit.tune.events import TuneEvent, TuneNotice, TuneResult, TuneStep
 from cockpit.tune.spec import TuneSpec
 
 log = logging.getLogger(__name__)
@@ -463,6 +463,8 @@ class CockpitApp(App[None]):
         match event:
             case TuneStep():
                 self.main.say(f"tune: {event}")
+            case TuneNotice():
+                self.main.say(f"tune: {event.text}")
             case TuneResult() if event.interrupted:
                 self.main.say(str(event))
                 self.refresh_results()

@@ -153,6 +153,17 @@ class TuneMeasured:
 
 
 @dataclass(frozen=True)
+class TuneNotice:
+    """Something the tune did on its own that a person should know (a level measured again)."""
+
+    tune: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"note      {self.text}"
+
+
+@dataclass(frozen=True)
 class TuneResult:
     """What the tune found: the winner's argv, everything tried, and why the rest were not."""
 
@@ -235,7 +246,7 @@ class TuneResult:
         )
 
 
-TuneEvent = TuneStarted | TuneRanked | TuneStep | TuneLevel | TuneMeasured | TuneResult
+TuneEvent = TuneStarted | TuneRanked | TuneStep | TuneLevel | TuneMeasured | TuneNotice | TuneResult
 
 
 def table_rows(rows: Sequence[Row]) -> list[Row]:
