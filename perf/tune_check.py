@@ -109,7 +109,8 @@ def private_profile(name: str, scratch: Path) -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     data.setdefault("server", {})["port"] = port
-    path = scratch / f"{Path(name).stem}.yaml"
+    base = Path(name).name
+    path = scratch / (base if base.endswith((".yaml", ".yml")) else f"{base}.yaml")
     path.write_text(yaml.safe_dump(data))
     return str(path)
 

@@ -1,8 +1,8 @@
 """The tune's decisions, pure: which candidate to launch next, which level to measure next, and
 when to stop.
 
-- **Next candidate**: the best predicted one not yet tried (predictions are re-made after every
-  measurement, with what the box taught).
+- **Next candidate**: the best predicted one not yet tried among those whose bound is above the
+  best measured (predictions are re-made after every measurement, with what the box taught).
 - **Stop** when the best measured goal beats every remaining candidate's optimistic bound: its
   prediction with the model's observed error in its favour (tok/s that much higher, latencies that
   much lower; the error is the largest the calibrated model still shows on the levels measured,
@@ -100,8 +100,9 @@ def decide(
     launches_left: int | None = None,
     time_left_s: float | None = None,
 ) -> Decision:
-    """The next candidate to launch: the highest optimistic bound among those not tried, or why
-    the tune is done. ``points`` are the levels measured so far (the model's error)."""
+    """The next candidate to launch: the best predicted among those not tried that could still
+    beat the best measured, or why the tune is done. ``points`` are the levels measured so far
+    (the model's error)."""
     margin = observed_margin(candidates, points)
     left = [c for c in candidates if c.name not in tried and dropped_as_similar(c, failures) is None]
     left = [c for c in left if optimistic_bound(c, margin) > 0]
@@ -126,9 +127,11 @@ def decide(
         return Decision(None, "the launch budget is spent", margin, bound)
     if time_left_s is not None and time_left_s <= 0:
         return Decision(None, "the time budget is spent", margin, bound)
-    # Worth trying: the best bound first (candidates come best predicted first).
-    chosen = max(left, key=lambda c: optimistic_bound(c, margin))
-    return Decision(chosen, f"highest bound {optimistic_bound(chosen, margin):,.0f}", margin, bound)
+    # The best-ranked of those that could still win: by the calibrated prediction, then the bound
+    # (a candidate the model puts just over a latency bound comes after those it puts within).
+    worth = [c for c in left if best is None or best.goal is None or optimistic_bound(c, margin) > best.goal]
+    chosen = max(worth, key=lambda c: (c.prediction.goal, optimistic_bound(c, margin)))
+    return Decision(chosen, f"best predicted, {chosen.prediction.goal:,.0f}", margin, bound)
 
 
 def why_not_tried(
