@@ -27,7 +27,8 @@ launches whose argv that setup would launch again are used: a run under other se
   fit minimises the mean absolute log error of predicted against measured output tok/s
   (robust: an outlier moves it less than a squared error would), by nested bounded line
   searches (a grid, then golden section). Failed and client-limited levels never count: they measure
-  the client or a broken run, not the server; nor do open-loop levels (Poisson arrivals at a
+  the client or a broken run, not the server; nor do levels a simulated engine could not pace
+  (``engine_fell_behind``); nor do open-loop levels (Poisson arrivals at a
   rate), whose throughput is the offered rate, not what the server can do at C in flight. A
   constant the profile sets itself is not fitted: the profile's word wins over what was
   learned (``perfmodel.for_verdict``).
@@ -96,6 +97,9 @@ class Measured(Protocol):
 
     @property
     def client_limited(self) -> bool: ...
+
+    @property
+    def duration_s(self) -> float | None: ...
 
     @property
     def extra(self) -> Mapping[str, Any]: ...
@@ -316,17 +320,35 @@ class _Group:
 
 
 def usable_level(point: Measured) -> bool:
-    """A level that measured the server: not failed, not held back by the client, closed-loop
-    (C requests always in flight, as the model predicts), with lengths."""
+    """A level that measured the server: not failed, not held back by the client nor by the CPU
+    under a simulated engine, closed-loop (C requests always in flight, as the model predicts),
+    with lengths."""
     return (
         not point.failed
         and not point.client_limited
+        and not engine_fell_behind(point.extra.get("engine"), point.duration_s)
         and not open_loop(point)
         and point.output_tok_s > 0
         and math.isfinite(point.output_tok_s)
         and bool(point.input_len)
         and bool(point.output_len)
     )
+
+
+# cockpit's simulated engine reports the schedule time it gave up when its CPU was short
+# (``sim_dropped_s`` in a level's engine figures; docs/simulator.md#keeping-the-clock). Above this
+# share of a level's time, the level measured the machine running the simulator, not the model.
+ENGINE_BEHIND_SHARE = 0.02
+
+
+def engine_fell_behind(engine: object, duration_s: float | None) -> float:
+    """The share of a level's time its (simulated) engine gave up, when above
+    ``ENGINE_BEHIND_SHARE``; 0 otherwise, and always for a real engine, which reports nothing."""
+    dropped = engine.get("sim_dropped_s") if isinstance(engine, Mapping) else None
+    if not isinstance(dropped, (int, float)) or not duration_s or duration_s <= 0:
+        return 0.0
+    share = float(dropped) / duration_s
+    return share if share > ENGINE_BEHIND_SHARE else 0.0
 
 
 def open_loop(point: Measured) -> bool:

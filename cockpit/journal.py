@@ -561,16 +561,18 @@ class Journal:
 
     def tunes(self, profile: str | None = None) -> list[TuneRecord]:
         """Newest first."""
-        sql = "SELECT id, started, ended, host, pid, profile, spec, state, result FROM tunes"
-        params: list[Any] = []
-        if profile is not None:
-            sql += " WHERE profile = ?"
-            params.append(profile)
+        where, params = (" WHERE profile = ?", [profile]) if profile is not None else ("", [])
         with self._guard():
-            rows = self._db.execute(sql + " ORDER BY started DESC, id DESC", params).fetchall()
-            steps = self._db.execute(
+            rows = self._db.execute(
+                "SELECT id, started, ended, host, pid, profile, spec, state, result FROM tunes"
+                + where
+                + " ORDER BY started DESC, id DESC",
+                params,
+            ).fetchall()
+            steps = self._db.execute(  # only those of the tunes read
                 "SELECT tune_id, candidate, experiment_id, state, goal, level, detail, updated FROM tune_steps"
-                " ORDER BY updated, rowid"
+                " WHERE tune_id IN (SELECT id FROM tunes" + where + ") ORDER BY updated, rowid",
+                params,
             ).fetchall()
         by_tune: dict[int, list[TuneStepRecord]] = {}
         for tune_id, candidate, experiment, state, goal, level, detail, updated in steps:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+import psutil
+
+from cockpit.calibrate import engine_fell_behind
 from cockpit.commands import Bench
 from cockpit.errors import CockpitError
 from cockpit.journal import TuneRecord
@@ -22,7 +26,7 @@ from cockpit.lab import Lab
 from cockpit.outcome import FAILED as LAUNCH_FAILED
 from cockpit.outcome import READY
 from cockpit.runner.events import BenchLevel, Event, Failed, Ready, Stopped
-from cockpit.runner.experiment import journal_stopped
+from cockpit.runner.experiment import BOX_BUSY, INEXPRESSIBLE, PLANNED_FAILURE, journal_stopped
 from cockpit.secrets import redact_argv
 from cockpit.slo import Slo
 from cockpit.tune.candidates import Candidate, nothing_fits_reason, plan_candidates, repredict
@@ -56,15 +60,12 @@ MEASURED, FAILED, RUNNING = "measured", "failed", "running"
 # never shapes the arrivals; a level measures this many seconds of them.
 MAX_IN_FLIGHT = 4096
 RATE_WINDOW_S = 30.0
-# The simulated engine dropping more than this share of a level's time measured its CPU, not its
-# model: measured again, at most this many times.
-SIM_DROPPED_SHARE = 0.02
+# A level the simulated engine could not pace (calibrate.engine_fell_behind) is measured again,
+# at most this many times.
 SIM_RETRIES = 2
-# Refusals before anything launched: the box is busy, not the candidate wrong.
-BOX_BUSY = ("port-in-use", "gpus-busy")
-# Journaled failures that say nothing about the layout on this box.
-# A slow load (a timeout) is not the layout's failure either: the next launch may get ready.
-NOT_THE_LAYOUT = (*BOX_BUSY, "planned-failure", "inexpressible", "timeout", "", None)
+# Journaled failures that say nothing about the layout on this box: refusals before anything ran
+# (the box busy, the plan), and a slow load (a timeout: the next launch may get ready).
+NOT_THE_LAYOUT = (*BOX_BUSY, PLANNED_FAILURE, INEXPRESSIBLE, "timeout", "", None)
 
 
 @dataclass
@@ -131,15 +132,20 @@ class Tuner:
         self.fitting = len(candidates)
         self._remember_failures(candidates)
         self.on_event(
-            TuneStarted(self.tune, spec.describe(), len(candidates), len(left_out), len(self.tried))
+            TuneStarted(
+                self.tune,
+                spec,
+                len(candidates),
+                len(left_out),
+                len(self.tried),
+                tuple(self.points),
+            )
         )
         began = self.clock()
         decision: Decision | None = None
         interrupted = False
         try:
             while True:
-                candidates = repredict(lab.setup, spec, candidates)
-                self._replan_failures(candidates)
                 time_left = (
                     None if spec.budget_s is None else spec.budget_s - self.spent_s - (self.clock() - began)
                 )
@@ -168,6 +174,9 @@ class Tuner:
                 if self.should_stop():
                     interrupted = True
                     break
+                # What the launch taught the box (the lab refits after each ready and level): re-rank.
+                candidates = repredict(lab.setup, spec, candidates)
+                self._replan_failures(candidates)
         except BaseException:  # Ctrl-C, SIGTERM, a hang-up, a journal that fails: resumable
             interrupted = True
             raise
@@ -243,15 +252,15 @@ class Tuner:
     def measure_level(self, candidate: Candidate, level: float) -> float:
         """One level on the running server: its goodput, in the goal's units (0 when it failed).
 
-        On the simulated box, a level during which the engine could not keep its clock (its CPU
-        was short: ``sim_dropped_s`` in the level's engine figures) measured the machine, not the
-        model: it is measured again, up to ``SIM_RETRIES`` times, and the least disturbed counts."""
+        On the simulated box, a level during which the engine could not keep its clock
+        (``calibrate.engine_fell_behind``) measured the machine, not the model: it is measured
+        again, up to ``SIM_RETRIES`` times, and the least disturbed counts."""
         best: tuple[float, Point | None] | None = None  # (dropped share, point)
         for _ in range(1 + SIM_RETRIES):
             point, dropped_share = self._level_once(candidate, level)
             if best is None or dropped_share < best[0]:
                 best = (dropped_share, point)
-            if dropped_share <= SIM_DROPPED_SHARE or self.should_stop():
+            if not dropped_share or self.should_stop():
                 break
             self.on_event(
                 TuneNotice(
@@ -291,9 +300,7 @@ class Tuner:
                 result = event.result
         if result is None or result.get("failed"):
             return None, 0.0
-        engine = result.get("engine") or {}
-        duration = float(result.get("duration_s") or 0.0)
-        dropped_share = float(engine.get("sim_dropped_s") or 0.0) / duration if duration > 0 else 0.0
+        dropped_share = engine_fell_behind(result.get("engine"), result.get("duration_s"))
         tok_s = float(result.get("output_tok_s") or 0.0)
         good = result.get("goodput_tok_s")
         goodput = tok_s if good is None else float(good)
@@ -459,7 +466,7 @@ class Tuner:
                     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, record.gpus))}
         return TuneResult(
             self.tune,
-            self.spec.describe(),
+            self.spec,
             reason,
             best.name if best else None,
             best.goal if best else None,
@@ -488,10 +495,6 @@ def resolved(spec: TuneSpec, lab: Lab) -> TuneSpec:
 def cockpit_alive(host: str, pid: int | None) -> bool:
     """Whether the cockpit that journaled a tune still runs (on this host; another host's is
     taken to be gone: its tune is resumed here)."""
-    import socket
-
-    import psutil
-
     if pid is None or host != socket.gethostname():
         return False
     try:

@@ -120,6 +120,7 @@ def measure_all(profile: str, words: str) -> dict[str, float]:
     from dataclasses import replace
 
     from cockpit.lab import Lab
+    from cockpit.runner.events import Ready
     from cockpit.tune.candidates import plan_candidates
     from cockpit.tune.spec import parse_tune
     from cockpit.tuner import Tuner, resolved
@@ -133,7 +134,7 @@ def measure_all(profile: str, words: str) -> dict[str, float]:
         measurer = Tuner(lab, spec, lambda event: None)
         for candidate in candidates:
             events = list(lab.launcher.run(candidate.layout))
-            if type(events[-1]).__name__ != "Ready":
+            if not isinstance(events[-1], Ready):
                 out[candidate.name] = 0.0
                 continue
             try:

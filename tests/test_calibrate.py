@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cockpit import cli
-from cockpit.calibrate import fit, launched_as_planned, usable_level
+from cockpit.calibrate import engine_fell_behind, fit, launched_as_planned, usable_level
 from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Journal
@@ -52,6 +52,7 @@ class Level:
     failed: bool = False
     client_limited: bool = False
     extra: dict = field(default_factory=dict)
+    duration_s: float | None = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -744,6 +745,18 @@ def test_open_loop_levels_never_count(minimax):
     closed = Level(16, 50.0, extra={"rate": None})  # how the load generator journals closed loop
     assert fit(minimax, [(launch, [*points, offered]), runs[1]]) == clean
     assert not usable_level(offered) and usable_level(closed)
+
+
+def test_levels_a_simulated_engine_could_not_pace_never_count(minimax):
+    runs = [launched(minimax, "tp4"), launched(minimax, "tp8 ep")]
+    clean = fit(minimax, runs)
+    launch, points = runs[0]
+    starved = Level(16, 20.0, extra={"engine": {"sim_dropped_s": 0.5}})  # 5% of its 10 s given up
+    paced = Level(16, 50.0, extra={"engine": {"sim_dropped_s": 0.1}})  # 1%: within the clock's slack
+    assert fit(minimax, [(launch, [*points, starved]), runs[1]]) == clean
+    assert not usable_level(starved) and usable_level(paced)
+    assert engine_fell_behind({"sim_dropped_s": 0.5}, 10.0) == pytest.approx(0.05)
+    assert engine_fell_behind({"running_avg": 3.0}, 10.0) == 0.0  # a real engine reports nothing
 
 
 def test_open_loop_levels_are_shown_but_compared_with_nothing(tmp_path, minimax):

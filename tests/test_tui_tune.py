@@ -80,7 +80,7 @@ def test_a_small_tune_fills_the_tune_view_and_export_md_carries_its_result(minim
             await until(pilot, lambda: "✓ wrote" in status_text(app), what="the export")
         [path] = list(tmp_path.glob("cockpit-minimax-m2.5-*.md"))
         text = path.read_text()
-        assert "### Tune" in text and f"`{result.spec}`" in text
+        assert "### Tune" in text and f"`{result.spec.describe()}`" in text
         assert f"```sh\n{result.command}\n```" in text
         assert "#### Tried" in text and "#### Not tried" in text
         assert f"2 of {result.fitting} fitting candidates ({result.fitting - 2} saved" in text

@@ -311,7 +311,7 @@ def test_a_launch_that_failed_on_this_box_before_drops_its_layout(profile_file, 
     profile, _ = profile_file("minimax-m2.5")
     spec = parse_tune(" ".join(WORKLOAD))
     setup = lab_setup(load_profile(profile), sim=True)
-    candidates, _ = plan_candidates(setup, replace(spec, input_len=32, output_len=8), 8)
+    candidates, _ = plan_candidates(setup, spec, 8)
     first = candidates[0]
     with Journal() as journal:
         failed = journal.start_experiment(

@@ -20,6 +20,7 @@ from cockpit.tune.events import (
     TuneStep,
 )
 from cockpit.tune.pareto import latency_axis, pareto_front
+from cockpit.tune.spec import parse_tune
 
 
 def point(name: str, level: float, goal: float, itl: float | None, ttft: float | None = 100.0) -> Point:
@@ -58,7 +59,7 @@ ROWS = (
 
 BASE = TuneResult(
     tune=3,
-    spec="tune goal=tok/s itl<50ms c=4,16 in=32 out=8 n=3",
+    spec=parse_tune("goal=tok/s itl<50ms c=4,16 in=32 out=8 n=3"),
     reason="the launch budget is spent",
     winner="tp8 ep",
     winner_goal=436.0,
@@ -115,7 +116,9 @@ def test_tune_markdown_of_an_interrupted_tune_and_one_without_a_winner():
     )
     assert "- Winner: none" in none and "```" not in none and "Nothing was launched." in none
     rates = tune_markdown(
-        result(spec="tune goal=tok/s/gpu rate=2,4 n=3", per_gpu=True, winner_goal=54.5, winner_level=4.0)
+        result(
+            spec=parse_tune("goal=tok/s/gpu rate=2,4 n=3"), per_gpu=True, winner_goal=54.5, winner_level=4.0
+        )
     )
     assert "**tp8 ep**, 54.5 tok/s/GPU at 4 req/s" in rates
 
@@ -133,7 +136,7 @@ def test_export_md_adds_the_tune_section_and_redacts_it():
 
 def test_the_tune_board_marks_the_running_and_best_and_keeps_the_stopping_bound():
     board = TuneBoard()
-    board.apply(TuneStarted(3, "tune goal=tok/s itl<50ms c=4,16 n=3", 15, 29))
+    board.apply(TuneStarted(3, parse_tune("goal=tok/s itl<50ms c=4,16 n=3"), 15, 29))
     rows = tuple(Row(r.name, r.gpus, r.predicted, r.bound) for r in ROWS[:2])
     board.apply(TuneRanked(3, rows, None, None, 0.05, 514.0, False))
     board.apply(TuneStep(3, 1, "tp8 ep", 471.0, 494.0, False))

@@ -4,10 +4,8 @@ asked, why it stopped, the winner's command to paste, everything tried, and why 
 
 from __future__ import annotations
 
-from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.tune.events import Row, TuneResult, goal_text, table_rows
-from cockpit.tune.spec import parse_tune
 
 TRIED = ("measured", "failed")
 
@@ -24,14 +22,6 @@ def newest_tune(journal: Journal, profile: str) -> TuneResult | None:
     return None
 
 
-def open_rate_levels(spec_text: str) -> bool:
-    """Whether the spec's levels are request rates (else concurrency levels)."""
-    try:
-        return bool(parse_tune(spec_text.removeprefix("tune")).rates)
-    except CockpitError:
-        return False
-
-
 def level_text(level: float | None, rates: bool) -> str:
     if level is None:
         return "-"
@@ -40,9 +30,9 @@ def level_text(level: float | None, rates: bool) -> str:
 
 def tune_markdown(result: TuneResult) -> str:
     """The ``### Tune`` section (module docstring); the winner's command in a fenced block."""
-    rates = open_rate_levels(result.spec)
+    rates = bool(result.spec.rates)
     per_gpu = result.per_gpu
-    lines = ["### Tune", "", f"- Asked: `{result.spec}`"]
+    lines = ["### Tune", "", f"- Asked: `{result.spec.describe()}`"]
     if result.interrupted:
         lines.append(
             f"- Stopped: interrupted after {result.launches} launch(es); `tune --resume` continues it"

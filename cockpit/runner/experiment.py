@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 GIB = 2**30
 BUSY_GPU_BYTES = 2 * GIB  # a GPU holding more than this (or any process) is not free
 DEFAULT_STARTUP_TIMEOUT_S = 1800.0
+# Launches refused before anything ran, and why: the port or GPUs held by something else (the box
+# is busy), or the plan itself (a layout the planner says fails, one the engine cannot express).
+PORT_IN_USE, GPUS_BUSY = "port-in-use", "gpus-busy"
+PLANNED_FAILURE, INEXPRESSIBLE = "planned-failure", "inexpressible"
+BOX_BUSY = (PORT_IN_USE, GPUS_BUSY)
 
 # Diagnosis kinds that a different layout can cure; the others want a flag or the box fixed.
 _LAYOUT_KINDS = {
@@ -387,11 +392,11 @@ class Launcher:
         self, verdict: Verdict, force: bool, used: int, free: list[int], samples, held, others
     ) -> Diagnosis | None:
         if verdict.placement is None:
-            return Diagnosis("inexpressible", verdict.reasons[0].message, self.suggest(verdict))
+            return Diagnosis(INEXPRESSIBLE, verdict.reasons[0].message, self.suggest(verdict))
         if verdict.verdict == FAILS and not force:
             suggestion = self.suggest(verdict)
             return Diagnosis(
-                "planned-failure",
+                PLANNED_FAILURE,
                 f"not launched: the planner says {verdict.layout} fails: {verdict.reasons[0]}",
                 (suggestion + "; " if suggestion else "") + "--force launches it anyway",
             )
@@ -406,14 +411,14 @@ class Launcher:
         )
         if holder is not None:
             return Diagnosis(
-                "port-in-use",
+                PORT_IN_USE,
                 f"port {self.profile.port} is already in use by {holder}; nothing launched",
                 "stop that server (`cockpit servers`, `cockpit stop PID`) or set server.port in the profile",
             )
         if used <= self.setup.hardware.count and len(free) < used:
             busy = sorted({s.index for s in samples if s.index not in free} | set(held))
             return Diagnosis(
-                "gpus-busy",
+                GPUS_BUSY,
                 f"{verdict.layout} needs {used} free GPUs, {len(free)} are free ({describe_holders(samples, busy, held)}); nothing launched",
                 "stop what holds them (`cockpit servers`, `cockpit stop PID`) or pick a smaller layout",
             )

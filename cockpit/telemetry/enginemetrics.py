@@ -90,10 +90,7 @@ SGLANG: dict[str, _Family] = {
 SIMULATOR: dict[str, _Family] = {
     "sim_dropped_s_total": _Family(("cockpit_sim_dropped_seconds_total",), max),
 }
-VLLM.update(SIMULATOR)
-SGLANG.update(SIMULATOR)
-
-ENGINES: dict[str, dict[str, _Family]] = {"vllm": VLLM, "sglang": SGLANG}
+ENGINES: dict[str, dict[str, _Family]] = {"vllm": {**VLLM, **SIMULATOR}, "sglang": {**SGLANG, **SIMULATOR}}
 
 # Labels that tell apart the schedulers of one replica: with --enable-metrics-for-all-schedulers
 # every TP rank reports the same scheduler state, which must count once, not once per rank.

@@ -36,7 +36,7 @@ from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Phase, Read
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
-from cockpit.tune.events import TuneEvent, TuneLevel, TuneStarted
+from cockpit.tune.events import TuneEvent
 from cockpit.tune.spec import TuneSpec
 from cockpit.tuner import Tuner
 
@@ -300,7 +300,6 @@ class Control:
         unfinished tune. Ends as interrupted (resumable) after `stop`, a replacing job, or quit."""
         launcher, since = self.launcher, self.launcher.cancels
         end = threading.Event()
-        restored: list[TuneLevel] = []  # a resumed tune's levels measured before, for the chart
 
         def should_stop() -> bool:
             return end.is_set() or self._closed.is_set() or launcher.cancels != since
@@ -310,9 +309,6 @@ class Control:
                 self._hand_on(event)
                 return
             self.on_tune(event)
-            if isinstance(event, TuneStarted):
-                for level in restored:
-                    self.on_tune(level)
 
         with self._lock:
             previous = self._tune
@@ -326,8 +322,6 @@ class Control:
                 try:
                     if spec is None:
                         tuner = Tuner.resume(self.session, on_event, should_stop=should_stop)
-                        per_gpu = tuner.spec.per_gpu
-                        restored.extend(TuneLevel(tuner.tune, p, per_gpu) for p in tuner.points)
                     else:
                         tuner = Tuner.start(self.session, spec, on_event, should_stop=should_stop)
                     tuner.run()

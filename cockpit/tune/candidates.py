@@ -161,7 +161,7 @@ def predict(setup: Setup, verdict: Verdict, spec: TuneSpec, gpus: int) -> Predic
     model = for_verdict(setup, verdict)
     if model is None:
         return NO_PREDICTION
-    input_len, output_len = lengths(setup, spec)
+    input_len, output_len = lengths(spec)
     levels = tuple(level_prediction(model, spec, level, input_len, output_len) for level in spec.levels)
     return Prediction(levels, gpus if spec.per_gpu else 1, spec.ttft_ms, spec.itl_ms)
 
@@ -211,17 +211,14 @@ def tpot_s(loop: ClosedLoop) -> float:
     return max(0.0, loop.round_s - first_token) / (loop.output_len - 1)
 
 
-def lengths(setup: Setup, spec: TuneSpec) -> tuple[int, int]:
-    """The request lengths the tune measures with: the spec's, else those the setup plans for
-    (the profile's benchmark lengths), split as the profile splits them."""
-    if spec.input_len is not None and spec.output_len is not None:
-        return spec.input_len, spec.output_len
-    default_out = max(1, setup.request_len // 2)
-    output_len = spec.output_len if spec.output_len is not None else default_out
-    input_len = spec.input_len if spec.input_len is not None else max(1, setup.request_len - output_len)
-    return input_len, output_len
+def lengths(spec: TuneSpec) -> tuple[int, int]:
+    """The request lengths the tune measures with; a spec reaches the planner with them resolved
+    (``tuner.resolved`` gives the profile's where the words gave none)."""
+    if spec.input_len is None or spec.output_len is None:
+        raise ValueError("plan a tune with its request lengths resolved (tuner.resolved)")
+    return spec.input_len, spec.output_len
 
 
 def _with_request_len(setup: Setup, spec: TuneSpec) -> Setup:
-    input_len, output_len = lengths(setup, spec)
+    input_len, output_len = lengths(spec)
     return replace(setup, request_len=input_len + output_len)

@@ -8,6 +8,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cockpit.tune.spec import TuneSpec
+
 
 def goal_text(value: float | None, per_gpu: bool) -> str:
     if value is None:
@@ -72,14 +74,18 @@ class Point:
 @dataclass(frozen=True)
 class TuneStarted:
     tune: int
-    spec: str  # the spec as it could be typed again
+    spec: TuneSpec
     fitting: int  # candidates that can start
     left_out: int  # layouts x knobs that cannot (or leave GPUs idle for the tok/s goal)
     resumed: int = 0  # candidates already finished by the tune this one resumes
+    points: tuple[Point, ...] = ()  # the levels those candidates measured
 
     def __str__(self) -> str:
         again = f"; resumed with {self.resumed} candidate(s) done" if self.resumed else ""
-        return f"tune      {self.tune}: {self.spec}: {self.fitting} candidates fit, {self.left_out} left out{again}"
+        return (
+            f"tune      {self.tune}: {self.spec.describe()}: {self.fitting} candidates fit, "
+            f"{self.left_out} left out{again}"
+        )
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,7 @@ class TuneResult:
     """What the tune found: the winner's argv, everything tried, and why the rest were not."""
 
     tune: int
-    spec: str
+    spec: TuneSpec  # what was asked
     reason: str  # why it stopped
     winner: str | None
     winner_goal: float | None
@@ -211,7 +217,7 @@ class TuneResult:
     def to_json(self) -> dict:
         return {
             "tune": self.tune,
-            "spec": self.spec,
+            "spec": self.spec.to_json(),
             "reason": self.reason,
             "winner": self.winner,
             "winner_goal": self.winner_goal,
@@ -230,7 +236,7 @@ class TuneResult:
     def from_json(cls, data: dict) -> TuneResult:
         return cls(
             tune=int(data["tune"]),
-            spec=str(data["spec"]),
+            spec=TuneSpec.from_json(data["spec"]),
             reason=str(data["reason"]),
             winner=data.get("winner"),
             winner_goal=data.get("winner_goal"),

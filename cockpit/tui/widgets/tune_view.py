@@ -17,7 +17,6 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from cockpit.errors import CockpitError
 from cockpit.reports.tune import level_text
 from cockpit.tune.events import (
     Point,
@@ -33,7 +32,7 @@ from cockpit.tune.events import (
     table_rows,
 )
 from cockpit.tune.pareto import AXIS_LABELS, Axis, latency, latency_axis, pareto_front
-from cockpit.tune.spec import TuneSpec, parse_tune
+from cockpit.tune.spec import TuneSpec
 
 RUNNING, BEST, FAILED_MARK = "▶", "★", "✗"
 MIN_WIDTH, MIN_HEIGHT = 30, 8  # smaller, the chart cannot be read
@@ -48,7 +47,7 @@ class TuneBoard:
     """What the screen knows of the current (or last) tune, folded from its events."""
 
     tune: int | None = None
-    spec_text: str = ""
+    spec: TuneSpec | None = None
     fitting: int = 0
     left_out: int = 0
     resumed: int = 0
@@ -67,16 +66,9 @@ class TuneBoard:
         """A journaled tune's end, as the view showed it when it ended."""
         board = cls()
         if result is not None:
-            board.tune, board.spec_text = result.tune, result.spec
+            board.tune, board.spec = result.tune, result.spec
             board.apply(result)
         return board
-
-    @property
-    def spec(self) -> TuneSpec | None:
-        try:
-            return parse_tune(self.spec_text.removeprefix("tune")) if self.spec_text else None
-        except CockpitError:
-            return None
 
     @property
     def axis(self) -> Axis:
@@ -93,10 +85,11 @@ class TuneBoard:
 
     def apply(self, event: TuneEvent) -> None:
         match event:
-            case TuneStarted():  # a new tune, or one resumed: its restored points follow
+            case TuneStarted():  # a new tune, or one resumed with the levels it measured
                 vars(self).update(vars(TuneBoard()))
-                self.tune, self.spec_text = event.tune, event.spec
+                self.tune, self.spec = event.tune, event.spec
                 self.fitting, self.left_out, self.resumed = event.fitting, event.left_out, event.resumed
+                self.points = list(event.points)
             case TuneRanked():
                 self.rows, self.best, self.best_goal = event.rows, event.best, event.best_goal
                 self.margin, self.bound, self.per_gpu = event.margin, event.bound, event.per_gpu
@@ -122,7 +115,7 @@ class TuneBoard:
             return [EMPTY]
         left_out = f", {self.left_out} left out" if self.left_out else ""  # a journaled result has no count
         lines = [
-            f"tune {self.tune} · {self.spec_text.removeprefix('tune ')} · {self.fitting} candidates fit{left_out}"
+            f"tune {self.tune} · {self.spec.describe().removeprefix('tune ') if self.spec else ''} · {self.fitting} candidates fit{left_out}"
         ]
         best = f"best so far {self.best} {self.goal(self.best_goal)}" if self.best else "nothing measured yet"
         if self.result is None:
