@@ -317,9 +317,9 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     from cockpit.lab import simulated_reason
     from cockpit.sim.box import SimBox
 
-    why = simulated_reason(args.sim)
+    setup, profile = build_setup(SetupOverrides(profile=args.profile, engine=args.engine))
+    why = simulated_reason(args.sim, setup.hardware)
     if why:
-        setup, profile = build_setup(SetupOverrides(profile=args.profile, engine=args.engine))
         SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
         print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
@@ -370,7 +370,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     setup = setup_for(profile)
     # What it learned and measured is the simulated box's with --sim or where no driver is found
     # (where `cockpit run` would launch the simulator), else the GPUs'.
-    simulated = bool(simulated_reason(getattr(args, "sim", False)))
+    simulated = bool(simulated_reason(getattr(args, "sim", False), setup.hardware))
     # On the box itself, plan for the engine version its launcher runs (the flags `try` will
     # launch with); elsewhere, with nothing to ask, for the newest cockpit knows.
     engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
@@ -456,8 +456,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     else:
         from cockpit.lab import gpu_source, simulated_reason
 
-        why = simulated_reason(args.sim)
         setup, profile = build_setup(SetupOverrides(profile=args.profile))
+        why = simulated_reason(args.sim, setup.hardware)
         source = gpu_source(setup.hardware, bool(why))
         if why:
             print(
@@ -691,19 +691,20 @@ def _calibration_key(args: argparse.Namespace) -> Key:
     engine's default, as the simulated lab keeps it: cockpit.lab.lab_setup), each replaced by the
     option given."""
     from cockpit.engines import get_engine
-    from cockpit.hardware import gpu_type, hardware
+    from cockpit.hardware import gpu_type
     from cockpit.installed import installed_engine
-    from cockpit.lab import simulated_reason
+    from cockpit.lab import profile_box, simulated_reason
     from cockpit.learning import Key, engine_version
 
     if args.engine_version is not None and not engine_version(args.engine_version):
         raise CockpitError("--version needs an engine version, like --version 0.33.0")
     profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
+    box = profile_box(profile)
     if args.gpu:  # a type without figures plans (and learns) as "unknown"
         gpu = "unknown" if args.gpu.strip().lower() == "unknown" else gpu_type(args.gpu).key
     else:
-        gpu = hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib).gpu.key
-    simulated = args.sim or (not args.real and bool(simulated_reason(False)))
+        gpu = box.gpu.key
+    simulated = args.sim or (not args.real and bool(simulated_reason(False, box)))
     version = engine_version(args.engine_version)
     if not version:  # the version the launches run, else the newest cockpit knows
         engine = get_engine(profile.engine)

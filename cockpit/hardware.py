@@ -119,6 +119,10 @@ LINKS: dict[str, LinkClass] = {
         # B200: NVLink 5, 1.8 TB/s bidirectional (HGX B200 datasheet). Bus bandwidth scaled
         # from NVLink 4 by link speed; not measured.
         LinkClass("nvlink5", "NVLink 5", 900.0, 5.0, 420.0),
+        # The ranks of vLLM's CPU backend meet in host memory (gloo over shared memory,
+        # vllm/distributed/device_communicators/cpu_communicator.py). Not measured: a
+        # conservative floor for what only a TP>1 CPU run would pay.
+        LinkClass("host", "host memory", 10.0, 50.0, 5.0),
     )
 }
 
@@ -143,6 +147,9 @@ class GpuType:
     # The total nvidia-smi prints (MiB), which is what SGLang sizes its memory share by
     # (get_nvgpu_memory_capacity, sglang/srt/utils/common.py); 0: not known, use memory_gib.
     smi_total_mib: float = 0.0
+    # What the engine runs on: "cuda" for the NVIDIA GPUs, "cpu" for vLLM's CPU build, where the
+    # "GPU" is the host's memory and cores (docs/placement.md#a-cpu-box).
+    device: str = "cuda"
 
     @property
     def native_fp4(self) -> bool:
@@ -257,6 +264,23 @@ CATALOG: dict[str, GpuType] = {
             5,
             capability=(9, 0),
         ),
+        GpuType(
+            "cpu",
+            "CPU",
+            "CPU (host memory)",
+            # A profile gives the host memory the engine may use (hardware.memory_gib); this is
+            # the default when it does not.
+            16.0,
+            # One memory channel's worth of DDR4/DDR5 as a 2-core guest sees it; what a box
+            # achieves is learned from its launches (docs/performance.md#what-a-box-teaches).
+            20.0,
+            {"bf16": 0.2, "fp8": 0.2, "int8": 0.2},
+            0.0,  # no board power to read
+            "host",
+            0,
+            ("host", "x86", "x86_64", "cpu only"),
+            device="cpu",
+        ),
     )
 }
 
@@ -283,6 +307,11 @@ class Hardware:
     @property
     def link(self) -> LinkClass:
         return LINKS[self.gpu.link]
+
+    @property
+    def on_cpu(self) -> bool:
+        """A CPU box: the engine's CPU build runs on the host; no driver, nothing to simulate."""
+        return self.gpu.device == "cpu"
 
     @property
     def smi_total_gib(self) -> float:

@@ -71,8 +71,8 @@ def tell_opening(lab: Lab, out: Print) -> None:
     profile run on another engine, and what went wrong with learning."""
     if lab.sim:
         out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
-    elif lab.setup.engine.version_note:
-        out(lab.setup.engine.version_note)
+    elif lab.engine_note:
+        out(f"engine    {lab.engine_note}")
     for note in lab.notes:
         out(f"note: {note}")
     tell_learning(lab, out)

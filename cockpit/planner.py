@@ -927,6 +927,12 @@ def estimate_memory(
         kept = vllm_kept(model, engine, placement, server, hw, layers, last_stage=busiest == len(stages) - 1)
         reserve = kept.counted_gib + learned.reserve_offset_gib
         kv_budget = budget - weights_gib - reserve
+        if server.kv_cache_memory_bytes is not None:
+            # --kv-cache-memory-bytes is the KV cache outright: no share of the card, no profiling
+            # (gpu_worker.py and cpu_worker.py: determine_available_memory); what would be left
+            # over the card after it is an OOM, not a smaller cache.
+            kv_budget = server.kv_cache_memory_bytes / GiB
+            budget = weights_gib + reserve + kv_budget
     else:
         # pool = fraction x (free before the load) - weights; activations and graphs live in the rest
         kv_budget = fraction * (capacity - sglang_preload_gib(placement, hw)) - weights_gib

@@ -65,7 +65,17 @@ RATE_WINDOW_S = 30.0
 SIM_RETRIES = 2
 # Journaled failures that say nothing about the layout on this box: refusals before anything ran
 # (the box busy, the plan), and a slow load (a timeout: the next launch may get ready).
-NOT_THE_LAYOUT = (*BOX_BUSY, PLANNED_FAILURE, INEXPRESSIBLE, "timeout", "", None)
+# A bad flag value or a model whose config.json does not parse is no fault of the layout either.
+NOT_THE_LAYOUT = (
+    *BOX_BUSY,
+    PLANNED_FAILURE,
+    INEXPRESSIBLE,
+    "timeout",
+    "bad-argument",
+    "model-config",
+    "",
+    None,
+)
 
 
 @dataclass

@@ -27,6 +27,25 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda signum, frame: None)
 
 
+REAL_ENGINE_DIR = Path(__file__).parent / "real"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--real-engine",
+        action="store_true",
+        help="run the real-engine tier (tests/real: vLLM's CPU build, see README.md)",
+    )
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The real-engine tier runs only when asked for (``--real-engine``): it starts a real vLLM,
+    which wants the cores to itself, so it runs apart from the main suite."""
+    if config.getoption("--real-engine"):
+        return None
+    return True if Path(collection_path).is_relative_to(REAL_ENGINE_DIR) else None
+
+
 def pytest_configure(config):
     """Compile the package once, before the suite starts hundreds of `cockpit` and engine processes.
 

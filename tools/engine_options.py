@@ -47,6 +47,19 @@ def use_vllm_cpu_platform_without_gpu() -> None:
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
 
 
+def installed_version(engine: str) -> str:
+    """The engine's version from its distribution: `vllm`, or a build published under another name
+    (vLLM's CPU build is the distribution `vllm-cpu`, its package still `vllm`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in (engine, f"{engine}-cpu"):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    raise SystemExit(f"{engine} is not installed for {sys.executable}")
+
+
 def engine_parser(engine: str) -> tuple[argparse.ArgumentParser, str]:
     """The engine's own server parser and its version (imports the engine).
 
@@ -54,8 +67,6 @@ def engine_parser(engine: str) -> tuple[argparse.ArgumentParser, str]:
     FlexibleArgumentParser, `ServeSubcommand.subparser_init`). SGLang: a plain ArgumentParser filled by
     `ServerArgs.add_cli_args`, as `prepare_server_args` does (sglang/srt/server_args.py).
     """
-    from importlib.metadata import version
-
     if engine == "vllm":
         use_vllm_cpu_platform_without_gpu()
         from vllm.entrypoints.cli.serve import ServeSubcommand
@@ -64,13 +75,13 @@ def engine_parser(engine: str) -> tuple[argparse.ArgumentParser, str]:
         root = FlexibleArgumentParser(prog="vllm")
         subparsers = root.add_subparsers(required=False, dest="subparser")
         parser: argparse.ArgumentParser = ServeSubcommand().subparser_init(subparsers)
-        return parser, version("vllm")
+        return parser, installed_version("vllm")
     if engine == "sglang":
         from sglang.srt.server_args import ServerArgs
 
         parser = argparse.ArgumentParser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
-        return parser, version("sglang")
+        return parser, installed_version("sglang")
     raise SystemExit(f"unknown engine {engine!r}: vllm or sglang")
 
 

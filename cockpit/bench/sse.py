@@ -111,6 +111,7 @@ class SseReader:
             raise RequestFailed(f"stream ended inside an event after {record.chunks} chunks")
         if not self.stream.done:
             raise RequestFailed("stream ended without [DONE]")
+        self.progress.tokens -= self.stream.drop_empty_extras()
         if record.usage_completion_tokens is not None:
             self.progress.tokens += record.usage_completion_tokens - record.chunks
         _check_chunk_tokens(record)
@@ -138,6 +139,7 @@ class _Stream:
         "event_head",
         "event_tail",
         "event_span",
+        "empty",
     )
 
     def __init__(self, record: RequestRecord) -> None:
@@ -150,6 +152,7 @@ class _Stream:
         self.event_head: bytes | None = None  # b"data: " + head: the template on a one-line event
         self.event_tail = b""  # tail + the blank line that ends the event
         self.event_span = 0
+        self.empty: list[int] = []  # the chunks (indices) whose text was empty: maybe no tokens
 
     def is_plain_token(self, payload: bytes) -> bool:
         head, tail = self.head, self.tail
@@ -177,17 +180,21 @@ class _Stream:
             raise RequestFailed(f"malformed JSON in stream: not an object: {_clip(payload)}")
         choices = obj.get("choices")
         usage = obj.get("usage")
-        text = _output_of(choices[0]) if choices and type(choices) is list else None
-        if not text and ("error" in obj or obj.get("object") == "error"):
+        choice = choices[0] if choices and type(choices) is list else None
+        text = _output_of(choice)
+        token = _is_token(choice)
+        if not token and ("error" in obj or obj.get("object") == "error"):
             raise RequestFailed(f"error in stream: {error_message(obj) or _clip(payload)}")
-        if text:
+        if token:
+            if not text:  # empty text or content, nothing else: maybe no token (drop_empty_extras)
+                self.empty.append(len(record.chunk_times))
             record.chunk_times.append(now)
             if record.first_token is None:
                 record.first_token = now
             record.last_token = now
         if usage and isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]
-            if text:
+            if token:
                 if record.tokens_in_chunk is None:
                     record.tokens_in_chunk = array("l", [-1] * (record.chunks - 1))
                 record.tokens_in_chunk.append(tokens - self.usage_tokens)
@@ -195,12 +202,43 @@ class _Stream:
             record.usage_completion_tokens = tokens
             prompt = usage.get("prompt_tokens")
             record.usage_prompt_tokens = prompt if isinstance(prompt, int) else None
-        elif text:
+        elif token:
             if record.tokens_in_chunk is not None:
                 record.tokens_in_chunk.append(-1)
-            if self.head is None and isinstance(text, str):
+            if self.head is None and text and isinstance(text, str):
                 self._learn(payload, text)
-        return bool(text)
+        return token
+
+    def drop_empty_extras(self) -> int:
+        """Forget the empty chunks that were no tokens, once the stream ended; how many.
+
+        vLLM sends a token whose bytes do not decode yet as an empty chunk, and puts the
+        finish_reason on the last token's chunk: its chunks match its usage. Other servers add an
+        empty chunk for the finish_reason alone, or one before the first token. Which empty chunks
+        were tokens, the usage tells: one whose running count (continuous usage) did not move
+        was none, and beyond the total, the last empty ones were none. Without usage, none was."""
+        record = self.record
+        if not self.empty:
+            return 0
+        counts = record.tokens_in_chunk
+        drop = {i for i in self.empty if counts is not None and counts[i] == 0}
+        total = record.usage_completion_tokens
+        extra = len(self.empty) if total is None else record.chunks - len(drop) - total
+        for index in reversed(self.empty):
+            if extra <= 0:
+                break
+            if index not in drop:
+                drop.add(index)
+                extra -= 1
+        if not drop:
+            return 0
+        keep = [i for i in range(record.chunks) if i not in drop]
+        record.chunk_times = array("d", [record.chunk_times[i] for i in keep])
+        if counts is not None:
+            record.tokens_in_chunk = array("l", [counts[i] for i in keep])
+        record.first_token = record.chunk_times[0] if keep else None
+        record.last_token = record.chunk_times[-1] if keep else None
+        return len(drop)
 
     def _learn(self, payload: bytes, text: str) -> None:
         """Remember the bytes around this event's text literal, if it appears exactly once."""
@@ -230,6 +268,25 @@ def _is_utf8(text: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _is_token(choice: object) -> bool:
+    """Whether a chunk's choice is a step's output: its text (or chat content) is there, even
+    empty, as vLLM sends a token whose bytes do not decode yet or a special token (and as `vllm
+    bench serve` counts them: vllm/benchmarks/lib/endpoint_request_func.py, "text could be empty
+    here"); or it holds reasoning or tool calls. A chat stream's first chunk, the role with empty
+    content, is not a token."""
+    if type(choice) is not dict:
+        return False
+    if isinstance(choice.get("text"), str):
+        return True
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return False
+    content = delta.get("content")
+    if isinstance(content, str) and (content or "role" not in delta):
+        return True
+    return bool(delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"))
 
 
 def _output_of(choice: object) -> object:

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from cockpit.engines.options import CheckedArgs, OptionTable, check_args, option_table, table_version
+from cockpit.engines.options import (
+    CheckedArgs,
+    OptionTable,
+    check_args,
+    option_table,
+    size_value,
+    table_version,
+)
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
@@ -60,6 +67,7 @@ class ServerArgs:
     redundant_experts: int = 0  # EPLB's extra expert copies over the EP group
     enable_dp_lm_head: bool = False  # SGLang: lm_head over the attention TP group only
     max_total_tokens: int | None = None  # SGLang --max-total-tokens: caps the KV pool
+    kv_cache_memory_bytes: int | None = None  # vLLM --kv-cache-memory-bytes: the KV cache, set outright
     notes: tuple[str, ...] = ()  # what the engine would warn about
 
     def kv_bytes(self, model_dtype_bytes: float = 2.0) -> float:
@@ -99,6 +107,7 @@ KV_DTYPE_BITS = {
 
 
 MAX_TOKENS_ARG = 1_000_000_000  # token counts above this are typos, not settings
+MAX_BYTES_ARG = 2**50  # a petabyte of KV cache is a typo
 
 
 def parse_server_args(args: Sequence[str], table: OptionTable | None = None) -> ServerArgs:
@@ -142,6 +151,7 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
         out["redundant_experts"] = _redundant(
             values.get("eplb_config"), values.get("eplb_config.num_redundant_experts")
         )
+        out["kv_cache_memory_bytes"] = _bytes("--kv-cache-memory-bytes", values.get("kv_cache_memory_bytes"))
     else:
         share = values.get("mem_fraction_static")
         out["mem_fraction_static"] = None if share is None else _fraction("--mem-fraction-static", share)
@@ -211,6 +221,22 @@ def _tokens(name: str, value: object) -> int | None:
             "fix the server args"
         )
     return value
+
+
+def _bytes(name: str, value: object) -> int | None:
+    """A size in bytes as vLLM reads it (``1G`` = 2**30, ``1g`` = 10**9), above 0; None: unset."""
+    if value is None:
+        return None
+    try:
+        size = value if isinstance(value, int) else size_value(str(value), "vllm")
+    except ValueError:
+        size = 0
+    if not 0 < size <= MAX_BYTES_ARG:
+        raise CockpitError(
+            f"server argument {name} must be a size in bytes above 0, like 4G or 4294967296 (got {value}): "
+            "fix the server args"
+        )
+    return size
 
 
 def _largest_batch(name: str, largest: object, sizes: object) -> int | None:
@@ -360,8 +386,9 @@ class Engine(ABC):
         """Every startup check this placement fails, in order the engine meets them."""
 
     @abstractmethod
-    def model_args(self, model_path: str) -> list[str]:
-        """The arguments that name the model (``serve M`` or ``--model-path M``)."""
+    def model_args(self, model_path: str, command: Sequence[str] = ()) -> list[str]:
+        """The arguments that name the model (``serve M`` or ``--model-path M``) after the
+        launcher words ``command`` (empty: the default launcher)."""
 
     @abstractmethod
     def memory_fraction(
@@ -382,7 +409,7 @@ class Engine(ABC):
         model, the parallel flags, the port, the profile's own args."""
         return [
             *(command or self.default_command),
-            *self.model_args(model_path),
+            *self.model_args(model_path, command or self.default_command),
             *placement.flags,
             "--host",
             "127.0.0.1",

@@ -218,6 +218,12 @@ _LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 # Tables
 
 
+def _vllm_0_32_0() -> ModuleType:
+    from cockpit.engines.tables import vllm_0_32_0
+
+    return vllm_0_32_0
+
+
 def _vllm_0_33_0() -> ModuleType:
     from cockpit.engines.tables import vllm_0_33_0
 
@@ -232,7 +238,7 @@ def _sglang_0_5_23() -> ModuleType:
 
 # Newest last. A table is imported the first time it is asked for.
 TABLES = {
-    "vllm": {"0.33.0": _vllm_0_33_0},
+    "vllm": {"0.32.0": _vllm_0_32_0, "0.33.0": _vllm_0_33_0},
     "sglang": {"0.5.23": _sglang_0_5_23},
 }
 _LOADED: dict[tuple[str, str], OptionTable] = {}
@@ -551,18 +557,39 @@ def _typed(table: OptionTable, option: Option, spelling: str, text: str, where: 
         what = {"int": "a whole number", "float": "a number"}.get(kind, "a size like 32k or 32768")
         if kind in ("loads", "parse_dataclass", "json_list_type"):
             what = "valid JSON"
-        raise CockpitError(f"{where} {spelling} needs {what} (got {shown(text)})") from None
+        said = (
+            f": {table.label} stops at once with {_argparse_error(option, kind, text)}"
+            if kind
+            in (
+                "int",
+                "float",
+            )
+            else ""
+        )
+        raise CockpitError(f"{where} {spelling} needs {what} (got {shown(text)}){said}") from None
     choices = _choices(table, option)
     if choices and str(value) not in {str(c) for c in choices}:
+        late = not option.choices  # checked by the engine's config after parsing, not by argparse
         guess = _nearest_choice(str(value), [str(c) for c in choices])
         hint = f" (did you mean {guess}?)" if guess else ""
         listed = ", ".join(map(str, choices[:10])) + (
             f" and {len(choices) - 10} more" if len(choices) > 10 else ""
         )
+        said = (
+            ""
+            if late
+            else f" ({table.label}: argument {'/'.join(option.spellings)}: invalid choice: {text!r})"
+        )
         raise CockpitError(
-            f"{where} {spelling} {shown(text)} is not one of {table.label}'s choices{hint}: {listed}"
+            f"{where} {spelling} {shown(text)} is not one of {table.label}'s choices{hint}: {listed}{said}"
         )
     return value
+
+
+def _argparse_error(option: Option, kind: str, text: str) -> str:
+    """The line the engine's argparse prints for a value its type function refuses
+    (``argparse.ArgumentParser._get_value``): the words a person then finds in the engine's log."""
+    return f'"argument {"/".join(option.spellings)}: invalid {kind} value: {text!r}"'
 
 
 # What people mean by a short value where the engine wants the long one: vLLM's "fp8" KV cache

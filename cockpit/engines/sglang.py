@@ -10,6 +10,8 @@ sglang/srt/runtime_context.py and sglang/srt/arg_groups/parallel_hook.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cockpit.engines import checks
 from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_per_gpu
 from cockpit.engines.options import version_key
@@ -81,7 +83,7 @@ class SGLang(Engine):
         """Whether this version says DP attention as ``--attn-dp-size`` (else the old pair)."""
         return version_key(self.version) >= ATTN_DP_SIZE_SINCE
 
-    def model_args(self, model_path: str) -> list[str]:
+    def model_args(self, model_path: str, command: Sequence[str] = ()) -> list[str]:
         return ["--model-path", model_path]
 
     def memory_fraction(

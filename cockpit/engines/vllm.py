@@ -9,6 +9,8 @@ vllm/model_executor/layers/fused_moe/config.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cockpit.engines import checks
 from cockpit.engines.base import (
     Engine,
@@ -55,8 +57,13 @@ class VLLM(Engine):
     default_command = ("vllm", "serve")
     ready_paths = ("/health", "/v1/models")
 
-    def model_args(self, model_path: str) -> list[str]:
-        return [model_path]
+    def model_args(self, model_path: str, command: Sequence[str] = ()) -> list[str]:
+        """Positional after ``vllm serve`` (the `model_tag` of vllm/entrypoints/cli/serve.py);
+        ``--model`` after any other launcher (``python -m vllm.entrypoints.openai.api_server``,
+        which a build installed under another distribution name needs: docs/placement.md)."""
+        if not command or command[-1] == "serve":
+            return [model_path]
+        return ["--model", model_path]
 
     def memory_fraction(
         self, server: ServerArgs, capacity_gib: float, placement: Placement, model: ModelArch

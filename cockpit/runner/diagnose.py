@@ -149,10 +149,18 @@ NCCL_ERROR = re.compile(r"\bNCCL error(?: in: \S+,| \d+:|:)?\s*(?P<description>[
 NCCL_ERROR_CODE = re.compile(r"\b(?P<code>nccl\w+Error)\b:?\s*(?P<description>[^(]*)")
 NCCL_WARNING = re.compile(r"\bNCCL WARN\s+(?P<text>.+)")
 
+# uvicorn's "[Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already
+# in use", or the bare OSError of a socket bound before uvicorn starts: vLLM 0.32 binds its own
+# (vllm/entrypoints/launchers/launcher.py: create_server_socket) before it builds the engine.
 ADDRESS_IN_USE = re.compile(
     r"\[Errno 98\](?: error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>\d+)\):)? "
     r"[Aa]ddress already in use"
 )
+# vLLM logs the arguments that differ from its defaults before it binds (0.32:
+# vllm/entrypoints/serve/utils/api_utils.py): "non-default args: {'host': '127.0.0.1', 'port': 18002,
+# ...}"; a port not named there is the engine's default.
+NON_DEFAULT_PORT = re.compile(r"non-default args: \{.*?'port': (?P<port>\d+)")
+NON_DEFAULT_HOST = re.compile(r"non-default args: \{.*?'host': '(?P<host>[^']*)'")
 PP_UNSUPPORTED = re.compile(
     r"Pipeline parallelism is not supported for this model"  # vllm/config/model.py
     r"|Pipeline parallelism is only supported for the following architectures"  # older vLLM
@@ -183,6 +191,26 @@ SGLANG_MOE_BLOCK = re.compile(
     r"(?: where moe_tp_size is equal to tp_size \((?P<tp>\d+)\) divided by ep_size \((?P<ep>\d+)\))?"
 )
 UNRECOGNIZED_ARGS = re.compile(r"^(?:(?P<program>[^:]+): )?error: unrecognized arguments: (?P<flags>.+)$")
+# argparse's usage error about one argument (exit code 2), under whatever name the parser has: "vllm
+# serve", "vllm", "api_server.py" (python -m vllm.entrypoints.openai.api_server), SGLang's
+# "launch_server.py" or "sglang serve". "error: argument --max-num-seqs: invalid int value: 'abc'",
+# "error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', 'bfloat16', ...)",
+# "expected one argument", or the words of the option's own type (vllm/utils/argparse_utils.py).
+BAD_ARGUMENT = re.compile(
+    r"^(?:(?P<program>[^:]+): )?error: (?:argument (?P<flags>[^:]+): (?P<problem>.+)"
+    r"|the following arguments are required: (?P<missing>.+))$"
+)
+ARGPARSE_INVALID_VALUE = re.compile(r"^invalid (?P<type>\w+) value: (?P<value>.+)$")
+ARGPARSE_INVALID_CHOICE = re.compile(r"^invalid choice: (?P<value>.+?) \(choose from (?P<choices>.*)\)$")
+ARGPARSE_TYPES = {"int": "an integer", "float": "a number"}
+# transformers/configuration_utils.py (_get_config_dict), raised as an OSError below json's own
+# JSONDecodeError, which says where the file breaks: the model's config.json does not parse.
+# The exception's line only: the traceback above it quotes the f-string that raised it.
+CONFIG_NOT_JSON = re.compile(
+    r"^(?:(?:\w+\.)*\w*Error: )?(?P<words>It looks like the config file at '(?P<path>[^']*)' is not a valid JSON file\.)"
+)
+JSON_DECODE_ERROR = re.compile(r"JSONDecodeError: (?P<detail>.+)$")
+SENTENCE_END = re.compile(r"\.(?=\s|$)")
 
 # vLLM's configs are pydantic dataclasses (vllm/config/utils.py): a ValueError raised while one is
 # built comes wrapped, "pydantic_core._pydantic_core.ValidationError: 1 validation error for
@@ -489,13 +517,20 @@ def _no_cache_blocks(match: re.Match[str], site: _Site) -> Diagnosis:
 
 
 def _context_too_long(match: re.Match[str], site: _Site) -> Diagnosis:
-    asked, derived = int(match["asked"]), int(match["vllm"] or match["sglang"])
+    derived = int(match["vllm"] or match["sglang"])
     flag = "--max-model-len" if match["vllm"] else "--context-length"
     return site.diagnosis(
         "max-model-len",
-        f"the context length asked ({asked:,}) is above the model's own ({derived:,})",
+        f"the context length asked is above the model's own: {_sentence(match)}",
         f"set {flag} {derived} or less",
     )
+
+
+def _sentence(match: re.Match[str], most: int = 240) -> str:
+    """The engine's own sentence from where `match` starts: up to its full stop (the one in
+    "config.json)." ends nothing), at most `most` characters."""
+    end = SENTENCE_END.search(match.string, match.end())
+    return _shortened(match.string[match.start() : end.end() if end else len(match.string)], most)
 
 
 def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
@@ -628,11 +663,33 @@ def _nccl_warning(match: re.Match[str], site: _Site) -> Diagnosis:
 
 def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:
     port, host = match["port"], match["host"]
+    if port:  # uvicorn names the address
+        return site.diagnosis(
+            "port-in-use",
+            f"port {port} on {host} is already in use",
+            f"stop whatever listens on port {port} or pick another --port",
+        )
+    # A bare OSError (vLLM 0.32 binds before uvicorn): the port is in the arguments vLLM logged.
+    port = _non_default(site, NON_DEFAULT_PORT, "port")
+    host = _non_default(site, NON_DEFAULT_HOST, "host")
+    if port is None:
+        where, listener = "the server's port", "that port"
+    else:
+        where = listener = f"port {port}"
+        where += f" on {host}" if host else ""
     return site.diagnosis(
         "port-in-use",
-        f"port {port} on {host} is already in use" if port else "the server's port is already in use",
-        f"stop whatever listens on port {port or 'it'} or pick another --port",
+        f"{where} is already in use ({match.group(0)})",
+        f"stop whatever listens on {listener} or pick another --port",
     )
+
+
+def _non_default(site: _Site, pattern: re.Pattern[str], name: str) -> str | None:
+    """A server argument vLLM logged among its non-default args above the error, if any."""
+    for message in reversed(site.messages[: site.index]):
+        if match := pattern.search(message):
+            return match[name]
+    return None
 
 
 def _pp_unsupported(match: re.Match[str], site: _Site) -> Diagnosis:
@@ -717,6 +774,63 @@ def _unrecognized_args(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
+def _bad_argument(match: re.Match[str], site: _Site) -> Diagnosis:
+    """argparse refused an argument's value (or missed a required one): its own words, and what
+    the flag wants."""
+    program = (match["program"] or "the engine").strip()
+    if match["missing"]:
+        missing = match["missing"].strip()
+        return site.diagnosis(
+            "bad-argument",
+            f"{program} refused to start: the following arguments are required: {missing}",
+            f"add {missing} to the server arguments",
+        )
+    flags, problem = match["flags"].strip(), match["problem"].strip()
+    flag = next((f for f in flags.split("/") if f.startswith("--")), flags)
+    if value := ARGPARSE_INVALID_VALUE.match(problem):
+        wants = ARGPARSE_TYPES.get(value["type"], f"a valid {value['type']} value")
+        next_step = f"give {flag} {wants} (it got {value['value']}), or drop it"
+    elif choice := ARGPARSE_INVALID_CHOICE.match(problem):
+        next_step = f"set {flag} to one of {_first_choices(choice['choices'])} (it got {choice['value']})"
+        problem = f"invalid choice: {choice['value']}"  # the choices are the next step's
+    elif problem.startswith("expected"):
+        next_step = f"give {flag} its value ({problem}), or drop it"
+    else:
+        next_step = f"fix the value of {flag} as the engine says, or drop it"
+    return site.diagnosis(
+        "bad-argument", _shortened(f"{program} refused argument {flags}: {problem}", 200), next_step
+    )
+
+
+def _config_not_json(match: re.Match[str], site: _Site) -> Diagnosis:
+    """transformers could not parse the model's config.json; json's error, raised first (the
+    traceback above the one that ends here), says where."""
+    above = site.messages[max(0, site.index - 80) : site.index]
+    detail = next(
+        (found["detail"] for line in reversed(above) if (found := JSON_DECODE_ERROR.search(line))), None
+    )
+    where = f" (json: {detail})" if detail else ""
+    return site.diagnosis(
+        "model-config",
+        f"the model's config.json does not parse: {match['words']}{where}",
+        f"fix the JSON of {match['path']} or download the model's config.json again",
+    )
+
+
+def _first_choices(choices: str, most: int = 160) -> str:
+    """argparse's list of choices, whole ones up to `most` characters."""
+    shown: list[str] = []
+    for choice in choices.split(", "):
+        if shown and len(", ".join([*shown, choice])) > most:
+            return ", ".join(shown) + ", ..."
+        shown.append(choice)
+    return ", ".join(shown)
+
+
+def _shortened(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _unknown_exception(match: re.Match[str], site: _Site) -> Diagnosis:
     text = site.messages[site.index]
     return site.diagnosis(
@@ -776,4 +890,6 @@ ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
     (SGLANG_MOE_TP, _sglang_moe_tp),
     (SGLANG_MOE_BLOCK, _sglang_moe_block),
     (UNRECOGNIZED_ARGS, _unrecognized_args),
+    (BAD_ARGUMENT, _bad_argument),
+    (CONFIG_NOT_JSON, _config_not_json),
 )

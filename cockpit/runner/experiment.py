@@ -147,7 +147,8 @@ class Launcher:
 
     def environment(self, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(self.profile.env)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        if not self.setup.hardware.on_cpu:  # vLLM's CPU build places its ranks by NUMA node, not this
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
         if self.sim:
             hw = self.setup.hardware
             env["COCKPIT_SIM_GPUS"] = f"{hw.count}x{hw.gpu.key}"

@@ -10,6 +10,9 @@ busiest rank's (the GPU that fills first), the KV cache the smallest rank's (the
 every rank's pool to it). vLLM 0.33 prints its weights, KV memory and graph lines with
 `info_once`, whose default scope lets only local rank 0 print (vllm/logger.py): on one node
 they are GPU 0's, the first stage of a pipeline; `weights_ranks` says how many ranks spoke.
+
+vLLM's CPU build says less: no memory for the weights (its model runner measures none), the time
+of the loader alone, and the KV cache's GiB in a line of its own; what it does not say stays absent.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from cockpit.runner.events import LaunchReport
-from cockpit.runner.phases import KV_MEMORY, KV_TOKENS, last_drawing, log_message
+from cockpit.runner.phases import (
+    CPU_KV_MEMORY,
+    KV_MEMORY,
+    KV_TOKENS,
+    LOADING_WEIGHTS_TOOK,
+    last_drawing,
+    log_message,
+)
 
 # -- who says it ---------------------------------------------------------------------------------
 
@@ -141,6 +151,9 @@ class LaunchFacts:
 
     weights_gib: _PerRank = field(default_factory=_PerRank)
     weights_seconds: _PerRank = field(default_factory=_PerRank)
+    # vLLM's loader alone ("Loading weights took"): the weights' time where no "Model loading took
+    # ... seconds" gives it, as on CPU; on a GPU that line comes after and counts instead.
+    loader_seconds: _PerRank = field(default_factory=_PerRank)
     draft_weights_gib: _PerRank = field(default_factory=_PerRank)
     kv_memory_gib: _PerRank = field(default_factory=_PerRank)
     draft_kv_memory_gib: _PerRank = field(default_factory=_PerRank)
@@ -174,7 +187,12 @@ class LaunchFacts:
             if match["seconds"]:
                 self.weights_seconds.set(rank, float(match["seconds"]))
             return True
-        if match := KV_MEMORY.search(message):
+        if match := LOADING_WEIGHTS_TOOK.search(message):
+            self.loader_seconds.set(rank, float(match["seconds"]))
+            return True
+        # "Available KV cache memory" on a GPU; on CPU each worker's "Explicitly set (1.0/7.46) GiB
+        # for KV cache" or "Auto set (...)" (vllm/v1/worker/cpu_worker.py), whose weights no line says.
+        if match := KV_MEMORY.search(message) or CPU_KV_MEMORY.search(message):
             self.kv_memory_gib.set(rank, float(match["gib"]))
             return True
         for pattern in _VLLM_V0_KV_MEMORY:
@@ -263,7 +281,7 @@ class LaunchFacts:
         facts: LaunchReport = {}
         busiest = {
             "weights_gib": self.weights_gib,
-            "weights_seconds": self.weights_seconds,
+            "weights_seconds": self.weights_seconds if self.weights_seconds.values else self.loader_seconds,
             "draft_weights_gib": self.draft_weights_gib,
             "graph_gib": self.graph_gib,
             "graph_seconds": self.graph_seconds,

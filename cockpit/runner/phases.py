@@ -33,7 +33,8 @@ LOG_PREFIX = re.compile(
     re.VERBOSE,
 )
 
-# Each milestone in every wording cockpit has met: vLLM 0.33 and older, SGLang 0.5.23 and older.
+# Each milestone in every wording cockpit has met: vLLM 0.33 and older (and 0.32's CPU build, whose
+# eager start has no CUDA graphs: tests/fixtures/real_vllm_cpu/), SGLang 0.5.23 and older.
 ENGINE_STARTING = re.compile(
     r"Initializing an? (?:V1 )?LLM engine"  # vllm/v1/engine/core.py
     r"|Init parallel begin"  # SGLang 0.5.23: sglang/srt/distributed/bootstrap.py
@@ -44,6 +45,11 @@ SHARD_PROGRESS = re.compile(
     r"(?:checkpoint shards|loading shards):\s*(?P<percent>\d{1,3})% Completed(?: \| (?P<done>\d+)/(?P<total>\d+))?",
     re.IGNORECASE,
 )
+# vLLM's weight loader on every device: "Loading weights took 0.03 seconds"
+# (vllm/model_executor/model_loader/default_loader.py: load_weights; sharded_state_loader.py says
+# the same). On a GPU "Model loading took" follows it; on CPU it is the only line that says the
+# weights are in: vllm/v1/worker/cpu_model_runner.py measures no memory.
+LOADING_WEIGHTS_TOOK = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds?")
 WEIGHTS_LOADED = (
     # vLLM V1, with or without "memory and" (vllm/v1/worker/gpu_model_runner.py).
     re.compile(r"Model loading took (?P<gib>[\d.]+) GiB"),
@@ -51,8 +57,16 @@ WEIGHTS_LOADED = (
     # SGLang, any version: "Load weight end. [elapsed=X s, ]type=..., avail mem=X GB, mem usage=Y GB."
     # (sglang/srt/model_executor/model_runner.py).
     re.compile(r"Load weight end\.(?:.*?\bmem usage=(?P<gib>[\d.]+) GB)?"),
+    LOADING_WEIGHTS_TOOK,  # vLLM on CPU (and on GPU, before the line with the memory)
 )
 KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
+# vLLM on CPU: "Explicitly set (1.0/7.46) GiB for KV cache on node 0." (--kv-cache-memory-bytes or
+# VLLM_CPU_KVCACHE_SPACE) or "Auto set (X/Y) GiB for KV cache on node 0, with Z GiB requested memory
+# for the worker. ..." (vllm/v1/worker/cpu_worker.py: determine_available_memory), every worker:
+# the KV cache's GiB, then the NUMA node's total.
+CPU_KV_MEMORY = re.compile(
+    r"^(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache on node (?P<node>\d+)"
+)
 KV_TOKENS = (
     # vLLM: "GPU KV cache size: N tokens" (0.33 goes on ", Maximum concurrency for ..." on the same
     # line, and says "GPU + host" with a host pool: vllm/v1/core/kv_cache_utils.py).
@@ -126,11 +140,17 @@ class PhaseTracker:
             return self._advance("loading")
         for pattern in WEIGHTS_LOADED:
             if match := pattern.search(message):
-                if match["gib"]:
-                    self.weights_gib = max(self.weights_gib or 0.0, float(match["gib"]))
-                weights = f"{self.weights_gib:.2f} GiB of weights per GPU" if self.weights_gib else ""
+                found = match.groupdict()
+                if found.get("gib"):
+                    self.weights_gib = max(self.weights_gib or 0.0, float(found["gib"]))
+                if self.weights_gib:
+                    weights = f"{self.weights_gib:.2f} GiB of weights per GPU"
+                elif found.get("seconds"):  # CPU: the time alone, no memory
+                    weights = f"weights loaded in {found['seconds']} s"
+                else:
+                    weights = ""
                 return self._advance("loaded", detail=weights)
-        if match := KV_MEMORY.search(message):
+        if match := KV_MEMORY.search(message) or CPU_KV_MEMORY.search(message):
             return self._advance("kv_cache", detail=f"{match['gib']} GiB for the KV cache")
         for pattern in KV_TOKENS:
             if match := pattern.search(message):

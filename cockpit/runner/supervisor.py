@@ -247,7 +247,7 @@ class Supervisor:
                     error_at = None  # a scary line that was not an error after all
                 if now >= next_health:
                     next_health = now + HEALTH_EVERY_S
-                    if self._ready(http, handle.url, ready_paths):
+                    if self._ready(http, handle.url, ready_paths) and not _answered_by_another(handle):
                         for line in reader.read():  # what it wrote just before it answered
                             yield from take(line)
                         yield Ready(
@@ -334,6 +334,27 @@ def _private_opener(path: str, flags: int) -> int:
     """Logs are the user's alone (0600 in a 0700 folder): an engine may print its arguments."""
     private_dir(Path(path).parent)
     return os.open(path, flags, 0o600)
+
+
+def _answered_by_another(handle: ServerHandle) -> bool:
+    """Whether the port's listener is another process group's than the server's own.
+
+    An engine may hold its port without listening while it loads (vLLM binds its socket at
+    start, vllm/entrypoints/launchers/launcher.py: create_server_socket, and uvicorn listens on
+    it only once the engine is up), so another program can listen there meanwhile and answer
+    /health: that is not this server getting ready. Unknown (no permission to see the sockets'
+    owners): not another's."""
+    port = handle.entry.port
+    try:
+        listeners = [
+            c.pid
+            for c in psutil.net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
+        ]
+        groups = {os.getpgid(pid) for pid in listeners}
+    except (psutil.Error, OSError):
+        return False
+    return bool(groups) and handle.entry.pgid not in groups
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

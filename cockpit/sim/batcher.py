@@ -209,6 +209,7 @@ class Sequence:
         self.reserved_tokens = reserved  # KV held for the sequence's whole life (Pacer.kv_cost)
         self.generated = 0
         self.prefilled = 0  # prompt tokens computed so far: chunked prefill advances it
+        self.admitted: float | None = None  # the clock's time when it left the queue for the batch
         self._batcher = batcher
         self._queue: _Queue | None = None
         if sink is None:
@@ -406,6 +407,7 @@ class Batcher:
             del self._waiting[seq]
             self._running[seq] = None
             self._reserved += seq.reserved_tokens
+            seq.admitted = self.clock.now()
             budget -= self._plan_chunk(step, seq, budget)
         return step
 

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
 from cockpit.sim.flags import EngineArgs
+from cockpit.sim.logs import vllm as logs_vllm
 from cockpit.textfile import read_text
 
 LOAD_GBPS = 3.0  # weights read per GPU per second (NVMe and page cache, a few GB/s)
@@ -149,7 +151,8 @@ class SimEngine:
         self.scale = time_scale(self.env)
         self.gpu_ids = visible_gpus(self.env, self.box.hardware.count)
         self.truth = truth_from_env(self.env)
-        self.log = logs.for_engine(self.args.engine, self.out)
+        self.log = logs.for_engine(self.args.engine, self.out, self.env)
+        self.sock: socket.socket | None = None  # vLLM binds its port before it builds the engine
         self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
         self.held: dict[int, int] = {}
         self._published: dict[int, int] = {}
@@ -212,12 +215,26 @@ class SimEngine:
         except SimOutOfMemory as exc:
             self.log.oom(str(exc))
             return 1
+        finally:
+            if self.sock is not None:
+                self.sock.close()
 
     async def _live(self) -> int:
         if self.args.deprecated:  # both engines warn while parsing, before any other line
             self.log.argument_warnings(self.args.deprecated)
         setup, verdict = self.plan()
-        self.log.starting(self.args, setup, verdict)
+        if isinstance(self.log, logs.VLLMLog):
+            # vllm/entrypoints/launchers/launcher.py: setup_server logs the version and the
+            # arguments, then binds the port, before the config and the engine are built.
+            self.log.announce(self.args)
+            try:
+                self.sock = bind_socket(self.args.host, self.args.port)
+            except OSError as exc:
+                self.log.bind_failure(self.args.host, self.args.port, exc)
+                return 1
+            self.log.configured(self.args, setup, verdict)
+        else:
+            self.log.starting(self.args, setup, verdict)
         placement, memory = verdict.placement, verdict.memory
         startup_failures = [
             r
@@ -236,12 +253,16 @@ class SimEngine:
         target = memory.weights_gib * GiB
         if oom is not None:
             target = (memory.capacity_gib - 0.5) * GiB - memory.expert_layer_bytes * 2 / 3
+        loading = time.monotonic()
         await self.load(used, max(0.0, target), int(memory.weights_gib * GiB))
         if oom is not None:
             self.log.oom(oom_text(memory, gpu=used[min(len(used) - 1, 2)] if used else 0))
             return 1
         failure = next((r for r in verdict.reasons if r.rule in ("no-kv-memory", "kv-max-len")), None)
-        self.log.loaded(setup, memory)
+        if isinstance(self.log, logs.VLLMLog):
+            self.log.loaded(setup, memory, load_s=time.monotonic() - loading)
+        else:
+            self.log.loaded(setup, memory)
         if failure is not None:
             self.log.kv_failure(failure)
             return 1
@@ -282,7 +303,7 @@ class SimEngine:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     async def serve(self, setup: Setup, verdict: Verdict) -> int:
-        from cockpit.sim.server import make_app, serve
+        from cockpit.sim.server import make_app, serve, system_fingerprint
 
         perf = for_verdict(setup, verdict)
         assert perf is not None  # a fitting verdict always has a performance model
@@ -299,6 +320,9 @@ class SimEngine:
         batcher = Batcher(
             pacer, on_step=on_step, token_budget=perf.step_tokens or None, warn=self._behind_its_clock
         )
+        values = dict(self.args.non_default)
+        vllm = self.args.engine == "vllm"
+        layout = self.args.layout
         app = make_app(
             model_id=self.args.served_name,
             engine=self.args.engine,
@@ -306,29 +330,72 @@ class SimEngine:
             max_model_len=setup.server.max_model_len or setup.model.max_context,
             model_path=self.args.model,
             api_key=api_keys(self.args.engine, self.args.argv, self.env),
-            metrics=self.args.engine != "sglang" or bool(dict(self.args.non_default).get("enable_metrics")),
+            metrics=self.args.engine != "sglang" or bool(values.get("enable_metrics")),
+            version=self.args.version,
+            fingerprint=(
+                system_fingerprint(
+                    self.args.version,
+                    layout.tp,
+                    layout.pp,
+                    layout.dp,
+                    layout.expert_parallel,
+                    config=f"{self.args.model}|{' '.join(self.args.argv)}",
+                )
+                if vllm
+                else None
+            ),
+            access_log=self.out if vllm and access_logged(values) else None,
         )
         try:
-            runner = await serve(app, host=self.args.host, port=self.args.port)
+            runner = await serve(app, host=self.args.host, port=self.args.port, sock=self.sock)
         except OSError as exc:
             self.log.bind_failure(self.args.host, self.args.port, exc)
             return 1
+        self.sock = None  # the server holds it now
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         self.log.ready(self.args)
-        idle = asyncio.create_task(self._idle_publisher(batcher, stop))
+        tasks = [asyncio.create_task(self._idle_publisher(batcher, stop))]
+        if vllm and not values.get("disable_log_stats"):
+            tasks.append(asyncio.create_task(self._log_stats(app, batcher, values)))
         if self.on_ready is not None:
             self.on_ready()
         await stop.wait()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        self.log.shutdown()
-        idle.cancel()
+        self.log.shutdown(in_flight=batcher.running + batcher.waiting)
+        for task in tasks:
+            task.cancel()
         await batcher.close()
         await runner.cleanup()
         return 0
+
+    async def _log_stats(self, app: Any, batcher: Batcher, values: Mapping[str, object]) -> None:
+        """vLLM's periodic stats line (vllm/v1/metrics/loggers.py): throughputs over the interval,
+        logged unless they and the interval's before are all 0 (an idle engine logs at debug)."""
+        from cockpit.sim.server import counters, kv_usage
+
+        interval = stats_interval(self.env)
+        prefix_caching = values.get("enable_prefix_caching", True) is not False
+        last_time, (last_prompt, last_generated) = time.monotonic(), counters(app)
+        last_rates = (0.0, 0.0)
+        while True:
+            await asyncio.sleep(interval)
+            now, (prompt, generated) = time.monotonic(), counters(app)
+            elapsed = max(now - last_time, 1e-9)
+            rates = ((prompt - last_prompt) / elapsed, (generated - last_generated) / elapsed)
+            if any((*rates, *last_rates)):
+                self.log.stats(
+                    rates[0],
+                    rates[1],
+                    batcher.running,
+                    batcher.waiting,
+                    kv_usage(batcher),
+                    0.0 if prefix_caching and prompt else None,
+                )
+            last_time, last_prompt, last_generated, last_rates = now, prompt, generated, rates
 
     def _behind_its_clock(self, text: str) -> None:
         """The simulator's own warning (cockpit/sim/pacing.py), in uvicorn's plain form."""
@@ -339,6 +406,36 @@ class SimEngine:
             await asyncio.sleep(1.0)
             if batcher.running == 0:
                 self.publish()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket as vLLM makes it before it builds the engine
+    (vllm/entrypoints/launchers/launcher.py: create_server_socket): SO_REUSEADDR, then bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family, type=socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def access_logged(values: Mapping[str, object]) -> bool:
+    """Whether vLLM's uvicorn writes access lines: not with --disable-uvicorn-access-log, nor
+    with --uvicorn-log-level above info."""
+    level = str(values.get("uvicorn_log_level") or "info")
+    return not values.get("disable_uvicorn_access_log") and level in ("info", "debug", "trace")
+
+
+def stats_interval(env: Mapping[str, str]) -> float:
+    """VLLM_LOG_STATS_INTERVAL (vllm/envs.py): seconds between the stats lines, 10 by default."""
+    try:
+        value = float(env.get("VLLM_LOG_STATS_INTERVAL", "") or logs_vllm.STATS_INTERVAL_S)
+    except ValueError:
+        return logs_vllm.STATS_INTERVAL_S
+    return value if value > 0 else logs_vllm.STATS_INTERVAL_S
 
 
 GC_YOUNG_THRESHOLD = 20_000

@@ -18,11 +18,20 @@ from typing import Any
 
 from cockpit.engines import Option, OptionTable, check_args, option_table
 from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, size_value
+from cockpit.engines.options import _choices as engine_choices
 from cockpit.layout import Layout
 
 # Leading words of the launcher, as the adapters write them, that the simulator skips.
+_API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _LAUNCHERS = {
-    "vllm": (("vllm", "serve"), ("serve",)),
+    "vllm": (
+        ("vllm", "serve"),
+        ("serve",),
+        ("python", "-m", _API_SERVER_MODULE),
+        ("python3", "-m", _API_SERVER_MODULE),
+        ("-m", _API_SERVER_MODULE),
+        (_API_SERVER_MODULE,),
+    ),
     "sglang": (
         ("python", "-m", "sglang.launch_server"),
         ("-m", "sglang.launch_server"),
@@ -30,10 +39,24 @@ _LAUNCHERS = {
     ),
 }
 # What the engine's parser calls itself in its errors: vLLM's serve subparser (its root parser
-# reports unrecognized arguments, with its own usage); SGLang's says "sglang serve" even under
-# `python -m sglang.launch_server` (prepare_server_args).
+# reports unrecognized arguments, with its own usage), or under `python -m
+# vllm.entrypoints.openai.api_server` that module's parser, named after its file, whose usage
+# argparse writes out option by option (vllm/entrypoints/launchers/api_server/entry.py: main);
+# SGLang's says "sglang serve" even under `python -m sglang.launch_server` (prepare_server_args).
 _PROG = {"vllm": "vllm serve", "sglang": "sglang serve"}
 _USAGE = {"vllm": "vllm serve [model_tag] [options]", "sglang": None}
+API_SERVER_PROG = "api_server.py"
+# What importing the old entrypoint warns, before its parser runs (vllm/entrypoints/openai/api_server.py).
+API_SERVER_WARNINGS = (
+    "{site}/vllm/entrypoints/openai/api_server.py:24: DeprecationWarning: `vllm.entrypoints.openai.api_server` "
+    "is deprecated and will likely beunsupported in a future version. Use the corresponding function from "
+    "`vllm.entrypoints.launchers` instead.",
+    "  warnings.warn(",
+    "{site}/vllm/entrypoints/openai/api_server.py:51: DeprecationWarning: The `python -m "
+    "vllm.entrypoints.openai.api_server` command is deprecated and may be removed in a future release. "
+    "Please use `vllm server` instead.",
+    "  warnings.warn(",
+)
 _VLLM_ROOT_USAGE = (
     "usage: vllm [-h] [-v]\n"
     "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
@@ -50,9 +73,11 @@ class EngineArgs:
     host: str
     port: int
     argv: tuple[str, ...]  # the server arguments besides layout, host, port and model
-    non_default: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
+    non_default: tuple[tuple[str, object], ...] = ()  # the options given that differ from their defaults
     deprecated: tuple[str, ...] = ()  # spellings given that the engine warns about
     version: str = ""
+    entrypoint: str = "vllm serve"  # vLLM: "vllm serve", or "api_server.py" (python -m ...api_server)
+    logged_args: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
 
 
 class _Switch(argparse.Action):
@@ -104,14 +129,16 @@ def _size_error(engine: str, kind: str, text: str) -> str:
     return f"invalid {kind} value: '{text}'"
 
 
-def build_parser(table: OptionTable) -> argparse.ArgumentParser:
-    """An argparse parser with every option of the engine version's server command."""
+def build_parser(table: OptionTable, entrypoint: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with every option of the engine version's server command (vLLM's
+    ``api_server.py`` entrypoint: that module's parser, with no positional model)."""
+    api_server = table.engine == "vllm" and entrypoint == API_SERVER_PROG
     parser = argparse.ArgumentParser(
-        prog=_PROG[table.engine],
-        usage=_USAGE[table.engine],
+        prog=API_SERVER_PROG if api_server else _PROG[table.engine],
+        usage=None if api_server else _USAGE[table.engine],
         add_help=False,
     )
-    if table.engine == "vllm":
+    if table.engine == "vllm" and not api_server:
         parser.add_argument("model_tag", nargs="?")
     for option in table.options:
         kwargs: dict[str, Any] = {"dest": option.dest, "default": option.default}
@@ -134,25 +161,34 @@ def build_parser(table: OptionTable) -> argparse.ArgumentParser:
         convert = _converter(table, option)
         if convert is not None:
             kwargs["type"] = convert
-        if option.choices:  # the table keeps choices as typed; argparse compares converted values
-            kwargs["choices"] = tuple(convert(c) for c in option.choices) if convert else option.choices
+        # The table keeps choices as typed; argparse compares converted values. A choice the
+        # table leaves to the engine's config (vLLM's --kv-cache-dtype) is argparse's too: a real
+        # vLLM 0.32.0 rejects "fp9" with "invalid choice" and exit 2.
+        choices = option.choices or engine_choices(table, option)
+        if choices:
+            kwargs["choices"] = tuple(convert(c) for c in choices) if convert else choices
         parser.add_argument(*option.spellings, **kwargs)
     return parser
 
 
 def strip_launcher(engine: str, argv: Sequence[str]) -> list[str]:
+    return _launched(engine, argv)[1]
+
+
+def _launched(engine: str, argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The entrypoint the launcher words name (vLLM's old module: "api_server.py"), and the rest."""
     args = list(argv)
     for prefix in _LAUNCHERS[engine]:
         if tuple(args[: len(prefix)]) == prefix:
-            return args[len(prefix) :]
-    return args
+            return (API_SERVER_PROG if _API_SERVER_MODULE in prefix else None), args[len(prefix) :]
+    return None, args
 
 
-def _vllm_rewrites(flags: list[str]) -> list[str]:
-    """What vLLM's parser does before argparse: `--model M` to the front, dashes for
-    underscores, -O3, and dotted JSON keys folded into their option's JSON."""
+def _vllm_rewrites(flags: list[str], positional: bool = True) -> list[str]:
+    """What vLLM's parser does before argparse: `--model M` to the front (``positional``: `vllm
+    serve`), dashes for underscores, -O3, and dotted JSON keys folded into their option's JSON."""
     flags = expand_vllm_args(flags)
-    if "--model" in flags:
+    if positional and "--model" in flags:
         at = flags.index("--model")
         if at + 1 < len(flags):
             flags = [flags[at + 1], *flags[:at], *flags[at + 2 :]]
@@ -184,19 +220,30 @@ def _json_value(text: str) -> object:
 def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = None) -> EngineArgs:
     """Parse like the real engine; argparse exits 2 with its usage line on a bad flag."""
     table = option_table(engine, version)
-    flags = strip_launcher(engine, argv)
+    entrypoint, flags = _launched(engine, argv)
+    if entrypoint == API_SERVER_PROG:
+        from cockpit.sim.logs.base import SITE
+
+        for line in API_SERVER_WARNINGS:
+            sys.stderr.write(line.format(site=SITE) + "\n")
     if engine == "vllm":
-        flags = _vllm_rewrites(flags)
-    parser = build_parser(table)
+        flags = _vllm_rewrites(flags, positional=entrypoint != API_SERVER_PROG)
+    parser = build_parser(table, entrypoint)
     ns, extras = parser.parse_known_args(flags)
-    if extras:  # vLLM's root parser says it; SGLang's own
-        if engine == "vllm":
+    if extras:  # vLLM's root parser says it (the api_server module's parser its own); SGLang's own
+        if engine == "vllm" and entrypoint != API_SERVER_PROG:
             sys.stderr.write(_VLLM_ROOT_USAGE + f"vllm: error: unrecognized arguments: {' '.join(extras)}\n")
             raise SystemExit(2)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     non_default = tuple(
-        (k, v) for k, v in vars(ns).items() if v != parser.get_default(k) and k not in ("model_tag",)
+        (k, v) for k, v in vars(ns).items() if v != parser.get_default(k) and k not in ("model_tag", "model")
     )
+    # vLLM's `serve` puts the positional model in args.model (vllm/entrypoints/cli/serve.py), so
+    # its "non-default args" name the model where --model sits among the options; model_tag is
+    # not one of them (vllm/entrypoints/serve/utils/api_utils.py: get_non_default_args).
+    if engine == "vllm" and getattr(ns, "model_tag", None) is not None:
+        ns.model = ns.model_tag
+    logged = tuple((k, v) for k, v in vars(ns).items() if v != parser.get_default(k) and k != "model_tag")
     # The same words through cockpit's own reading: what the planner takes as server arguments
     # (not the model, layout, host or port), and the deprecated spellings the engine warns about.
     # vLLM's positional model comes first (a --model is moved there): only it is dropped, not a
@@ -212,7 +259,7 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
             dp=ns.data_parallel_size,
             expert_parallel=bool(ns.enable_expert_parallel),
         )
-        model = ns.model_tag or ns.model
+        model = ns.model
     else:
         layout = _sglang_layout(ns)
         model = ns.model_path
@@ -233,6 +280,8 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
         non_default,
         checked.deprecated,
         table.version,
+        entrypoint or _PROG[engine],
+        logged,
     )
 
 

@@ -77,6 +77,7 @@ class Ask:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    request_id: str | None = None  # the client's X-Request-Id, which vLLM takes for the id
 
 
 _ID_HOLE = "\x00id\x00"
@@ -85,13 +86,31 @@ _WORDS_JSON = tuple(dumps(word).encode() for word in WORDS)
 
 
 def _choice(
-    chat: bool, text: str, finish: str | None, *, delta: dict[str, str] | None = None
+    chat: bool,
+    text: str,
+    finish: str | None,
+    *,
+    delta: dict[str, str] | None = None,
+    engine: str = "vllm",
 ) -> dict[str, Any]:
+    """A streamed choice. vLLM (vllm/entrypoints/openai/completion/serving.py and
+    chat_completion/serving.py, dumped with exclude_unset): a completion's carries stop_reason,
+    prompt_token_ids and token_ids, null; a chat token's token_ids, and stop_reason only on the
+    one that finishes; the chat role's neither."""
     if chat:
         body: dict[str, Any] = {"index": 0, "delta": delta if delta is not None else {"content": text}}
     else:
         body = {"index": 0, "text": text}
-    return {**body, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+    if engine != "vllm":
+        return {**body, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+    body = {**body, "logprobs": None, "finish_reason": finish}
+    if not chat:
+        return {**body, "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+    if delta is not None:  # the role
+        return body
+    if finish is not None:
+        body["stop_reason"] = None
+    return {**body, "token_ids": None}
 
 
 def _head(chat: bool, request_id: str, created: int, model_id: str) -> dict[str, Any]:
@@ -103,18 +122,26 @@ def _head(chat: bool, request_id: str, created: int, model_id: str) -> dict[str,
     }
 
 
+def _tail(engine: str, last: bool, include_usage: bool, fingerprint: str | None) -> dict[str, Any]:
+    """vLLM stamps its system_fingerprint on the finishing chunk when no usage chunk follows."""
+    if engine == "vllm" and last and not include_usage and fingerprint is not None:
+        return {"system_fingerprint": fingerprint}
+    return {}
+
+
 @functools.lru_cache(maxsize=32)
-def _token_templates(chat: bool, model_id: str, created: int) -> tuple[tuple[bytes, bytes, bytes], ...]:
+def _token_templates(
+    chat: bool, model_id: str, created: int, engine: str = "vllm", fingerprint: str | None = None
+) -> tuple[tuple[bytes, bytes, bytes], ...]:
     """A token event of any request of this shape and second, cut around its id and its text:
-    (before the id, between id and text, after the text), for not-last and last. Rendered
-    once per second per shape, not per request."""
+    (before the id, between id and text, after the text), for not-last and last (without and
+    with the fingerprint vLLM puts on the last when no usage chunk follows). Rendered once per
+    second per shape, not per request."""
     pieces = []
-    for last in (False, True):
+    for last, tail in ((False, {}), (True, {}), (True, _tail(engine, True, False, fingerprint))):
         head = _head(chat, _ID_HOLE, created, model_id)
-        event = (
-            b"data: "
-            + dumps({**head, "choices": [_choice(chat, _TEXT_HOLE, "length" if last else None)]}).encode()
-        )
+        choice = _choice(chat, _TEXT_HOLE, "length" if last else None, engine=engine)
+        event = b"data: " + dumps({**head, "choices": [choice], **tail}).encode()
         before_id, rest = event.split(dumps(_ID_HOLE).encode())
         between, after = rest.split(dumps(_TEXT_HOLE).encode())
         pieces.append((before_id, between, after + b"\n\n"))
@@ -122,59 +149,98 @@ def _token_templates(chat: bool, model_id: str, created: int) -> tuple[tuple[byt
 
 
 class Chunks:
-    """Renders one request's response objects as vLLM does; token events are cut from a
+    """Renders one request's response objects as the engine does; token events are cut from a
     template shared by every request of the same second, and each distinct one is framed once.
 
     ``chunked``: whether the response body goes in HTTP/1.1 chunks. aiohttp chunks a body of
     unknown length exactly when the request is HTTP/1.1; an HTTP/1.0 body is sent bare and ended
     by closing the connection (aiohttp/web_response.py, ``StreamResponse._prepare_headers``).
+    ``fingerprint``: vLLM's system_fingerprint (vllm/entrypoints/serve/utils/fingerprint.py).
     """
 
-    def __init__(self, ask: Ask, model_id: str, chunked: bool = True) -> None:
+    def __init__(
+        self,
+        ask: Ask,
+        model_id: str,
+        chunked: bool = True,
+        engine: str = "vllm",
+        fingerprint: str | None = None,
+    ) -> None:
         self.ask = ask
         self.chunked = chunked
+        self.engine = engine
+        self.fingerprint = fingerprint
         created = int(time.time())
-        request_id = (
-            f"{'chatcmpl' if ask.chat else 'cmpl'}-{random.getrandbits(128):032x}"  # uuid4().hex's shape
-        )
+        kind = "chatcmpl" if ask.chat else "cmpl"
+        if (
+            engine == "vllm"
+        ):  # vllm/utils/__init__.py: random_uuid, 16 hex digits; or the client's X-Request-Id
+            request_id = (
+                f"{kind}-{ask.request_id if ask.request_id is not None else f'{random.getrandbits(64):016x}'}"
+            )
+        else:
+            request_id = f"{kind}-{random.getrandbits(128):032x}"  # uuid4().hex's shape
         self.head = _head(ask.chat, request_id, created, model_id)
         quoted_id = dumps(request_id).encode()
+        templates = _token_templates(ask.chat, model_id, created, engine, fingerprint)
+        last = 2 if not ask.include_usage else 1
         self._templates = tuple(
             (before_id + quoted_id + between, after)
-            for before_id, between, after in _token_templates(ask.chat, model_id, created)
+            for before_id, between, after in (templates[0], templates[last])
         )
         self._frames: list[bytes | None] = [None] * (2 * len(WORDS))  # (word, last) -> framed event
 
     def _choice(
         self, text: str, finish: str | None, *, delta: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        return _choice(self.ask.chat, text, finish, delta=delta)
+        return _choice(self.ask.chat, text, finish, delta=delta, engine=self.engine)
 
-    def _event(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+    def _event(
+        self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None, **extra: Any
+    ) -> bytes:
         obj: dict[str, Any] = {**self.head, "choices": choices}
         if usage is not None:
             obj["usage"] = usage
+        obj.update(extra)
         return b"data: " + dumps(obj).encode() + b"\n\n"
 
-    def _usage(self, completion_tokens: int) -> dict[str, int]:
+    def _usage(self, completion_tokens: int, *, chunk: bool = True) -> dict[str, Any]:
+        """vLLM's UsageInfo (fields: prompt, total, completion tokens; a chat chunk's continuous
+        usage also says completion_tokens_details, null); SGLang's in its own order."""
         prompt = self.ask.prompt_tokens
-        return {
+        if self.engine != "vllm":
+            return {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens,
+            }
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
-            "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens,
+            "completion_tokens": completion_tokens,
         }
+        if chunk and self.ask.chat:
+            usage["completion_tokens_details"] = None
+        return usage
 
     def role(self) -> bytes:
-        """A chat stream's first event: the assistant's role, no content yet."""
+        """A chat stream's first event: the assistant's role, no content yet (vLLM: with the
+        prompt's token ids and text, null, on this first chunk only)."""
         usage = self._usage(0) if self.ask.continuous_usage else None
-        return self._event([self._choice("", None, delta={"role": "assistant", "content": ""})], usage)
+        choice = self._choice("", None, delta={"role": "assistant", "content": ""})
+        if self.engine == "vllm":
+            return self._event([choice], usage, prompt_token_ids=None, prompt_text=None)
+        return self._event([choice], usage)
 
     def token(self, position: int) -> bytes:
         """The event of the token at ``position``."""
         last = is_last(position, self.ask.max_tokens)
         word = WORDS[position % len(WORDS)]
         if self.ask.continuous_usage:
-            return self._event([self._choice(word, "length" if last else None)], self._usage(position + 1))
+            tail = _tail(self.engine, last, self.ask.include_usage, self.fingerprint)
+            return self._event(
+                [self._choice(word, "length" if last else None)], self._usage(position + 1), **tail
+            )
         before, after = self._templates[last]
         return before + _WORDS_JSON[position % len(WORDS)] + after
 
@@ -193,10 +259,69 @@ class Chunks:
         return frame
 
     def usage(self) -> bytes:
-        return self._event([], self._usage(self.ask.max_tokens))
+        """The last event before [DONE] when usage is asked for (vLLM: with its fingerprint, nulls left out)."""
+        usage = self._usage(self.ask.max_tokens, chunk=False)
+        if self.engine == "vllm" and self.fingerprint is not None:
+            return self._event([], usage, system_fingerprint=self.fingerprint)
+        return self._event([], usage)
 
     def whole(self, text: str) -> dict[str, Any]:
-        """The non-streaming response object."""
+        """The non-streaming response object (vLLM: every field of its CompletionResponse or
+        ChatCompletionResponse, nulls included)."""
+        if self.engine != "vllm":
+            return self._sglang_whole(text)
+        usage = {
+            **self._usage(self.ask.max_tokens, chunk=False),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        }
+        if self.ask.chat:
+            message = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": None,
+            }
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+            extra: dict[str, Any] = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+            extra = {}
+        return {
+            **self.head,
+            "object": "chat.completion" if self.ask.chat else "text_completion",
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": self.fingerprint,
+            "usage": usage,
+            **extra,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+
+    def _sglang_whole(self, text: str) -> dict[str, Any]:
         if self.ask.chat:
             choice = {
                 "index": 0,
@@ -213,12 +338,16 @@ class Chunks:
 
 
 class _Ends:
-    """A sink's end: ``done`` resolves once, with None (all sent) or the error that cut it short."""
+    """A sink's end: ``done`` resolves once, with None (all sent) or the error that cut it short.
+    ``first_at`` and ``last_at``: when its first and last tokens came (perf_counter), for the
+    engine's latency histograms."""
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "first_at", "last_at")
 
     def __init__(self) -> None:
         self.done: asyncio.Future[BatcherClosed | None] = asyncio.get_running_loop().create_future()
+        self.first_at: float | None = None
+        self.last_at: float | None = None
 
     def end(self, error: BatcherClosed | None) -> None:
         if not self.done.done():
@@ -285,9 +414,10 @@ class SseStream(_Ends):
         now = time.perf_counter()
         if position == 0:
             self.ttft_s.append((self.received, now - self.received))
+            self.first_at = now
         else:
             self.gaps_s.append((self.last_write, now - self.last_write))
-        self.last_write = now
+        self.last_write = self.last_at = now
 
 
 class Whole(_Ends):
@@ -296,4 +426,9 @@ class Whole(_Ends):
     __slots__ = ()
 
     def token(self, position: int) -> None:
-        pass
+        if position == 0:
+            self.first_at = time.perf_counter()
+
+    def end(self, error: BatcherClosed | None) -> None:
+        self.last_at = time.perf_counter()
+        super().end(error)

@@ -14,8 +14,12 @@ import hashlib
 import hmac
 import json
 import math
+import random
+import re
+import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +28,8 @@ from aiohttp import HttpVersion11, web
 
 from .batcher import Batcher, BatcherClosed
 from .frames import Ask, Chunks, SseStream, Whole, dumps, text_of
+from .logs.vllm import VLLM_ROUTES, uvicorn_access_line
+from .metrics import Family, RequestStats, Series, VllmFigures, render, vllm_families
 from .pacing import summary_ms
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
@@ -40,6 +46,10 @@ class _Served:
     max_model_len: int
     model_path: str | None
     created: int
+    version: str = ""
+    fingerprint: str | None = None  # vLLM's system_fingerprint
+    access_log: Callable[[str], None] | None = None  # uvicorn's access lines go there (vLLM)
+    stats: RequestStats = field(default_factory=lambda: RequestStats(1))
     prompt_tokens_total: int = 0
     truth: _Truth = field(default_factory=lambda: _Truth())
     # SGLang counts tokens when a request finishes: is_streaming -> [prompt, generated]
@@ -73,17 +83,48 @@ STATE = web.AppKey("cockpit_sim_served", _Served)
 
 
 class ApiError(Exception):
-    """A request the engine refuses; rendered as vLLM's ErrorResponse."""
+    """A request the engine refuses; rendered as the engine's ErrorResponse."""
 
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
+    def __init__(
+        self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.err_type = err_type
+        self.param = param
 
 
-def error_body(status: int, message: str, err_type: str) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+def error_body(
+    status: int, message: str, err_type: str, engine: str = "vllm", param: str | None = None
+) -> dict[str, Any]:
+    """vLLM's ErrorResponse nests its ErrorInfo under "error" (vllm/entrypoints/serve/engine/
+    protocol.py); SGLang's is flat, with "object": "error"."""
+    if engine == "vllm":
+        return {
+            "error": {"message": sanitize_message(message), "type": err_type, "param": param, "code": status}
+        }
+    return {"object": "error", "message": message, "type": err_type, "param": param, "code": status}
+
+
+def validation_error(message: str, param: str, value: object) -> ApiError:
+    """vLLM's VLLMValidationError as its handler answers it: 400, the parameter named in the
+    message's tail and in "param" (vllm/exceptions.py, vllm/entrypoints/serve/exception_handling/)."""
+    return ApiError(400, f"{message} (parameter={param}, value={value})", "BadRequestError", param)
+
+
+def system_fingerprint(
+    version: str, tp: int = 1, pp: int = 1, dp: int = 1, ep: bool = False, config: str = ""
+) -> str:
+    """vLLM's system_fingerprint in its default "full" mode: vllm-<version>[-tpN][-ppN][-dpN][-ep]-<hash8>
+    (vllm/entrypoints/serve/utils/fingerprint.py); the hash is the config's, here of what names it."""
+    parts = [f"vllm-{version}"]
+    parts += [f"tp{tp}"] if tp > 1 else []
+    parts += [f"pp{pp}"] if pp > 1 else []
+    parts += [f"dp{dp}"] if dp > 1 else []
+    parts += ["ep"] if ep else []
+    parts.append(hashlib.sha256(f"{version}|{config}".encode()).hexdigest()[:8])
+    return "-".join(parts)
 
 
 def text_tokens(text: str) -> int:
@@ -100,33 +141,76 @@ def make_app(
     model_path: str | None = None,
     api_key: str | Seq[str] | None = None,
     metrics: bool = True,
+    version: str = "",
+    fingerprint: str | None = None,
+    access_log: Callable[[str], None] | None = None,
 ) -> web.Application:
     """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end.
     With ``api_key`` (one key or several, as vLLM takes), requests need ``Authorization: Bearer``.
-    ``metrics``: serve /metrics (SGLang only with --enable-metrics, sglang/srt/entrypoints/http_server.py)."""
+    ``metrics``: serve /metrics (SGLang only with --enable-metrics, sglang/srt/entrypoints/http_server.py).
+    vLLM: ``version`` is what /version and the system fingerprint say (default: the newest option
+    table's), ``fingerprint`` the system_fingerprint (default: built from the version),
+    ``access_log`` gets uvicorn's line for each request."""
     if engine not in DEFAULT_PORTS:
         raise ValueError(f"engine must be one of {sorted(DEFAULT_PORTS)}, got {engine!r}")
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     middlewares = [_errors_as_json]
     if any(keys):
         middlewares.insert(0, _require_key(engine, tuple(k for k in keys if k)))
+    if access_log is not None:
+        middlewares.insert(0, _access_log)
     app = web.Application(middlewares=middlewares)
-    app[STATE] = _Served(model_id, engine, batcher, max_model_len, model_path, int(time.time()))
-    app.router.add_get("/health", _health)
-    app.router.add_get("/v1/models", _models)
-    app.router.add_post("/v1/completions", _completions)
-    app.router.add_post("/v1/chat/completions", _chat_completions)
-    if metrics:
-        app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/cockpit/truth", _truth)
-    if engine == "sglang":
+    if engine == "vllm" and not version:
+        from cockpit.engines.options import table_version
+
+        version = table_version("vllm", None)[0]
+    if engine == "vllm" and fingerprint is None:
+        fingerprint = system_fingerprint(version, config=model_id)
+    app[STATE] = _Served(
+        model_id,
+        engine,
+        batcher,
+        max_model_len,
+        model_path,
+        int(time.time()),
+        version,
+        fingerprint,
+        access_log,
+        RequestStats(max_model_len),
+    )
+    handlers = {
+        "/load": _load,
+        "/version": _version,
+        "/health": _health,
+        "/metrics": _metrics,
+        "/v1/models": _models,
+        "/ping": _health,
+        "/v1/chat/completions": _chat_completions,
+        "/v1/completions": _completions,
+    }
+    if engine == "vllm":  # in the order its launcher logs them (cockpit/sim/logs/vllm.py)
+        for path, methods in VLLM_ROUTES:
+            if path != "/metrics" or metrics:
+                for method in methods.split(", "):
+                    app.router.add_route(method, path, handlers[path])
+    else:
+        app.router.add_get("/health", _health)
+        app.router.add_get("/v1/models", _models)
+        app.router.add_post("/v1/completions", _completions)
+        app.router.add_post("/v1/chat/completions", _chat_completions)
+        if metrics:
+            app.router.add_get("/metrics", _metrics)
         app.router.add_get("/get_model_info", _model_info)
+    app.router.add_get("/cockpit/truth", _truth)
     app.on_shutdown.append(_close_batcher)
     return app
 
 
-async def serve(app: web.Application, host: str = "127.0.0.1", port: int | None = None) -> web.AppRunner:
-    """Listen on ``host`` only; port None is the engine's default, 0 a free one.
+async def serve(
+    app: web.Application, host: str = "127.0.0.1", port: int | None = None, sock: socket.socket | None = None
+) -> web.AppRunner:
+    """Listen on ``host`` only; port None is the engine's default, 0 a free one; or on ``sock``,
+    bound already (vLLM binds its port before it builds the engine).
 
     Returns the runner: ``runner.addresses[0][1]`` is the port, ``await runner.cleanup()`` stops.
     Handlers are cancelled when their client disconnects, so even a request still queued in
@@ -137,7 +221,8 @@ async def serve(app: web.Application, host: str = "127.0.0.1", port: int | None 
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        site = web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)
+        await site.start()
     except BaseException:
         await runner.cleanup()
         raise
@@ -150,17 +235,58 @@ async def _close_batcher(app: web.Application) -> None:
 
 @web.middleware
 async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every error leaves as JSON, as FastAPI's handlers in vLLM do, never as an HTML page."""
+    """Every error leaves as JSON, never as an HTML page: vLLM's own errors as its ErrorResponse,
+    an unknown route or method as FastAPI's default handler answers it ({"detail": "Not Found"}:
+    vLLM registers its handler for fastapi's HTTPException, not the router's starlette one)."""
+    engine = request.app[STATE].engine
     try:
         return await handler(request)
     except ApiError as err:
-        return web.json_response(error_body(err.status, err.message, err.err_type), status=err.status)
+        body = error_body(err.status, err.message, err.err_type, engine, err.param)
+        return _json(body, status=err.status)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        body = error_body(exc.status, exc.reason, exc.reason)
-        return web.json_response(body, status=exc.status, headers=headers)
+        if engine == "vllm":
+            return _json({"detail": exc.reason}, status=exc.status, headers=headers)
+        return web.json_response(
+            error_body(exc.status, exc.reason, exc.reason, engine), status=exc.status, headers=headers
+        )
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON body as Starlette's JSONResponse writes it: compact, UTF-8 as is."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return web.Response(text=text, status=status, headers=headers, content_type="application/json")
+
+
+@web.middleware
+async def _access_log(request: web.Request, handler: Any) -> web.StreamResponse:
+    """uvicorn's access line for each request (vLLM logs it unless --disable-uvicorn-access-log);
+    a stream's is written when its headers go (``_stream``), as uvicorn does at response start."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        _log_access(request, exc.status, exc.reason)
+        raise
+    if not request.get(_LOGGED):
+        _log_access(request, response.status, response.reason)
+    return response
+
+
+_LOGGED = "cockpit_sim_access_logged"
+
+
+def _log_access(request: web.Request, status: int, reason: str) -> None:
+    served = request.app[STATE]
+    if served.access_log is None or request.get(_LOGGED):
+        return
+    request[_LOGGED] = True
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "-"
+    version = f"{request.version.major}.{request.version.minor}"
+    served.access_log(uvicorn_access_line(client, request.method, request.path_qs, version, status, reason))
 
 
 # vLLM guards these prefixes only (/health, /metrics, /ping stay open); SGLang guards every
@@ -207,8 +333,9 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
+    """vLLM's ModelList: one ModelCard with one ModelPermission (vllm/entrypoints/openai/models/serving.py)."""
     served = request.app[STATE]
-    card = {
+    card: dict[str, Any] = {
         "id": served.model_id,
         "object": "model",
         "created": served.created,
@@ -217,7 +344,36 @@ async def _models(request: web.Request) -> web.Response:
         "parent": None,
         "max_model_len": served.max_model_len,
     }
-    return web.json_response({"object": "list", "data": [card]})
+    if served.engine == "sglang":
+        return web.json_response({"object": "list", "data": [card]})
+    card["permission"] = [
+        {
+            "id": f"modelperm-{random.getrandbits(64):016x}",
+            "object": "model_permission",
+            "created": int(time.time()),
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+    ]
+    return _json({"object": "list", "data": [card]})
+
+
+async def _version(request: web.Request) -> web.Response:
+    """vllm/entrypoints/serve/instrumentator/basic.py: {"version": "0.32.0"}."""
+    return _json({"version": request.app[STATE].version})
+
+
+async def _load(request: web.Request) -> web.Response:
+    """vllm/entrypoints/serve/instrumentator/basic.py: the generation requests in flight."""
+    batcher = request.app[STATE].batcher
+    return _json({"server_load": batcher.running + batcher.waiting})
 
 
 async def _model_info(request: web.Request) -> web.Response:
@@ -234,52 +390,31 @@ async def _metrics(request: web.Request) -> web.Response:
     # The simulator's own health: steps that started late mean the machine, not the model, paced them.
     batcher = served.batcher
     label = {"model_name": served.model_id}
-    families += [
-        _Metric("cockpit_sim_steps_total", "counter", "Simulated engine steps.", label, batcher.steps),
-        _Metric("cockpit_sim_step_slips_total", "counter", "Steps that started late.", label, batcher.slips),
-        _Metric(
+    for name, help, value in (
+        ("cockpit_sim_steps_total", "Simulated engine steps.", batcher.steps),
+        ("cockpit_sim_step_slips_total", "Steps that started late.", batcher.slips),
+        (
             "cockpit_sim_dropped_seconds_total",
-            "counter",
             "Schedule time the engine could not keep (its CPU was short).",
-            label,
             batcher.pace.dropped_s,
         ),
-    ]
+    ):
+        families.append(Family(name, "counter", help, [Series(name, label, value)]))
     # The text format wants each name's series together under one HELP and TYPE pair.
-    first_seen: dict[str, int] = {}
-    for metric in families:
-        first_seen.setdefault(metric.name, len(first_seen))
-    families.sort(key=lambda metric: first_seen[metric.name])  # stable: series keep their order
-    written: set[str] = set()
-    parts = []
-    for metric in families:
-        parts.append(metric.render(header=metric.name not in written))
-        written.add(metric.name)
-    return web.Response(text="".join(parts), content_type="text/plain", charset="utf-8")
+    return web.Response(text=render(families), content_type="text/plain", charset="utf-8")
 
 
-@dataclass(frozen=True)
-class _Metric:
-    """One series with its HELP and TYPE lines, written as prometheus_client writes them (labels sorted)."""
-
-    name: str
-    kind: str
-    help: str
-    labels: dict[str, str]
-    value: float
-
-    def render(self, header: bool = True) -> str:
-        """The series, under its name's HELP and TYPE lines when it is the name's first."""
-        labels = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(self.labels.items()))
-        head = f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n" if header else ""
-        return f"{head}{self.name}{{{labels}}} {float(self.value)}\n"
-
-
-def _kv_usage(batcher: Batcher) -> float:
+def kv_usage(batcher: Batcher) -> float:
     """KV tokens reserved over the cache's tokens, 0..1 (a lone sequence larger than the cache is
     admitted anyway: it reads full)."""
     capacity = batcher.pacer.kv_tokens
     return min(1.0, batcher.kv_reserved / capacity) if capacity > 0 else 0.0
+
+
+def counters(app: web.Application) -> tuple[int, int]:
+    """Prompt and generated tokens so far: what vLLM's periodic stats line divides by its interval."""
+    served = app[STATE]
+    return served.prompt_tokens_total, served.batcher.tokens_out
 
 
 NO_PREEMPTIONS = 0
@@ -287,73 +422,21 @@ NO_PREEMPTIONS = 0
 max_tokens: cockpit/sim/batcher.py), so it never preempts, and its preemption counters stay 0."""
 
 
-def _vllm_metrics(served: _Served) -> list[_Metric]:
-    """vllm/v1/metrics/loggers.py (PrometheusStatLogger): counters carry `_total` on the wire, and
-    every series its engine's index and the model's name, as vLLM 0.33 labels them; the simulator
-    is one engine."""
+def _vllm_metrics(served: _Served) -> list[Family]:
+    """vllm/v1/metrics/loggers.py (PrometheusStatLogger), as cockpit/sim/metrics.py writes it."""
     batcher = served.batcher
-    label = {"engine": "0", "model_name": served.model_id}
-    return [
-        _Metric(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            label,
-            batcher.running,
-        ),
-        _Metric(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            label,
-            batcher.waiting,
-        ),
-        _Metric(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            label,
-            _kv_usage(batcher),
-        ),
-        _Metric(
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemption from the engine.",
-            label,
-            NO_PREEMPTIONS,
-        ),
-        _Metric(  # the simulator has no prefix cache: every prompt token is a query that misses
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            label,
-            served.prompt_tokens_total,
-        ),
-        _Metric(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            label,
-            0,
-        ),
-        _Metric(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            label,
-            served.prompt_tokens_total,
-        ),
-        _Metric(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            label,
-            batcher.tokens_out,
-        ),
-    ]
+    figures = VllmFigures(
+        running=batcher.running,
+        waiting=batcher.waiting,
+        kv_usage=kv_usage(batcher),
+        prompt_tokens=served.prompt_tokens_total,
+        generation_tokens=batcher.tokens_out,
+        preemptions=NO_PREEMPTIONS,
+    )
+    return vllm_families(figures, served.stats, served.model_id)
 
 
-def _sglang_metrics(served: _Served) -> list[_Metric]:
+def _sglang_metrics(served: _Served) -> list[Family]:
     """sglang/srt/observability/metrics_collector.py: the scheduler's gauges labelled per rank
     (one scheduler here: ranks 0), the tokenizer's counters per is_streaming, counted when a
     request finishes. gen_throughput is tokens over the time since the last scrape (SGLang's is
@@ -370,21 +453,23 @@ def _sglang_metrics(served: _Served) -> list[_Metric]:
     since, tokens = served.last_scrape
     rate = (batcher.tokens_out - tokens) / (now - since) if since and now > since else 0.0
     served.last_scrape = (now, batcher.tokens_out)
+
+    def one(name: str, kind: str, help: str, labels: dict[str, str], value: float) -> Family:
+        return Family(name, kind, help, [Series(name, labels, value)])
+
     families = [
-        _Metric(
-            "sglang:num_running_reqs", "gauge", "The number of running requests.", ranks, batcher.running
-        ),
-        _Metric(
+        one("sglang:num_running_reqs", "gauge", "The number of running requests.", ranks, batcher.running),
+        one(
             "sglang:num_queue_reqs",
             "gauge",
             "The number of requests in the waiting queue.",
             ranks,
             batcher.waiting,
         ),
-        _Metric("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", ranks, rate),
-        _Metric("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", ranks, 0.0),
-        _Metric("sglang:token_usage", "gauge", "The token usage.", ranks, _kv_usage(batcher)),
-        _Metric(
+        one("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", ranks, rate),
+        one("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", ranks, 0.0),
+        one("sglang:token_usage", "gauge", "The token usage.", ranks, kv_usage(batcher)),
+        one(
             "sglang:num_retracted_requests_total",
             "counter",
             "Total number of retracted requests.",
@@ -400,10 +485,10 @@ def _sglang_metrics(served: _Served) -> list[_Metric]:
         }
         prompt, generated = served.finished_tokens[streaming]
         families += [
-            _Metric(
+            one(
                 "sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels, prompt
             ),
-            _Metric(
+            one(
                 "sglang:generation_tokens_total",
                 "counter",
                 "Number of generation tokens processed.",
@@ -444,8 +529,15 @@ async def _truth(request: web.Request) -> web.Response:
 async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     received = time.perf_counter()
     served = request.app[STATE]
-    ask = _validate(await _json_body(request), served, chat=chat)
-    chunks = Chunks(ask, served.model_id, chunked=request.version >= HttpVersion11)
+    body = await _json_body(request, served.engine)
+    ask = _validate(body, served, chat=chat, request_id=request.headers.get("X-Request-Id"))
+    chunks = Chunks(
+        ask,
+        served.model_id,
+        chunked=request.version >= HttpVersion11,
+        engine=served.engine,
+        fingerprint=served.fingerprint,
+    )
     sink = SseStream(chunks, served.truth.ttft_s, served.truth.gaps_s, received) if ask.stream else Whole()
     try:
         seq = served.batcher.submit(ask.prompt_tokens, ask.max_tokens, sink)
@@ -461,36 +553,88 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         finished = served.finished_tokens[ask.stream]
         finished[0] += ask.prompt_tokens
         finished[1] += seq.generated
+        if served.engine == "vllm":
+            _finish(served, ask, seq.generated, seq.admitted, sink, received)
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+def _finish(
+    served: _Served, ask: Ask, generated: int, admitted: float | None, sink: Any, received: float
+) -> None:
+    """vLLM's per-request statistics (vllm/v1/metrics/stats.py), once the request has ended."""
+    served.stats.finish(
+        reason="length" if generated >= ask.max_tokens else "abort",
+        prompt_tokens=ask.prompt_tokens,
+        generated=generated,
+        max_tokens=ask.max_tokens,
+        received=received,
+        admitted=admitted,
+        first=sink.first_at,
+        last=sink.last_at,
+        end=time.perf_counter(),
+    )
+
+
+async def _json_body(request: web.Request, engine: str = "vllm") -> dict[str, Any]:
+    """The request's JSON object. vLLM's FastAPI reads a bad body as a validation error: "Bad
+    Request", FastAPI's json_invalid error as vLLM's handler words it (fastapi/routing.py,
+    vllm/entrypoints/serve/exception_handling/handlers/validation.py)."""
+    raw = await request.read()
     try:
-        body = json.loads(await request.read())
-    except ValueError as exc:  # JSONDecodeError and bad UTF-8 alike
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        if engine == "vllm":
+            error = {
+                "type": "json_invalid",
+                "loc": f"body.{exc.pos}",
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": exc.msg},
+            }
+            raise ApiError(400, f"1 validation error:\n  {error}", "Bad Request", f"body.{exc.pos}") from None
         raise ApiError(400, f"Invalid JSON body: {exc}") from None
+    except ValueError as exc:  # bad UTF-8
+        raise ApiError(
+            400, f"Invalid JSON body: {exc}", "Bad Request" if engine == "vllm" else "BadRequestError"
+        ) from None
     if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
+        raise ApiError(
+            400,
+            "The request body must be a JSON object.",
+            "Bad Request" if engine == "vllm" else "BadRequestError",
+        )
     return body
 
 
-def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> Ask:
+def _validate(body: dict[str, Any], served: _Served, *, chat: bool, request_id: str | None = None) -> Ask:
     model = body.get("model")
-    if model is not None and model != served.model_id:
+    vllm = served.engine == "vllm"
+    if vllm and model and model != served.model_id:  # vllm/entrypoints/serve/engine/serving.py: _check_model
+        message = f"The model `{model}` does not exist. Valid aliases: {served.model_id}."
+        raise ApiError(404, message, "NotFoundError", "model")
+    if not vllm and model is not None and model != served.model_id:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
     prompt_tokens = _messages_tokens(body) if chat else _prompt_tokens(body)
+    param = "max_tokens"
     max_tokens = body.get("max_completion_tokens") if chat else None
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
+    elif chat:
+        param = "max_completion_tokens"
+    requested = max_tokens is not None
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
         raise ApiError(400, f"max_tokens must be an integer, got {max_tokens!r}.")
-    if max_tokens < 1:
+    if not vllm and max_tokens < 1:
         raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.")
     n = body.get("n")
     if n is not None and n != 1:
         raise ApiError(400, f"The simulated engine generates one choice per request (n=1), got n={n!r}.")
-    _check_context(served, prompt_tokens, max_tokens)
+    if vllm:
+        text = not (isinstance(body.get("prompt"), list) and _is_token_ids(body.get("prompt")))
+        max_tokens = _vllm_max_tokens(served.max_model_len, prompt_tokens, max_tokens, requested, param, text)
+    else:
+        _check_context(served, prompt_tokens, max_tokens)
     stream = body.get("stream") is True
     options = body.get("stream_options")
     if options is not None and not stream:
@@ -505,7 +649,43 @@ def _validate(body: dict[str, Any], served: _Served, *, chat: bool) -> Ask:
         stream=stream,
         include_usage=options.get("include_usage") is True,
         continuous_usage=options.get("continuous_usage_stats") is True,
+        request_id=request_id,
     )
+
+
+def _is_token_ids(prompt: Any) -> bool:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
+
+
+def _vllm_max_tokens(
+    limit: int, prompt_tokens: int, max_tokens: int, requested: bool, param: str, text: bool
+) -> int:
+    """vLLM's checks, in its order: max_tokens above the context (vllm/renderers/params.py:
+    TokenizeParams), a prompt above it (counted on a text truncated to one token past it, hence
+    "at least"), then max_tokens cut to what the context leaves (vllm/entrypoints/serve/utils/
+    api_utils.py: get_max_tokens), which must still be 1 or more (vllm/sampling_params.py)."""
+    if requested and max_tokens > limit:
+        raise validation_error(
+            f"{param}={max_tokens} cannot be greater than max_model_len={limit}. Please request fewer output tokens.",
+            param,
+            max_tokens,
+        )
+    if prompt_tokens > limit:
+        count = min(prompt_tokens, limit + 1) if text else prompt_tokens
+        qualifier = "at least " if count == limit + 1 else ""
+        raise validation_error(
+            f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+            f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.",
+            "input_tokens",
+            count,
+        )
+    max_tokens = min(max_tokens, limit - prompt_tokens)
+    if max_tokens < 1:
+        raise validation_error(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+    return max_tokens
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:
@@ -541,23 +721,16 @@ def _messages_tokens(body: dict[str, Any]) -> int:
 
 
 def _check_context(served: _Served, prompt_tokens: int, max_tokens: int) -> None:
-    """Refuse what does not fit the context, in the engine's words (SGLang also refuses ==)."""
+    """Refuse what does not fit the context, in SGLang's words (it refuses == too)."""
     total = prompt_tokens + max_tokens
     limit = served.max_model_len
-    if served.engine == "sglang" and total >= limit:
+    if total >= limit:
         raise ApiError(
             400,
             f"Requested token count exceeds the model's maximum context length of {limit} tokens. "
             f"You requested a total of {total} tokens: {prompt_tokens} tokens from the input "
             f"messages and {max_tokens} tokens for the completion. Please reduce the number of "
             "tokens in the input messages or the completion to fit within the limit.",
-        )
-    if served.engine == "vllm" and total > limit:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
-            "Please reduce the length of the messages or completion.",
         )
 
 
@@ -574,6 +747,7 @@ async def _stream(request: web.Request, stream: SseStream) -> web.StreamResponse
     transport = request.transport
     try:
         await response.prepare(request)  # sends the headers (StreamResponse does, at once)
+        _log_access(request, response.status, response.reason)
         if transport is None or transport.is_closing():
             return response  # the client left before the headers
         stream.attach(transport)
@@ -595,3 +769,16 @@ async def _whole(sink: Whole, chunks: Chunks) -> web.Response:
     if await sink.done is not None:
         raise ApiError(503, "The engine is shutting down.", "ServiceUnavailableError")
     return web.json_response(chunks.whole(text_of(chunks.ask.max_tokens)), dumps=dumps)
+
+
+_PATHS = (  # vllm/entrypoints/serve/exception_handling/utils.py: sanitize_message
+    re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+"),
+    re.compile(r"(?:/[\w\-]+)+/[\w\-]+\.\w+"),
+)
+
+
+def sanitize_message(message: str) -> str:
+    """vLLM's error messages without file paths: "<path>" stands for each."""
+    for pattern in _PATHS:
+        message = pattern.sub("<path>", message)
+    return message.strip()

@@ -189,8 +189,8 @@ class CockpitApp(App[None]):
             self.main.say(
                 f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs"
             )
-        elif self.session.setup.engine.version_note:
-            self.main.say(self.session.setup.engine.version_note)
+        elif self.session.engine_note:
+            self.main.say(self.session.engine_note)
         self._tell_learning()  # a calibration file that could not be read: after, so it stays in sight
 
     def on_unmount(self) -> None:

@@ -122,13 +122,25 @@ class EngineLog:
     def kv_ready(self, setup: Setup, placement: Placement, memory: MemoryEstimate) -> None: ...
     def ready(self, args: EngineArgs) -> None: ...
 
+    def stats(
+        self,
+        prompt_tps: float,
+        generation_tps: float,
+        running: int,
+        waiting: int,
+        kv_usage: float,
+        prefix_hit_rate: float | None,
+    ) -> None:
+        """The engine's periodic throughput line, where it prints one (vLLM)."""
+
     def bind_failure(self, host: str, port: int, exc: OSError) -> None:
         self.out(
             f"ERROR:    [Errno {exc.errno or 98}] error while attempting to bind on address ('{host}', {port}): "
             "address already in use"
         )
 
-    def shutdown(self) -> None:
+    def shutdown(self, in_flight: int = 0) -> None:
+        """What the engine prints on SIGTERM; ``in_flight``: requests it still had."""
         self.out("INFO:     Shutting down")
         self.out("INFO:     Application shutdown complete.")
 

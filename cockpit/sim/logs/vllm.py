@@ -1,11 +1,18 @@
-"""vLLM 0.33.0's startup log, as the simulated engine prints it (docs/simulator.md#log-texts)."""
+"""vLLM's log, as the simulated engine prints it (docs/simulator.md#log-texts).
+
+The version it claims is its option table's (cockpit/engines/tables/); the texts, their order and
+the ``[file.py:line]`` each line carries are those a real vLLM 0.32.0 printed when it was checked
+(docs/simulator.md#checked-against-a-real-vllm): the API server's logo, its arguments and config,
+the engine core and its workers, the routes, uvicorn's lines, the periodic stats, the shutdown.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 
 from cockpit.engines import Placement
 from cockpit.layout import Layout
@@ -29,30 +36,132 @@ from cockpit.sim.logs.base import (
 # class (vllm/config/utils.py makes every config a pydantic dataclass); the others are raised
 # in a worker while it builds the model.
 _VLLM_CONFIG_CALLS = {  # vllm/engine/arg_utils.py: create_engine_config
-    "VllmConfig": Frame("vllm/engine/arg_utils.py", 2883, "create_engine_config", "config = VllmConfig("),
+    "VllmConfig": Frame("vllm/engine/arg_utils.py", 2838, "create_engine_config", "config = VllmConfig("),
     "ParallelConfig": Frame(
-        "vllm/engine/arg_utils.py", 2569, "create_engine_config", "parallel_config = ParallelConfig("
+        "vllm/engine/arg_utils.py", 2528, "create_engine_config", "parallel_config = ParallelConfig("
     ),
-    "ModelConfig": Frame("vllm/engine/arg_utils.py", 1994, "create_model_config", "return ModelConfig("),
+    "ModelConfig": Frame("vllm/engine/arg_utils.py", 1955, "create_model_config", "return ModelConfig("),
 }
+_VLLM_MODEL_CONFIG_CALL = Frame(  # create_engine_config builds the ModelConfig first
+    "vllm/engine/arg_utils.py", 2240, "create_engine_config", "model_config = self.create_model_config()"
+)
 _VLLM_POST_INIT = Frame(  # vllm/config/vllm.py: VllmConfig.__post_init__ checks the model against the layout
     "vllm/config/vllm.py",
     1549,
     "__post_init__",
     "self.model_config.verify_with_parallel_config(self.parallel_config)",
 )
-# What pydantic shows of the arguments, cut in the middle as it cuts them.
+# What pydantic shows of the arguments, cut in the middle as it cuts them (a real 0.32.0 showed
+# ModelConfig's; the others as public logs show them).
 _PYDANTIC_INPUTS = {
     "VllmConfig": "{'model_config': ...figs': None, 'instance_id': ''}",
     "ParallelConfig": "{'pipeline_paral...ne, 'nnodes': 1, 'node_rank': 0}",
-    "ModelConfig": "{'model': '...', 'runner': 'auto', ...}",
+    "ModelConfig": "{'model': ...nderer_num_workers': 1}",
 }
+PYDANTIC_VERSION = "2.14"  # the errors.pydantic.dev link names pydantic's minor version
 _PYDANTIC_INIT = Frame(
     "pydantic/_internal/_dataclasses.py",
     121,
     "__init__",
     "s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
 )
+_STDLIB = "/usr/lib/python3.12"
+
+
+def _entry_frames(entrypoint: str) -> list[str]:
+    """The traceback from the command down to the API server's ``run_server`` (vllm/entrypoints/
+    cli/main.py, serve.py; or ``python -m vllm.entrypoints.openai.api_server``), through uvloop."""
+    if entrypoint == "api_server.py":
+        head = [
+            '  File "<frozen runpy>", line 198, in _run_module_as_main',
+            '  File "<frozen runpy>", line 88, in _run_code',
+            f'  File "{SITE}/vllm/entrypoints/openai/api_server.py", line 59, in <module>',
+            "    main()",
+            f'  File "{SITE}/vllm/entrypoints/launchers/api_server/entry.py", line 232, in main',
+            "    uvloop.run(run_server(args))",
+        ]
+    else:
+        head = [
+            '  File "/usr/local/bin/vllm", line 10, in <module>',
+            "    sys.exit(main())",
+            f'  File "{SITE}/vllm/entrypoints/cli/main.py", line 120, in main',
+            "    args.dispatch_function(args)",
+            f'  File "{SITE}/vllm/entrypoints/cli/serve.py", line 156, in cmd',
+            "    uvloop.run(run_server(args))",
+        ]
+    return [
+        *head,
+        f'  File "{SITE}/uvloop/__init__.py", line 96, in run',
+        "    return __asyncio.run(",
+        f'  File "{_STDLIB}/asyncio/runners.py", line 194, in run',
+        "    return runner.run(main)",
+        f'  File "{_STDLIB}/asyncio/runners.py", line 118, in run',
+        "    return self._loop.run_until_complete(task)",
+        '  File "uvloop/loop.pyx", line 1515, in uvloop.loop.Loop.run_until_complete',
+        f'  File "{SITE}/uvloop/__init__.py", line 48, in wrapper',
+        "    return await main",
+    ]
+
+
+_ENGINE_CLIENT_FRAMES = (  # vllm/entrypoints/launchers/api_server/entry.py, down to the config
+    Frame(
+        "vllm/entrypoints/launchers/api_server/entry.py",
+        177,
+        "run_server",
+        "await run_server_worker(listen_address, sock, args, **uvicorn_kwargs)",
+    ),
+    Frame(
+        "vllm/entrypoints/launchers/api_server/entry.py",
+        195,
+        "run_server_worker",
+        "async with build_async_engine_client(",
+    ),
+    None,  # contextlib's __aenter__
+    Frame(
+        "vllm/entrypoints/launchers/api_server/entry.py",
+        61,
+        "build_async_engine_client",
+        "async with build_async_engine_client_from_engine_args(",
+    ),
+    None,
+    Frame(
+        "vllm/entrypoints/launchers/api_server/entry.py",
+        83,
+        "build_async_engine_client_from_engine_args",
+        "vllm_config = engine_args.create_engine_config(usage_context=usage_context)",
+    ),
+)
+_BIND_FRAMES = (  # vllm/entrypoints/launchers/launcher.py binds the port before the engine is built
+    Frame(
+        "vllm/entrypoints/launchers/api_server/entry.py",
+        176,
+        "run_server",
+        "listen_address, sock = setup_server(args, reuse_port=False)",
+    ),
+    Frame("vllm/tracing/otel.py", 175, "sync_wrapper", "return func(*args, **kwargs)"),
+    Frame(
+        "vllm/entrypoints/launchers/launcher.py",
+        398,
+        "setup_server",
+        "sock = create_server_socket(sock_addr, reuse_port=reuse_port)",
+    ),
+    Frame("vllm/entrypoints/launchers/launcher.py", 348, "create_server_socket", "sock.bind(addr)"),
+)
+
+
+def _frame_lines(frames: Sequence[Frame | None]) -> list[str]:
+    lines: list[str] = []
+    for frame in frames:
+        if frame is None:
+            lines += [
+                f'  File "{_STDLIB}/contextlib.py", line 210, in __aenter__',
+                "    return await anext(self.gen)",
+            ]
+        else:
+            lines += frame.lines()
+    return lines
+
+
 _FP8_UTILS = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
 _VLLM_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
     (re.compile(pattern), raised)
@@ -175,21 +284,93 @@ def _rank_names(layout: Layout, rank: int) -> tuple[int, int, int]:
     return rest // layout.pp, rest % layout.pp, tp_rank
 
 
+# The routes the simulated vLLM serves, in the order and words its launcher logs them
+# (vllm/entrypoints/launchers/launcher.py: serve_http, "Route: %s, Methods: %s"): the real list's
+# entries the simulator answers; the real server has more (docs, tokenize, responses, ...).
+VLLM_ROUTES: tuple[tuple[str, str], ...] = (
+    ("/load", "GET"),
+    ("/version", "GET"),
+    ("/health", "GET"),
+    ("/metrics", "GET"),
+    ("/v1/models", "GET"),
+    ("/ping", "GET"),
+    ("/ping", "POST"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+)
+
+# The logo vLLM prints when its logger has a formatter (vllm/entrypoints/serve/utils/api_utils.py:
+# log_version_and_model), monochrome: one message, its lines each under the logger's prefix.
+_LOGO = (
+    "",
+    "       █     █     █▄   ▄█",
+    " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+    "  █▄█▀ █     █     █     █  model   {model}",
+    "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀",
+    "",
+)
+# Never logged verbatim (vllm/entrypoints/serve/utils/api_utils.py: redact_sensitive_args).
+_SENSITIVE_ARGS = frozenset({"api_key", "hf_token", "watermark_config"})
+# VllmConfig.__str__'s fields that do not depend on the model or the layout, as vLLM prints them.
+_AUX_OUTPUT = "AuxOutputConfig(enable_return_routed_experts=False, max_bytes=None)"
+_STRUCTURED_OUTPUTS = (
+    "StructuredOutputsConfig(backend='auto', disable_any_whitespace=False, disable_additional_properties=False, "
+    "reasoning_parser='', reasoning_parser_plugin='', enable_in_reasoning=False)"
+)
+_OBSERVABILITY = (
+    "ObservabilityConfig(show_hidden_metrics_for_version=None, otlp_traces_endpoint=None, "
+    "collect_detailed_traces=None, per_request_spec_decode_metrics='none', kv_cache_metrics=False, "
+    "kv_cache_metrics_sample=0.01, custom_histogram_buckets=None, cudagraph_metrics=False, "
+    "enable_layerwise_nvtx_tracing=False, enable_mfu_metrics=False, enable_mm_processor_stats=False, "
+    "enable_logging_iteration_details=False, jit_monitor_mode='warn', jit_monitor_verbose=False)"
+)
+STATS_INTERVAL_S = 10.0  # vllm/envs.py: VLLM_LOG_STATS_INTERVAL
+
+
+def logo_wanted(env: Mapping[str, str]) -> bool:
+    """The logo, or its plain one-line form when vLLM's logger has no formatter
+    (VLLM_CONFIGURE_LOGGING=0) or VLLM_DISABLE_LOG_LOGO is set (vllm/envs.py)."""
+    return env.get("VLLM_DISABLE_LOG_LOGO", "0").strip().lower() in ("", "0", "false") and env.get(
+        "VLLM_CONFIGURE_LOGGING", "1"
+    ).strip() not in ("0", "false", "False")
+
+
 class VLLMLog(EngineLog):
-    """vLLM's logger: "(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] text" (vllm/logger.py);
-    tracebacks from the API server and tqdm bars go to stderr bare."""
+    """vLLM's logger: "(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] text" (vllm/logger.py),
+    a multi-line message with the prefix on each line; tracebacks from the API server and tqdm bars
+    go to stderr bare. Its processes are the API server, the engine core(s) and one worker per GPU:
+    the simulator is one process, so it names each its own pid (the API server's is its own)."""
 
     name = "vllm"
 
-    def __init__(self, out: Out):
+    def __init__(self, out: Out, env: Mapping[str, str] | None = None):
         super().__init__(out)
+        self.env = os.environ if env is None else env
         self.engine_core = "EngineCore"
+        self.engine_cores = ["EngineCore"]
         self.worker = "Worker"
+        self.workers: list[str] = []  # each rank's name once it is known
+        self.entrypoint = "vllm serve"
+        self.shutdown_timeout = 0
         self.memory: MemoryEstimate | None = None  # what was loaded: a KV failure says what was left
+        self._pids: dict[str, int] = {"APIServer": os.getpid()}
+
+    def pid(self, process: str) -> int:
+        """The pid a process of the engine shows: the API server's own, the others the next ones."""
+        if process not in self._pids:
+            self._pids[process] = os.getpid() + len(self._pids)
+        return self._pids[process]
 
     def line(self, text: str, source: str, process: str = "APIServer", level: str = "INFO") -> None:
+        self.tagged(text, source, process, process, level)
+
+    def tagged(self, text: str, source: str, process: str, name: str, level: str = "INFO") -> None:
+        """A line of ``process`` (whose pid it shows) while it is called ``name``: a worker is
+        plain "Worker" until its parallel groups exist (vllm/v1/executor/multiproc_executor.py)."""
         stamp = time.strftime("%m-%d %H:%M:%S")
-        self.out(f"({process} pid={os.getpid()}) {level} {stamp} [{source}] {text}")
+        prefix = f"({name} pid={self.pid(process)}) {level} {stamp} [{source}] "
+        for part in text.split("\n"):
+            self.out(prefix + part)
 
     def argument_warnings(self, deprecated: Sequence[str]) -> None:
         for spelling in deprecated:
@@ -210,37 +391,113 @@ class VLLMLog(EngineLog):
         self.out(f"{SITE}/{file}:{line}: UserWarning: {text}")
         self.out(f"  warnings.warn({constant}_DEPRECATION_MESSAGE, stacklevel=1)")
 
+    # -- start -------------------------------------------------------------------------------
+
     def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
+        self.announce(args)
+        self.configured(args, setup, verdict)
+
+    def announce(self, args: EngineArgs) -> None:
+        """The API server's first lines, before it binds its port (vllm/entrypoints/launchers/
+        launcher.py: setup_server): the logo with the version and model, the non-default args."""
+        self.entrypoint = args.entrypoint
+        timeout = dict(args.non_default).get("shutdown_timeout")
+        self.shutdown_timeout = timeout if isinstance(timeout, int) else 0
+        if logo_wanted(self.env):
+            logo = "\n".join(_LOGO).format(version=args.version, model=args.model)
+        else:
+            logo = f"vLLM server version {args.version}, serving model {args.model}"
+        self.line(logo, "api_utils.py:347")
+        shown = {k: ("***" if k in _SENSITIVE_ARGS else v) for k, v in args.logged_args or args.non_default}
+        self.line(f"non-default args: {shown}", "api_utils.py:286")
+
+    def bind_failure(self, host: str, port: int, exc: OSError) -> None:
+        """The socket is bound before the engine is built: its OSError ends the API server's
+        traceback, raised from ``sock.bind`` (vllm/entrypoints/launchers/launcher.py)."""
+        self.out("Traceback (most recent call last):")
+        for text in [*_entry_frames(self.entrypoint), *_frame_lines(_BIND_FRAMES)]:
+            self.out(text)
+        self.out(f"OSError: [Errno {exc.errno or 98}] {exc.strerror or 'Address already in use'}")
+
+    def configured(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
+        """The config (vllm/config/model.py), then the engine core and its workers up to the load."""
         layout = args.layout
         if layout.dp > 1:
             self.engine_core = "EngineCore_DP0"
-        # vllm/entrypoints/common/startup.py (the logo's plain form)
-        self.line(f"vLLM server version {args.version}, serving model {args.model}", "startup.py:38")
-        self.line(f"non-default args: {dict(args.non_default)}", "startup.py:96")
-        if _config_failure(verdict.reasons) is not None:
-            return
+            self.engine_cores = [f"EngineCore_DP{i}" for i in range(layout.dp)]
+        config = _config_failure(verdict.reasons)
         length = setup.server.max_model_len or setup.model.max_context
-        quantization = {"fp8-block": "fp8", "fp8": "fp8", "mxfp4": "mxfp4"}.get(setup.model.quant.method)
-        self.line(  # vllm/v1/engine/core.py, VllmConfig.__str__ (abridged)
-            f"Initializing a V1 LLM engine (v{args.version}) with config: model='{args.model}', "
-            f"speculative_config=None, tokenizer='{args.model}', dtype=torch.bfloat16, max_seq_len={length}, "
-            f"tensor_parallel_size={layout.tp}, pipeline_parallel_size={layout.pp}, "
-            f"data_parallel_size={layout.dp}, quantization={quantization}, "
-            f"enforce_eager={not setup.server.cuda_graphs}, kv_cache_dtype={setup.server.kv_cache_dtype}, "
-            f"served_model_name={args.served_name}",
-            "core.py:139",
-            self.engine_core,
-        )
+        self.line(f"Resolved architecture: {setup.model.architecture}", "model.py:733")
+        if config is not None and _vllm_raise(config.message).config == "ModelConfig":
+            return  # ModelConfig's own check (the context length) fails before it names the length
+        self.line(f"Using max model len {length}", "model.py:2152")
+        if config is not None:
+            return
+        if not setup.server.cuda_graphs:
+            self._eager_warnings("APIServer")
+        self._engine_config(args, setup)
         placement = verdict.placement
         if placement is None:
             return
-        self.worker = self._worker_name(layout, 0, setup)
-        for rank in range(placement.gpus_used):
+        world = layout.tp * layout.pp
+        self.line(
+            "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=127.0.0.1, "
+            f"mq_connect_ip=127.0.0.1 (local), world_size={world}, local_world_size={world}",
+            "multiproc_executor.py:153",
+            self.engine_core,
+        )
+        store = f"file:///tmp/vllm_dist_{uuid.uuid4().hex}"
+        ranks = range(placement.gpus_used)
+        self.workers = [self._worker_name(layout, rank, setup) for rank in ranks]
+        for rank in ranks:  # vllm/distributed/parallel_state.py: init_distributed_environment
+            self.tagged(
+                f"world_size={world} rank={rank % world} local_rank={rank % world} "
+                f"distributed_init_method={store} backend=nccl",
+                "parallel_state.py:1906",
+                self.workers[rank],
+                "Worker",
+            )
+        for rank in ranks:
             self._rank_assigned(layout, rank, placement.gpus_used, setup)
-        self.line(f"Starting to load model {args.model}...", "gpu_model_runner.py:4978", self.worker)
+        self.worker = self.workers[0]
+        self.line(f"Starting to load model {args.model}...", "gpu_model_runner.py:5039", self.worker)
+
+    def _engine_config(self, args: EngineArgs, setup: Setup) -> None:
+        """vllm/v1/engine/core.py: the engine core's config, VllmConfig.__str__ (vllm/config/vllm.py)
+        up to pooler_config; the compilation and kernel configs that follow are left out."""
+        layout = args.layout
+        length = setup.server.max_model_len or setup.model.max_context
+        quant = setup.model.quant
+        quantization = {"fp8-block": "fp8", "fp8": "fp8", "mxfp4": "mxfp4"}.get(quant.method)
+        quant_config = None
+        if quantization is not None:
+            quant_config = {"quant_method": quantization}
+            if quant.block is not None:
+                quant_config["weight_block_size"] = list(quant.block)  # type: ignore[assignment]
+        values = dict(args.non_default)
+        self.line(
+            f"Initializing a V1 LLM engine (v{args.version}) with config: model={args.model!r}, "
+            f"speculative_config=None, tokenizer={values.get('tokenizer') or args.model!r}, "
+            "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, tokenizer_revision=None, "
+            f"trust_remote_code={bool(values.get('trust_remote_code'))}, dtype=torch.bfloat16, "
+            f"max_seq_len={length}, download_dir=None, load_format=auto, tensor_parallel_size={layout.tp}, "
+            f"pipeline_parallel_size={layout.pp}, data_parallel_size={layout.dp}, "
+            "decode_context_parallel_size=1, dcp_comm_backend=ag_rs, "
+            f"disable_custom_all_reduce={bool(values.get('disable_custom_all_reduce'))}, "
+            f"quantization={quantization}, quantization_config={quant_config}, "
+            f"enforce_eager={not setup.server.cuda_graphs}, aux_output_config={_AUX_OUTPUT}, "
+            f"kv_cache_dtype={setup.server.kv_cache_dtype}, device_config=cuda, "
+            f"structured_outputs_config={_STRUCTURED_OUTPUTS}, observability_config={_OBSERVABILITY}, "
+            f"seed=0, served_model_name={args.served_name}, "
+            f"enable_prefix_caching={values.get('enable_prefix_caching', True) is not False}, "
+            f"enable_chunked_prefill={setup.server.chunked_prefill}, pooler_config=None",
+            "core.py:133",
+            self.engine_core,
+        )
 
     def _worker_name(self, layout: Layout, rank: int, setup: Setup) -> str:
-        """vllm/v1/executor/multiproc_executor.py: Worker[_DPd][_PPp][_TPt][_EPe]."""
+        """vllm/v1/executor/multiproc_executor.py: Worker[_DPd][_PPp][_TPt][_EPe], once the
+        parallel groups exist."""
         dp, pp, tp = _rank_names(layout, rank)
         name = "Worker"
         name += f"_DP{dp}" if layout.dp > 1 else ""
@@ -250,16 +507,20 @@ class VLLMLog(EngineLog):
         return name
 
     def _rank_assigned(self, layout: Layout, rank: int, world: int, setup: Setup) -> None:
-        """vllm/distributed/parallel_state.py: every MoE model has an EP group over DP x PCP x TP."""
+        """vllm/distributed/parallel_state.py: every MoE model has an EP group over DP x PCP x TP.
+        Logged while the worker is still plain "Worker" (its name comes after its groups)."""
         dp, pp, tp = _rank_names(layout, rank)
         ep = str(dp * layout.tp + tp) if setup.model.is_moe else "N/A"
         eplb = ep if setup.server.enable_eplb and setup.model.is_moe else "N/A"
-        self.line(
+        self.tagged(
             f"rank {rank} in world size {world} is assigned as DP rank {dp}, PP rank {pp}, PCP rank 0, "
             f"TP rank {tp}, ETP rank {tp}, EP rank {ep}, EPLB rank {eplb}",
-            "parallel_state.py:2385",
-            self._worker_name(layout, rank, setup),
+            "parallel_state.py:2350",
+            self.workers[rank] if rank < len(self.workers) else self._worker_name(layout, rank, setup),
+            "Worker",
         )
+
+    # -- failures ------------------------------------------------------------------------------
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None:
         config = _config_failure(reasons)
@@ -270,20 +531,25 @@ class VLLMLog(EngineLog):
             self._worker_failure(_vllm_raise(first.message, first.rule).frame, exception_line(first.message))
 
     def _config_traceback(self, message: str) -> None:
-        """The API server's own traceback (bare: Python's excepthook) for a config it cannot build."""
+        """The API server's own traceback (bare: Python's excepthook) for a config it cannot build.
+        pydantic wraps a ValueError or an assert raised inside a config in a ValidationError raised
+        from its validator, so the traceback ends at pydantic's frame; other exceptions pass through."""
         raised = _vllm_raise(message)
         assert raised.config is not None
         self.out("Traceback (most recent call last):")
-        self.out('  File "/usr/local/bin/vllm", line 10, in <module>')
-        self.out("    sys.exit(main())")
-        frames = [_VLLM_CONFIG_CALLS[raised.config], _PYDANTIC_INIT]
-        if raised.config == "VllmConfig":
-            frames.append(_VLLM_POST_INIT)
-        for frame in [*frames, raised.frame]:
-            for text in frame.lines():
-                self.out(text)
+        lines = [*_entry_frames(self.entrypoint), *_frame_lines(_ENGINE_CLIENT_FRAMES)]
+        if raised.config == "ModelConfig":
+            lines += _VLLM_MODEL_CONFIG_CALL.lines()
+        lines += [*_VLLM_CONFIG_CALLS[raised.config].lines(), *_PYDANTIC_INIT.lines()]
         error = exception_line(message, raised.exception)
-        if not error.startswith(("ValueError", "AssertionError")):  # pydantic wraps only these
+        wrapped = error.startswith(("ValueError", "AssertionError"))
+        if not wrapped:  # it went through pydantic: the frames below it show
+            if raised.config == "VllmConfig":
+                lines += _VLLM_POST_INIT.lines()
+            lines += raised.frame.lines()
+        for text in lines:
+            self.out(text)
+        if not wrapped:
             self._print_lines(error)
             return
         # pydantic_core's ValidationError: one line per error, "[type=...]" after the whole message.
@@ -297,7 +563,7 @@ class VLLMLog(EngineLog):
             f"  {kind}, {bare(message)} [type={code}, "
             f"input_value=ArgsKwargs((), {_PYDANTIC_INPUTS[raised.config]}), input_type=ArgsKwargs]"
         )
-        self.out(f"    For further information visit https://errors.pydantic.dev/2.12/v/{code}")
+        self.out(f"    For further information visit https://errors.pydantic.dev/{PYDANTIC_VERSION}/v/{code}")
 
     def _print_lines(self, text: str) -> None:
         for line in text.splitlines():
@@ -348,11 +614,21 @@ class VLLMLog(EngineLog):
         )
         self._worker_failure(frame, text)
 
-    def loaded(self, setup: Setup, memory: MemoryEstimate) -> None:
+    # -- loaded, KV cache, ready ------------------------------------------------------------------
+
+    def loaded(self, setup: Setup, memory: MemoryEstimate, load_s: float | None = None) -> None:
+        """The loader's time (vllm/model_executor/model_loader/default_loader.py), then the model
+        runner's memory and time (vllm/v1/worker/gpu_model_runner.py)."""
         self.memory = memory
-        self.line(  # vllm/v1/worker/gpu_model_runner.py
-            f"Model loading took {gb(memory.weights_gib)} GiB memory and {self.elapsed():.6f} seconds",
-            "gpu_model_runner.py:5088",
+        took = self.elapsed()
+        self.line(
+            f"Loading weights took {took if load_s is None else load_s:.2f} seconds",
+            "default_loader.py:501",
+            self.worker,
+        )
+        self.line(
+            f"Model loading took {gb(memory.weights_gib)} GiB memory and {took:.6f} seconds",
+            "gpu_model_runner.py:5149",
             self.worker,
         )
 
@@ -391,14 +667,14 @@ class VLLMLog(EngineLog):
         if setup.server.cuda_graphs:  # vllm/v1/worker/gpu_model_runner.py: profile_cudagraph_memory
             self.line(
                 f"Estimated CUDA graph memory: {graphs:.2f} GiB total",
-                "gpu_model_runner.py:6409",
+                "gpu_model_runner.py:6474",
                 self.worker,
             )
         self._available_kv(memory)
-        self.line(  # vllm/v1/core/kv_cache_utils.py: update_kv_cache_capacity, one line since 0.33
+        self.line(  # vllm/v1/core/kv_cache_utils.py: one line, "GPU" or "CPU" by the device
             f"GPU KV cache size: {per_replica:,} tokens, "
             f"Maximum concurrency for {length:,} tokens per request: {per_replica / length:.2f}x",
-            "kv_cache_utils.py:1147",
+            "kv_cache_utils.py:2327",
             self.engine_core,
         )
         if setup.server.cuda_graphs:  # vllm/v1/worker/gpu_model_runner.py: tqdm bar, then the summary
@@ -407,27 +683,153 @@ class VLLMLog(EngineLog):
             )
             self.line(  # vllm/v1/worker/gpu_model_runner.py: capture_model
                 f"Graph capturing finished in 1 secs, took {graphs:.2f} GiB",
-                "gpu_model_runner.py:6516",
+                "gpu_model_runner.py:6581",
                 self.worker,
             )
         self.line(  # vllm/v1/engine/core.py
             f"init engine (profile, create kv cache, warmup model) took {self.elapsed():.2f} s",
-            "core.py:412",
+            "core.py:402",
             self.engine_core,
+        )
+        if not setup.server.cuda_graphs:  # the engine core's own config says it again
+            self._eager_warnings(self.engine_core)
+
+    def _eager_warnings(self, process: str) -> None:
+        """--enforce-eager: VllmConfig.__post_init__ warns, once per process (vllm/config/vllm.py)."""
+        self.line(
+            "Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup. This is "
+            "equivalent to setting -cc.mode=none -cc.cudagraph_mode=none and --kernel_config.enable_jit_warmup=False",
+            "vllm.py:1703",
+            process,
+            "WARNING",
+        )
+        self.line(
+            "Inductor compilation was disabled by user settings, optimizations settings that are only active "
+            "during inductor compilation will be ignored.",
+            "vllm.py:1727",
+            process,
+            "WARNING",
         )
 
     def _available_kv(self, memory: MemoryEstimate) -> None:
         self.line(  # vllm/v1/worker/gpu_worker.py: determine_available_memory
-            f"Available KV cache memory: {gb(memory.kv_budget_gib)} GiB", "gpu_worker.py:772", self.worker
+            f"Available KV cache memory: {gb(memory.kv_budget_gib)} GiB", "gpu_worker.py:759", self.worker
         )
 
     def ready(self, args: EngineArgs) -> None:
-        # vllm/entrypoints/launchers/api_server/entry.py, then launcher.py lists the routes.
-        self.line(f"Starting vLLM server on http://{args.host}:{args.port}", "entry.py:139")
-        self.line("Available routes are:", "launcher.py:188")
-        for path, methods in (("/health", "GET"), ("/v1/models", "GET"), ("/v1/completions", "POST")):
-            self.line(f"Route: {path}, Methods: {methods}", "launcher.py:197")
-        self.line("Route: /v1/chat/completions, Methods: POST", "launcher.py:197")
+        """The API server once the engine is up (vllm/entrypoints/launchers/api_server/entry.py:
+        build_and_serve; vllm/entrypoints/scale_out/factories.py), its routes (launcher.py), then
+        uvicorn's lines. The address is the one vLLM reads from --host: "0.0.0.0" without it."""
+        values = dict(args.non_default)
+        self.line("Supported tasks: ['generate']", "entry.py:136")
+        if not values.get("enable_scale_out"):
+            self.line(
+                "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them.",
+                "factories.py:89",
+            )
+        host = values.get("host") or "0.0.0.0"
+        address = f"[{host}]" if ":" in str(host) else host
+        self.line(f"Starting vLLM server on http://{address}:{args.port}", "entry.py:140")
+        self.line("Available routes are:", "launcher.py:186")
+        for path, methods in VLLM_ROUTES:
+            self.line(f"Route: {path}, Methods: {methods}", "launcher.py:195")
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
         self.out("INFO:     Application startup complete.")
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def stats(
+        self,
+        prompt_tps: float,
+        generation_tps: float,
+        running: int,
+        waiting: int,
+        kv_usage: float,
+        prefix_hit_rate: float | None,
+    ) -> None:
+        """The engine's periodic line (vllm/v1/metrics/loggers.py: LoggingStatLogger.log), every
+        VLLM_LOG_STATS_INTERVAL seconds while the engine is not idle."""
+        parts = [
+            f"Avg prompt throughput: {prompt_tps:.1f} tokens/s",
+            f"Avg generation throughput: {generation_tps:.1f} tokens/s",
+            f"Running: {running} reqs",
+            f"Waiting: {waiting} reqs",
+            f"GPU KV cache usage: {kv_usage * 100:.1f}%",
+        ]
+        if prefix_hit_rate is not None:
+            parts.append(f"Prefix cache hit rate: {prefix_hit_rate * 100:.1f}%")
+        self.line("Engine 000: " + ", ".join(parts), "loggers.py:335")
+
+    def shutdown(self, in_flight: int = 0) -> None:
+        """SIGTERM (vllm/entrypoints/launchers/launcher.py: serve_http's handler): the API server
+        stops the engine client (vllm/v1/engine/core_client.py, vllm/v1/utils.py: shutdown), the
+        engine core its busy loop (vllm/v1/engine/core.py) and its workers
+        (vllm/v1/executor/multiproc_executor.py); with --shutdown-timeout 0 (the default: abort)
+        whatever is left is killed at once (vllm/utils/system_utils.py), then uvicorn stops."""
+        timeout = self.shutdown_timeout
+        mode = "abort" if timeout == 0 else "drain"
+        workers = self.workers or ["Worker"]
+        self.line("[shutdown] API server: shutdown triggered", "launcher.py:254")
+        self.line(
+            f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s", "launcher.py:270"
+        )
+        self.line(f"[shutdown] MPClient: start timeout={timeout}s", "core_client.py:770")
+        self.line("[shutdown] MPClient: stopping engine manager", "core_client.py:772")
+        for core in self.engine_cores:
+            self.line(f"[shutdown] Process manager: send sigterm to process {core}", "utils.py:628")
+        if timeout == 0:
+            self.line(
+                f"[shutdown] Process manager: force killing remaining processes count={len(self.engine_cores)}",
+                "utils.py:648",
+                level="WARNING",
+            )
+            for core in self.engine_cores:
+                self.line(
+                    f"[shutdown] Process manager: force killing remaining process {core} pid {self.pid(core)}",
+                    "utils.py:653",
+                    level="WARNING",
+                )
+        for core in self.engine_cores:
+            self.line("[shutdown] EngineCore: trigger received signal=SIGTERM", "core.py:1454", core)
+            self.line(f"[shutdown] EngineCore: start mode={mode} timeout={timeout}s", "core.py:1635", core)
+            if in_flight and mode == "abort":
+                self.line(
+                    f"[shutdown] EngineCore: aborting in-flight requests count={in_flight}",
+                    "core.py:1644",
+                    core,
+                )
+            self.line(
+                "[shutdown] EngineCore: request processing complete; starting resource teardown",
+                "core.py:1666",
+                core,
+            )
+            self.line("[shutdown] EngineCore: exiting busy loop", "core.py:1499", core)
+            self.line(
+                f"[shutdown] Executor: waiting for worker exit count={len(workers)}",
+                "multiproc_executor.py:479",
+                core,
+            )
+        for worker in workers:
+            self.line("Parent process exited, terminating worker queues", "multiproc_executor.py:843", worker)
+        if timeout == 0:
+            for worker in workers:
+                self.line(
+                    f"[shutdown] force killing sub process VLLM::{worker} pid {self.pid(worker)}",
+                    "system_utils.py:225",
+                    level="WARNING",
+                )
+        self.line("[shutdown] MPClient: engine manager stopped", "core_client.py:774")
+        self.line("[shutdown] MPClient: cleaning up background resources", "core_client.py:775")
+        self.line("[shutdown] MPClient: complete", "core_client.py:777")
+        self.line("[shutdown] API server: engine client stopped", "launcher.py:279")
+        self.line("[shutdown] API server: signalling HTTP server shutdown", "launcher.py:282")
+        self.line("[shutdown] API server: shutting down FastAPI HTTP server", "launcher.py:304")
+        self.out("INFO:     Shutting down")
+        self.out("INFO:     Waiting for application shutdown.")
+        self.out("INFO:     Application shutdown complete.")
+
+
+def uvicorn_access_line(client: str, method: str, path: str, version: str, status: int, reason: str) -> str:
+    """uvicorn's access log line (uvicorn/logging.py: AccessFormatter, monochrome)."""
+    return f'INFO:     {client} - "{method} {path} HTTP/{version}" {status} {reason}'
