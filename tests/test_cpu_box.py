@@ -159,3 +159,39 @@ def test_ready_is_not_taken_from_a_server_another_process_listens_with():
 def test_a_cpu_profile_loads(tmp_path):
     profile = load_profile(cpu_profile(tmp_path))
     assert profile.gpu == "cpu" and profile.command[-1] == API_SERVER
+
+
+def test_stop_waits_for_every_process_of_the_servers_group(tmp_path):
+    """vLLM's API server ends at once on SIGTERM; its engine core and workers a moment later, and
+    they hold the memory. A stop returns when the whole group is gone (the real engine's next
+    launch found the box busy before)."""
+    from cockpit.runner.registry import Registry
+    from cockpit.runner.supervisor import Supervisor, _group_members
+
+    child = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), exit(0)))\n"
+        "open(__import__('sys').argv[1], 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    leader = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1]])\n"
+        "time.sleep(60)\n"
+    )
+    started = tmp_path / "child-started"
+    supervisor = Supervisor(Registry())
+    handle = supervisor.start(
+        experiment=1,
+        argv=[sys.executable, "-c", leader, str(started)],
+        env={},
+        port=18432,
+        log_path=tmp_path / "server.log",
+    )
+    deadline = time.monotonic() + 20
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_group_members(handle.entry.pgid)) == 2
+    how = supervisor.stop(handle, grace=10)
+    assert how == "stopped with SIGTERM"
+    assert _group_members(handle.entry.pgid) == []  # the child's 1.5 s of dying included

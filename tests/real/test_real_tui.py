@@ -29,7 +29,7 @@ def test_the_screen_launches_the_real_engine_shows_its_metrics_benches_and_quits
             # The engine line: the real engine's own /metrics (vllm:num_requests_running, ...).
             await until(pilot, lambda: app.engine_view.last is not None, 30, "the engine's figures")
             assert app.main.engine_line.display and app.engine_view.last.running == 0
-            await submit(pilot, "bench c=1,4 in=32 out=16 n=8")
+            await submit(pilot, "bench c=1,4 in=32 out=16 t=3")
             await until(pilot, lambda: app.control.benching, 30, "the bench started")
             await until(pilot, lambda: not app.control.benching, 240, "the bench done")
             shown = screen_text(app)
