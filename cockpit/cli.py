@@ -314,14 +314,15 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
     """
-    from cockpit.lab import simulated_reason
+    from cockpit.lab import profile_box, simulated_reason
     from cockpit.sim.box import SimBox
 
-    setup, profile = build_setup(SetupOverrides(profile=args.profile, engine=args.engine))
-    why = simulated_reason(args.sim, setup.hardware)
+    profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
+    box = profile_box(profile)
+    why = simulated_reason(args.sim, box)
     if why:
-        SimBox(setup.hardware).create()  # the profile's box, for engines cockpit starts
-        print(f"{why}: using the simulated box ({setup.hardware}) and profile {profile.name}")
+        SimBox(box).create()  # the profile's box, for engines cockpit starts
+        print(f"{why}: using the simulated box ({box}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
     if not served and not (sys.stdin.isatty() and sys.stdout.isatty()):
         plan_args = argparse.Namespace(

@@ -96,6 +96,13 @@ async def vllm_chat_empty_tokens(request):
     return await sse(request, role, *parts, event({"choices": [], "usage": usage(3)}), DONE)
 
 
+async def mixed_empty_chunks(request):
+    """An empty chunk before the first token, an undecodable token inside, an empty finish chunk:
+    usage says 3, so the first and the last empty chunks were no tokens, the middle one was."""
+    parts = [token(""), STEP_S, token(" a"), STEP_S, token(""), STEP_S, token(" b"), token("", "stop")]
+    return await sse(request, *parts, event({"id": "cmpl-1", "choices": [], "usage": usage(3)}), DONE)
+
+
 async def coalesced(request):
     """12 tokens, three per chunk, a chunk every 3 steps; usage only at the end."""
     chunks = [token(" a b c") for _ in range(4)]
@@ -205,6 +212,7 @@ async def stalls(request):
 ROUTES = {
     "good": good,
     "vllm-empty": vllm_empty_tokens,
+    "mixed-empty": mixed_empty_chunks,
     "vllm-chat-empty": vllm_chat_empty_tokens,
     "coalesced": coalesced,
     "continuous": continuous,
@@ -310,6 +318,15 @@ def test_empty_chunks_that_are_tokens_count_as_vllm_counts_them(server, transpor
     assert record.first_token - record.start == pytest.approx(STEP_S, abs=0.015)
     assert itl([record], EVERYTHING).count == 4
     assert itl([record], EVERYTHING).p50 == pytest.approx(STEP_S * 1e3, abs=10)
+
+
+def test_empty_chunks_beyond_the_usage_are_dropped_leading_and_trailing_first(server, transport):
+    record = fetch(server, "mixed-empty", transport)
+    assert record.error is None
+    assert record.chunks == 3 and not record.token_mismatch
+    assert record.first_token - record.start == pytest.approx(STEP_S, abs=0.015)  # " a", not the empty one
+    gaps = list(record.chunk_times)
+    assert gaps[1] - gaps[0] == pytest.approx(STEP_S, abs=0.015)  # the empty token inside is kept
 
 
 def test_a_chat_streams_role_chunk_is_no_token_but_its_empty_content_chunks_are(server, transport):

@@ -183,7 +183,7 @@ class _Stream:
         choice = choices[0] if choices and type(choices) is list else None
         text = _output_of(choice)
         token = _is_token(choice)
-        if not token and ("error" in obj or obj.get("object") == "error"):
+        if not text and ("error" in obj or obj.get("object") == "error"):
             raise RequestFailed(f"error in stream: {error_message(obj) or _clip(payload)}")
         if token:
             if not text:  # empty text or content, nothing else: maybe no token (drop_empty_extras)
@@ -224,7 +224,11 @@ class _Stream:
         drop = {i for i in self.empty if counts is not None and counts[i] == 0}
         total = record.usage_completion_tokens
         extra = len(self.empty) if total is None else record.chunks - len(drop) - total
-        for index in reversed(self.empty):
+        # The likeliest extras first: empty chunks before any text, then the last ones, then the rest.
+        first_text = next((i for i in range(record.chunks) if i not in self.empty), record.chunks)
+        leading = [i for i in self.empty if i < first_text]
+        rest = [i for i in reversed(self.empty) if i >= first_text]
+        for index in leading + rest:
             if extra <= 0:
                 break
             if index not in drop:

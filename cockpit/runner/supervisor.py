@@ -211,6 +211,7 @@ class Supervisor:
         reader = LogTail(Path(handle.entry.log_path))
         error_at: float | None = None
         next_health = 0.0
+        foreign = False  # the port answered, but from another process group (_answered_by_another)
         import httpx  # here, not at the top: the screen's first frame does not wait for it
 
         def take(line: str, phases: bool = True) -> Iterator[Event]:
@@ -247,7 +248,9 @@ class Supervisor:
                     error_at = None  # a scary line that was not an error after all
                 if now >= next_health:
                     next_health = now + HEALTH_EVERY_S
-                    if self._ready(http, handle.url, ready_paths) and not _answered_by_another(handle):
+                    answered = self._ready(http, handle.url, ready_paths)
+                    foreign = answered and _answered_by_another(handle)
+                    if answered and not foreign:
                         for line in reader.read():  # what it wrote just before it answered
                             yield from take(line)
                         yield Ready(
@@ -260,11 +263,17 @@ class Supervisor:
                         return
                 if now - handle.started > timeout:
                     where = tracker.phase or "startup"
+                    other = (
+                        f"; port {handle.entry.port} answered from another process group "
+                        f"({busy_port('127.0.0.1', handle.entry.port) or 'unknown'}), not this server's"
+                        if foreign
+                        else ""
+                    )
                     yield Failed(
                         experiment,
                         Diagnosis(
                             kind="timeout",
-                            cause=f"not ready after {timeout:.0f} s (last phase: {where}); the server is stopped",
+                            cause=f"not ready after {timeout:.0f} s (last phase: {where}){other}; the server is stopped",
                             next_step=f"read the log {handle.entry.log_path}; if loading is just slow, raise --startup-timeout",
                             phase=where,
                         ),
@@ -297,7 +306,9 @@ class Supervisor:
         if handle.returncode() is None:
             how = "stopped with SIGTERM"
             _signal_group(pgid, signal.SIGTERM)
-            if not self._wait_exit(handle, grace) or not _wait_group_gone(pgid, grace):
+            deadline = time.monotonic() + grace  # one grace for the leader and its group
+            exited = self._wait_exit(handle, grace)
+            if not exited or not _wait_group_gone(pgid, max(0.0, deadline - time.monotonic())):
                 how = f"killed with SIGKILL after {grace:.0f} s"
                 _signal_group(pgid, signal.SIGKILL)
                 self._wait_exit(handle, 5.0)
@@ -369,6 +380,12 @@ def _group_members(pgid: int) -> list[int]:
     """The live processes of a process group (an ended one not yet reaped is not live)."""
     if pgid <= 0:
         return []
+    try:
+        os.killpg(pgid, 0)  # no such group: nothing to scan for
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
     members = []
     for proc in psutil.process_iter(["pid", "status"]):
         try:
@@ -390,6 +407,8 @@ def _wait_group_gone(pgid: int, seconds: float) -> bool:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    if pgid <= 0:  # not known yet: 0 would be cockpit's own group
+        return
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
