@@ -314,11 +314,11 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
     """
-    from cockpit.lab import profile_box, simulated_reason
+    from cockpit.lab import simulated_reason
     from cockpit.sim.box import SimBox
 
     profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
-    box = profile_box(profile)
+    box = profile.box
     why = simulated_reason(args.sim, box)
     if why:
         SimBox(box).create()  # the profile's box, for engines cockpit starts
@@ -361,7 +361,7 @@ def _overrides(args: argparse.Namespace) -> SetupOverrides:
 def cmd_plan(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from cockpit.installed import installed_engine
+    from cockpit.installed import found_note, installed_engine
     from cockpit.lab import simulated_reason
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
@@ -377,7 +377,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
     if how is not None:
         setup = replace(setup, engine=engine)
-        notes += (f"{how}: " + (engine.version_note or f"flags as {engine.options.label} has them"),)
+        notes += (found_note(engine, how),)
     setup, learning_note = _with_learned(setup, simulated)
     notes += (learning_note,) if learning_note else ()
     for note in notes:  # on stderr: stdout stays the table or valid JSON
@@ -694,13 +694,13 @@ def _calibration_key(args: argparse.Namespace) -> Key:
     from cockpit.engines import get_engine
     from cockpit.hardware import gpu_type
     from cockpit.installed import installed_engine
-    from cockpit.lab import profile_box, simulated_reason
+    from cockpit.lab import simulated_reason
     from cockpit.learning import Key, engine_version
 
     if args.engine_version is not None and not engine_version(args.engine_version):
         raise CockpitError("--version needs an engine version, like --version 0.33.0")
     profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
-    box = profile_box(profile)
+    box = profile.box
     if args.gpu:  # a type without figures plans (and learns) as "unknown"
         gpu = "unknown" if args.gpu.strip().lower() == "unknown" else gpu_type(args.gpu).key
     else:

@@ -38,14 +38,14 @@ def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str
         return None, "no launcher"
     interpreter = _interpreter(command)
     if interpreter:
-        answer = _run([interpreter, "-c", _ASK, *PACKAGES[engine]], whole=True)
-        if answer and len(answer.split()) == 2:
-            distribution, version = answer.split()
+        answer = (_last_line([interpreter, "-c", _ASK, *PACKAGES[engine]]) or "").split()
+        if len(answer) == 2:
+            distribution, version = answer
             return version, f"{distribution} {version} installed for {interpreter}"
     if engine == "vllm" and os.path.basename(command[0]) == "vllm":
-        said = _run([command[0], "--version"])
+        said = _VERSION.search(_last_line([command[0], "--version"]) or "")
         if said:
-            return said, f"`{command[0]} --version` says {said}"
+            return said.group(1), f"`{command[0]} --version` says {said.group(1)}"
     return None, f"could not ask `{' '.join(command[:3])}` which {engine} it runs"
 
 
@@ -59,6 +59,15 @@ def installed_engine(template: Engine, command: Sequence[str]) -> tuple[Engine, 
     engine.version_note = f"{how}: checking flags with {engine.options.label}'s table"
     engine.strict = False
     return engine, None
+
+
+def found_note(engine: Engine, how: str | None) -> str:
+    """One line on the engine found and the option table its flags are checked with (that
+    version's own, or the nearest, said so); with nothing found, why and which table checks."""
+    if how is None:
+        return engine.version_note
+    checked = engine.version_note or f"flags checked with {engine.options.label}'s option table"
+    return f"{how}: {checked}"
 
 
 def _interpreter(command: Sequence[str]) -> str | None:
@@ -84,8 +93,8 @@ def _interpreter(command: Sequence[str]) -> str | None:
     return None
 
 
-def _run(argv: list[str], whole: bool = False) -> str | None:
-    """The version in the last line ``argv`` prints (``whole``: that line as it is)."""
+def _last_line(argv: list[str]) -> str | None:
+    """The last line ``argv`` prints, when it runs and succeeds."""
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
@@ -94,8 +103,5 @@ def _run(argv: list[str], whole: bool = False) -> str | None:
         return None
     if done.returncode != 0:
         return None
-    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    if whole:
-        return last or None
-    match = _VERSION.search(last)
-    return match.group(1) if match else None
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else None

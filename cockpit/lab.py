@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from cockpit.children import simulated_engine
 from cockpit.errors import CockpitError
-from cockpit.hardware import Hardware, hardware
-from cockpit.installed import installed_engine
+from cockpit.hardware import Hardware
+from cockpit.installed import found_note, installed_engine
 from cockpit.journal import Journal
 from cockpit.learning import CalibrationStore, learned_for, relearn
 from cockpit.planner import Setup
@@ -64,11 +64,6 @@ def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
     return NvmlSource()
 
 
-def profile_box(profile: Profile) -> Hardware:
-    """The box a profile names (``hardware:``), before anything else of it is resolved."""
-    return hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib)
-
-
 def lab_setup(profile: Profile, *, sim: bool) -> Setup:
     """The profile's setup; a simulated one launches the simulated engine in front of the
     engine's default launcher (the profile's own launcher names a real install). On a real box
@@ -83,10 +78,7 @@ def _setup_and_note(profile: Profile, sim: bool) -> tuple[Setup, str]:
     if sim:
         return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command)), ""
     engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
-    if how is None:
-        return replace(setup, engine=engine), engine.version_note
-    checked = engine.version_note or f"flags checked with {engine.options.label}'s option table"
-    return replace(setup, engine=engine), f"{how}: {checked}"
+    return replace(setup, engine=engine), found_note(engine, how)
 
 
 _L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)
@@ -134,7 +126,7 @@ class Lab:
             profile, notes = resolve(SetupOverrides(profile=profile, engine=engine))
         elif engine:
             profile, notes = profile_for_engine(profile, engine)
-        reason = simulated_reason(sim, profile_box(profile))
+        reason = simulated_reason(sim, profile.box)
         setup, engine_note = _setup_and_note(profile, bool(reason))
         store = CalibrationStore()
         setup = replace(setup, learned=learned_for(setup, bool(reason), store))  # a bad file: a notice
@@ -156,8 +148,19 @@ class Lab:
                 startup_timeout=startup_timeout,
             )
             undo.pop_all()
-        lab = cls(profile, setup, reason, source, journal, monitor, registry, launcher, store, notes)
-        lab.engine_note = engine_note
+        lab = cls(
+            profile,
+            setup,
+            reason,
+            source,
+            journal,
+            monitor,
+            registry,
+            launcher,
+            store,
+            notes,
+            engine_note=engine_note,
+        )
         launcher.after_measure = lab.learn
         return lab
 

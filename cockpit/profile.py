@@ -21,7 +21,7 @@ from cockpit.engines import get_engine
 from cockpit.engines.base import server_args
 from cockpit.engines.options import check_args, refuse_owned
 from cockpit.errors import CockpitError, shown
-from cockpit.hardware import MAX_GPUS, check_gpu_count, check_gpu_memory
+from cockpit.hardware import MAX_GPUS, Hardware, check_gpu_count, check_gpu_memory, hardware
 from cockpit.layout import parse_layout
 from cockpit.model import whole_number
 from cockpit.perfmodel import Calibration
@@ -68,6 +68,11 @@ class Profile:
     calibration: Mapping[str, Any] = field(default_factory=dict)  # perfmodel.Calibration overrides
     description: str = ""
     path: str = ""
+
+    @property
+    def box(self) -> Hardware:
+        """The box ``hardware:`` names; whether it is simulated is the lab's to say."""
+        return hardware(self.gpu, self.gpus, self.gpu_mem_gib)
 
     @property
     def request_len(self) -> int:

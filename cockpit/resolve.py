@@ -9,7 +9,7 @@ from cockpit.engines import get_engine
 from cockpit.engines.options import option_table
 from cockpit.engines.translate import translate_args
 from cockpit.errors import CockpitError, shown
-from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS, hardware
+from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS
 from cockpit.layout import parse_layout
 from cockpit.modelfiles import load_model, model_argv_path
 from cockpit.planner import Setup
@@ -153,7 +153,7 @@ def setup_for(profile: Profile) -> Setup:
     model = load_model(profile.model)
     return Setup(
         model=model,
-        hardware=hardware(profile.gpu, profile.gpus, profile.gpu_mem_gib),
+        hardware=profile.box,
         engine=get_engine(profile.engine),
         server_args=profile.args,
         request_len=profile.request_len,

@@ -301,9 +301,20 @@ def test_a_killed_tune_resumes_without_relaunching_what_it_finished(profile_file
     assert not [e for e in launched if launched.count(e) > 2]
 
 
-def test_a_launch_that_failed_on_this_box_before_drops_its_layout(profile_file, sim_env):
+@pytest.mark.parametrize(
+    ("kind", "cause", "dropped"),
+    [
+        ("oom", "CUDA out of memory on GPU 2", True),
+        # A flag value the engine's parser refused says nothing about the layout.
+        ("bad-argument", "api_server.py refused argument --max-num-seqs: invalid int value: 'x'", False),
+    ],
+)
+def test_a_launch_that_failed_on_this_box_before_drops_its_layout(
+    profile_file, sim_env, kind, cause, dropped
+):
     """Remembered for the box: a candidate whose very argv failed here (journaled by an earlier
-    `try` or tune) is not launched again, and neither are its knob variants."""
+    `try` or tune) is not launched again, and neither are its knob variants, when the failure was
+    the layout's."""
     from cockpit.lab import lab_setup
     from cockpit.outcome import FAILED, Diagnosis
     from cockpit.secrets import redact_argv
@@ -323,17 +334,20 @@ def test_a_launch_that_failed_on_this_box_before_drops_its_layout(profile_file, 
             gpu_type=setup.hardware.gpu.key,
             simulated=True,
         )
-        journal.set_outcome(failed, FAILED, diagnosis=Diagnosis("oom", "CUDA out of memory on GPU 2"))
+        journal.set_outcome(failed, FAILED, diagnosis=Diagnosis(kind, cause))
 
     done = _cockpit("tune", "--sim", "--profile", profile, *WORKLOAD, "n=1")
     assert done.returncode == 0, done.stdout + done.stderr
     with Journal() as journal:
         [record] = journal.tunes()
         launched = [e.layout for e in journal.experiments() if e.id != failed]
-    assert first.name not in launched and len(launched) == 1
     rows = {row["name"]: row for row in record.result["rows"]}
+    if not dropped:
+        assert launched == [first.name] and rows[first.name]["state"] != "dropped"
+        return
+    assert first.name not in launched and len(launched) == 1
     assert rows[first.name]["state"] == "dropped", rows[first.name]["note"]
-    assert "failed to start on this box: CUDA out of memory on GPU 2" in rows[first.name]["note"]
+    assert f"failed to start on this box: {cause}" in rows[first.name]["note"]
 
 
 def test_cockpit_tune_takes_server_flags_anywhere_among_its_words():

@@ -61,11 +61,10 @@ def engine_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def engine_env(tmp_path, monkeypatch) -> dict[str, str]:
+def engine_env(tmp_path, monkeypatch) -> None:
     """This test's journal and state folders, for cockpit and the tests alike."""
     monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
     monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture
