@@ -95,51 +95,146 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--verbose", action="store_true", help="also print the servers' log lines")
 
 
-_TUNE_FLAGS = {"--resume": "resume", "--sim": "sim", "--verbose": "verbose"}
-_TUNE_VALUED = {"--profile": "profile", "--engine": "engine", "--startup-timeout": "startup_timeout"}
-_TUNE_EXAMPLES = {"--profile": "minimax-m2.5", "--engine": "sglang", "--startup-timeout": "3600"}
+SWEEP_EXIT = (
+    "It prints one line per event (a log file's lines: run it under nohup or tmux to outlive an SSH "
+    "drop) and ends with the comparison table of the profile, as `cockpit results` shows it. "
+    "Exit status: 0 when at least one layout was measured, 1 when none was (each failed or was "
+    "skipped), 2 for a command line or profile it cannot use (nothing launched), 130 on Ctrl-C, "
+    "143 on SIGTERM and 129 on SIGHUP: each stops the running server and keeps what was measured."
+)
 
 
-def _tune_options(args: argparse.Namespace, words: list[str]) -> list[str]:
-    """The words after the first tune word hold the server flags to try (`--max-num-seqs 256,512`),
-    which argparse cannot know; cockpit's own options among them are taken out here."""
+def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help='launch, bench and stop each layout in turn, unattended: cockpit sweep "tp8, tp4 ep" --bench c=1,32',
+        description="Launch each layout in turn, benchmark it once ready, stop it, and go on to the next; a "
+        "layout that fails is journaled with its cause and the sweep goes on. A layout the planner says "
+        "fails is not launched without --force; one the engine cannot run at all (a layout it cannot "
+        "express, a server flag it does not have) stops the sweep before anything launches. " + SWEEP_EXIT,
+    )
+    sweep.add_argument(
+        "words",
+        nargs="*",
+        metavar='"LAYOUT [--flag V], LAYOUT, ..." [--flag V ...]',
+        help="the layouts separated by commas, each with its own server flags, as in the screen's "
+        '`sweep` ("tp8 --max-num-seqs 512, tp4 ep"); server flags after them go to every layout',
+    )
+    # SUPPRESS: given before `sweep` (`cockpit --profile P sweep`), cockpit's own option stands.
+    sweep.add_argument(
+        "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
+    )
+    sweep.add_argument(
+        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
+    )
+    sweep.add_argument(
+        "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
+    )
+    sweep.add_argument("--force", action="store_true", help="launch the layouts the planner says fail too")
+    sweep.add_argument(
+        "--bench",
+        metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"',
+        help="the benchmark each layout gets (default: the profile's)",
+    )
+    sweep.add_argument(
+        "--timeout", type=float, metavar="S", help="seconds a benchmark request may wait for its next bytes"
+    )
+    sweep.add_argument(
+        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for each ready"
+    )
+    sweep.add_argument(
+        "--verbose", action="store_true", help="also print the servers' log lines, phases and bench ticks"
+    )
+
+
+def _sweep_words(words: list[str]) -> tuple[str, tuple[str, ...]]:
+    """`"tp8, tp4 ep" --max-num-seqs 512` -> the layouts' text and the server flags for every
+    layout: the words before the first flag are the layouts (quoted as one or not), the rest flags."""
+    first_flag = next((i for i, word in enumerate(words) if word.startswith("-")), len(words))
+    layouts, knobs = " ".join(words[:first_flag]).strip(), tuple(words[first_flag:])
+    if not layouts:
+        example = 'cockpit sweep "tp8, tp4 ep" --max-num-seqs 512'
+        if knobs:
+            raise CockpitError(
+                f"sweep: the layouts come first, then server flags for all of them: `{example}`"
+            )
+        raise CockpitError(f"sweep needs layouts separated by commas: `{example}`")
+    return layouts, knobs
+
+
+# The options of the commands whose words hold server flags (`tune`, `sweep`), which argparse
+# cannot know: each command's own flags and valued options, read by ``_own_options``.
+_OWN_FLAGS = {
+    "tune": {"--resume": "resume", "--sim": "sim", "--verbose": "verbose"},
+    "sweep": {"--sim": "sim", "--force": "force", "--verbose": "verbose"},
+}
+_OWN_VALUED = {
+    "tune": {"--profile": "profile", "--engine": "engine", "--startup-timeout": "startup_timeout"},
+    "sweep": {
+        "--profile": "profile",
+        "--engine": "engine",
+        "--startup-timeout": "startup_timeout",
+        "--bench": "bench",
+        "--timeout": "timeout",
+    },
+}
+_OWN_EXAMPLES = {
+    "--profile": "minimax-m2.5",
+    "--engine": "sglang",
+    "--startup-timeout": "3600",
+    "--bench": '"c=1,32 in=1024 out=1024"',
+    "--timeout": "600",
+}
+
+
+def _own_options(args: argparse.Namespace, words: list[str], command: str) -> list[str]:
+    """The words after `tune` (or `sweep`) hold server flags (`--max-num-seqs 256,512`), which
+    argparse cannot know; cockpit's own options among them are taken out here."""
+    flags, valued = _OWN_FLAGS[command], _OWN_VALUED[command]
     rest: list[str] = []
     i = 0
     while i < len(words):
         word = words[i]
         name, eq, inline = word.partition("=")
-        if word in _TUNE_FLAGS:
-            setattr(args, _TUNE_FLAGS[word], True)
-        elif name in _TUNE_VALUED:
+        if word in flags:
+            setattr(args, flags[word], True)
+        elif name in valued:
             if not eq and i + 1 >= len(words):
-                raise CockpitError(f"{name} needs a value, like {name} {_TUNE_EXAMPLES[name]}")
+                raise CockpitError(f"{name} needs a value, like {name} {_OWN_EXAMPLES[name]}")
             value = inline if eq else words[i + 1]
             i += 0 if eq else 1
-            if name == "--engine" and value not in ENGINES:
-                raise CockpitError(f"--engine is vllm or sglang, not {value!r}")
-            setattr(
-                args, _TUNE_VALUED[name], _startup_seconds(value) if name == "--startup-timeout" else value
-            )
+            setattr(args, valued[name], _own_value(name, value))
         elif word != "--":
             rest.append(word)
         i += 1
     return rest
 
 
+def _own_value(name: str, value: str) -> str | float:
+    """An option's value as its command wants it: seconds as a number, an engine cockpit knows."""
+    if name == "--engine" and value not in ENGINES:
+        raise CockpitError(f"--engine is vllm or sglang, not {value!r}")
+    if name in ("--startup-timeout", "--timeout"):
+        return _seconds(value, name)
+    return value
+
+
 _GLOBAL_VALUED = ("--profile", "--engine")
+_OWN_WORDS = ("tune", "sweep")
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """The command line. `cockpit tune` takes the server flags to try (`--max-num-seqs 256,512`),
-    which argparse cannot know: the words after `tune` are read by ``_tune_options``."""
+    """The command line. `cockpit tune` and `cockpit sweep` take server flags
+    (`--max-num-seqs 256,512`), which argparse cannot know: the words after the command are read
+    by ``_own_options``."""
     at = _command_index(argv)
-    if at is None or argv[at] != "tune":
+    if at is None or argv[at] not in _OWN_WORDS:
         return parser.parse_args(argv)
     rest = argv[at + 1 :]
     if "-h" in rest or "--help" in rest:
         parser.parse_args([*argv[: at + 1], "--help"])
     args = parser.parse_args(argv[: at + 1])
-    args.words = _tune_options(args, rest)
+    args.words = _own_options(args, rest, argv[at])
     return args
 
 
@@ -154,11 +249,11 @@ def _command_index(argv: list[str]) -> int | None:
     return None
 
 
-def _startup_seconds(text: str) -> float:
+def _seconds(text: str, name: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise CockpitError(f"--startup-timeout takes seconds, like 3600; got {text!r}") from None
+        raise CockpitError(f"{name} takes seconds, like {_OWN_EXAMPLES[name]}; got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(commands)
 
     _add_tune_parser(commands)
+    _add_sweep_parser(commands)
 
     gpus = commands.add_parser(
         "gpus", help="one line per GPU: memory, power, utilisation, temperature, processes"
@@ -245,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop a server cockpit started (by PID, or all)")
     stop.add_argument("pid", metavar="PID|all")
     attach = commands.add_parser("attach", help="follow a running server's log until it is ready or fails")
-    attach.add_argument("pid", type=int, metavar="PID")
+    attach.add_argument(
+        "pid", type=int, nargs="?", metavar="PID", help="the server's PID; without it, the only one running"
+    )
     attach.add_argument("--profile", metavar="NAME|FILE")
 
     results = commands.add_parser("results", help="the comparison table of journaled benchmark results")
@@ -280,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "web": cmd_web,
             "calibration": cmd_calibration,
             "tune": cmd_tune,
+            "sweep": cmd_sweep,
         }
         return handlers.get(args.command, cmd_cockpit)(args)
     except CockpitError as exc:
@@ -306,6 +405,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
         resume=args.resume,
         verbose=args.verbose,
         startup_timeout=args.startup_timeout,
+    )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from cockpit.headless import run_sweep
+
+    layouts, knobs = _sweep_words(args.words)
+    return run_sweep(
+        layouts,
+        knobs=knobs,
+        profile=args.profile,
+        sim=args.sim,
+        engine=args.engine,
+        force=args.force,
+        startup_timeout=args.startup_timeout,
+        verbose=args.verbose,
+        bench=args.bench,
+        timeout=args.timeout,
     )
 
 
@@ -412,7 +529,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             row["last_measured"] = last.to_json() if last else None
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  (profile {profile.name})")
+        print(
+            f"{setup.model}  on  {setup.hardware}  with {setup.engine.label}  ({_plan_of(args, profile.name)})"
+        )
         print(plan_table(verdicts, levels, width=terminal_width(), measured=measured))
         if any(str(v.layout) in measured for v in verdicts):
             print(MEASURED_NOTE)
@@ -421,6 +540,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"output {profile.bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
         )
     return 0
+
+
+def _plan_of(args: argparse.Namespace, profile: str) -> str:
+    """What the plan is of: a profile, or a model given alone on the engine's own defaults (its
+    profile's name is only the model's)."""
+    if args.model and not args.profile:
+        return "the engine's own defaults, no profile"
+    if args.model:
+        return f"profile {profile}, its model from --model"
+    return f"profile {profile}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -531,7 +660,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     from cockpit.journal import Journal
     from cockpit.reports.comparison import comparison
     from cockpit.reports.export import markdown_report
-    from cockpit.reports.results import format_comparison
+    from cockpit.reports.results import format_comparison, no_results_hint
     from cockpit.reports.tune import newest_tune
 
     with Journal() as journal:
@@ -546,7 +675,10 @@ def cmd_results(args: argparse.Namespace) -> int:
             tune = newest_tune(journal, comp.profile) if comp.profile else None
             text = markdown_report(comp, context, predicted=args.predicted, tune=tune)
         else:
-            text = format_comparison(comp, args.format, predicted=args.predicted)
+            # nothing benchmarked: a layout the planner says fits, as the command to run first
+            first = args.format in ("table", "markdown") and not comp.benched
+            hint = no_results_hint(args.profile or comp.profile) if first else None
+            text = format_comparison(comp, args.format, predicted=args.predicted, hint=hint)
     print(text)
     return 0
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from cockpit.engines.options import SET_BY_COCKPIT, OptionTable, check_args, corrected_args
 from cockpit.errors import CockpitError, shown
 from cockpit.layout import Layout, parse_layout
+from cockpit.secrets import redact_argv
 from cockpit.slo import Slo
 
 if TYPE_CHECKING:
@@ -393,6 +395,23 @@ def _typed_number(text: str, field_name: str) -> int | float | None:
         return float(text.rstrip("s")) if field_name in _SECONDS_FIELDS else int(text)
     except ValueError:
         return None
+
+
+def knob_next_step(table: OptionTable, layout: Layout) -> str:
+    """What to do when the engine's option table refused a layout's knobs: the line again with the
+    flag it most likely means, else where to find the flags. Another layout would carry the
+    same mistyped flag, so it is never the hint."""
+    fixed = corrected_args(table, layout.knobs)
+    if fixed is not None:  # a token among the knobs is not repeated: the hint is shown and journaled
+        return f"type `try {replace(layout, knobs=redact_argv(fixed))}`"
+    try:
+        groups = check_args(table, layout.knobs).groups
+    except CockpitError:
+        groups = ()
+    owned = [g for g in groups if g.option.dest in SET_BY_COCKPIT]
+    if owned:
+        return f"drop {owned[0].spelling}: {SET_BY_COCKPIT[owned[0].option.dest]} says it"
+    return f"check the flag's spelling in {table.label}'s options (on the screen, Tab after `try {layout.parallel} --` completes them)"
 
 
 def completions(

@@ -1,20 +1,24 @@
-"""`cockpit run`, `tune`, `stop` and `attach`: the experiment flow without a screen, one event a line."""
+"""`cockpit run`, `sweep`, `tune`, `stop` and `attach`: the experiment flow without a screen, one event a line."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Callable
-from dataclasses import replace
+import sys
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cockpit.commands import Bench, Try, check_seconds, parse_command
+from cockpit.commands import Bench, Sweep, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.lab import Lab
+from cockpit.layout import Layout
+from cockpit.planner import plan_layout
 from cockpit.runner.events import BenchDone, BenchTick, Event, Failed, LogLine, Phase, Ready
 from cockpit.runner.experiment import Launcher, journal_stopped
-from cockpit.runner.registry import Registry
+from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
 
@@ -262,6 +266,223 @@ def _finish(launcher: Launcher, keep: bool, out: Print) -> None:
         out(str(stopped))
 
 
+# -- cockpit sweep -------------------------------------------------------------------------------
+
+
+def print_line(line: str) -> None:
+    """One line out at once: under nohup stdout is a file, which Python would otherwise buffer
+    (a `tail -f` of the log would see nothing for minutes)."""
+    print(line, flush=True)
+
+
+def run_sweep(
+    text: str,
+    *,
+    knobs: tuple[str, ...] = (),
+    profile: str | None,
+    sim: bool,
+    engine: str | None,
+    force: bool,
+    startup_timeout: float,
+    verbose: bool = False,
+    bench: str | None = None,
+    timeout: float | None = None,
+    out: Print = print_line,
+) -> int:
+    """`cockpit sweep`: each layout in turn launched, benched and stopped, as the screen's `sweep`
+    does; a layout that fails is journaled and the sweep goes on. Ends with the comparison table.
+    0 when at least one layout was measured, 1 when none was; Ctrl-C, SIGTERM and a hang-up stop
+    the running server, keep what was measured and exit 128 + the signal."""
+    command = sweep_command(text, knobs, bench, timeout)
+    check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
+    printer = Printer(out)
+    previous = raise_on_signals()
+    code = 1
+    try:
+        with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
+            tell_opening(lab, printer)
+            announce_live_servers(lab.registry, printer)
+            refuse_unplannable(lab, command.layouts)
+            lab.monitor.start()
+            code = _sweep(lab, command, force=force, verbose=verbose, out=printer)
+            return code
+    except (KeyboardInterrupt, HungUp) as exc:  # before the first launch: nothing to stop
+        code = exit_code(exc)
+        return code
+    finally:
+        restore_signals(previous, code)
+
+
+def sweep_command(text: str, knobs: tuple[str, ...], bench: str | None, timeout: float | None) -> Sweep:
+    """The layouts as the screen's `sweep` reads them (each with its knobs, bench words after
+    them), ``knobs`` given to every one of them before its own, and the bench of those words and
+    --bench together (`--bench c=1,32 in=64 out=8` unquoted leaves `in=64 out=8` among the
+    layouts' words), each word given once; --timeout bounds each request of it."""
+    command = _sweep_of("sweep " + text)
+    if bench is not None:
+        _refuse_twice(command.bench, _bench_command(bench))
+        command = _sweep_of(f"sweep {text} {bench}")  # n= and t= checked together
+    sweep_bench = command.bench
+    if timeout is not None:
+        sweep_bench = replace(sweep_bench, timeout_s=check_seconds(timeout, "--timeout"))
+    layouts = tuple(replace(layout, knobs=(*knobs, *layout.knobs)) for layout in command.layouts)
+    return Sweep(layouts, sweep_bench)
+
+
+def _sweep_of(text: str) -> Sweep:
+    command = parse_command(text)
+    assert isinstance(command, Sweep)  # "sweep ..." always parses to a Sweep or raises
+    return command
+
+
+# The bench's fields as they are typed (cockpit.commands reads them)
+BENCH_WORDS = {
+    "concurrency": "c=",
+    "input_len": "in=",
+    "output_len": "out=",
+    "requests": "n=",
+    "duration_s": "t=",
+    "timeout_s": "timeout=",
+}
+
+
+def _refuse_twice(after_layouts: Bench, given: Bench | None) -> None:
+    """A bench word in --bench and after the layouts too: which one was meant is not for cockpit to guess."""
+    unset = Bench()
+    both = [
+        BENCH_WORDS.get(f.name, f.name)
+        for f in fields(Bench)
+        if given is not None
+        and getattr(given, f.name) != getattr(unset, f.name)
+        and getattr(after_layouts, f.name) != getattr(unset, f.name)
+    ]
+    if both:
+        raise CockpitError(
+            f"{' '.join(both)} given twice, in --bench and after the layouts: give each once, "
+            'like `cockpit sweep "tp8, tp4 ep" --bench "c=1,32 out=256"`'
+        )
+
+
+def refuse_unplannable(lab: Lab, layouts: Sequence[Layout]) -> None:
+    """As the screen's sweep: a layout the engine cannot express, or whose server flags it would
+    refuse, stops the sweep before anything launches. One the planner says fails is tried in its
+    turn (and refused there without --force)."""
+    for layout in layouts:
+        verdict = plan_layout(lab.setup, layout)
+        if verdict.placement is None:
+            raise CockpitError(
+                f"sweep: {layout}: {verdict.reasons[0]}; nothing was launched: fix it or leave it out"
+            )
+
+
+@dataclass
+class SweepTally:
+    """Which layouts a sweep measured and which not, for its last line (the events above and the
+    table below say why)."""
+
+    total: int
+    measured: list[str] = field(default_factory=list)
+    not_measured: list[str] = field(default_factory=list)
+
+    def add(self, layout: str, outcome: Event | None) -> None:
+        """A layout counts as measured as `cockpit run --bench` counts it: its bench ended with levels."""
+        if isinstance(outcome, BenchDone) and outcome.levels and not outcome.error:
+            self.measured.append(layout)
+        else:
+            self.not_measured.append(layout)
+
+    def summary(self) -> str:
+        """`1 of 3 layout(s) measured; not measured: tp8, pp8`."""
+        missing = f"; not measured: {', '.join(self.not_measured)}" if self.not_measured else ""
+        return f"{len(self.measured)} of {self.total} layout(s) measured{missing}"
+
+
+def _sweep(lab: Lab, command: Sweep, *, force: bool, verbose: bool, out: Printer) -> int:
+    """Each layout in turn; a signal stops the running server and ends the sweep with what it has."""
+    tally = SweepTally(len(command.layouts))
+    levels = command.bench.concurrency or lab.profile.bench.concurrency
+    names = ", ".join(map(str, command.layouts))
+    out(f"sweep     {names}: each is launched, benched at C={','.join(map(str, levels))}, stopped")
+    current = ""
+    try:
+        for index, layout in enumerate(command.layouts, 1):
+            current = f"{index}/{tally.total} ({layout})"
+            out(f"sweep     {index}/{tally.total}: {layout} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+            tally.add(
+                str(layout), _sweep_step(lab, layout, command.bench, force=force, verbose=verbose, out=out)
+            )
+            last = index == tally.total
+            _stop_server(lab.launcher, "sweep done" if last else "sweep: next layout", out)
+    except (KeyboardInterrupt, HungUp) as exc:
+        # the terminal is gone: nothing more to print there (a log file it was sent to stays writable)
+        out.gone = out.gone or (isinstance(exc, HungUp) and sys.stdout.isatty())
+        how = SIGNAL_WORDS.get(type(exc), "interrupted")
+        with contextlib.suppress(CockpitError):  # a failing journal must not keep the server up
+            _stop_server(lab.launcher, how, out)
+        _show_comparison(lab, out)
+        out(f"sweep     {how} at {current}: {tally.summary()}; what was measured is journaled")
+        return exit_code(exc)
+    except BaseException:  # a failing journal: never leave the server up
+        with contextlib.suppress(CockpitError):
+            _stop_server(lab.launcher, "cockpit failed", out)
+        raise
+    out(f"sweep     done at {time.strftime('%Y-%m-%d %H:%M:%S')}: {tally.summary()}")
+    _show_comparison(lab, out)
+    return 0 if tally.measured else 1
+
+
+SIGNAL_WORDS = {
+    KeyboardInterrupt: "interrupted",
+    Terminated: "terminated (SIGTERM)",
+    HungUp: "hung up (SIGHUP)",
+}
+
+
+def _sweep_step(
+    lab: Lab, layout: Layout, bench: Bench, *, force: bool, verbose: bool, out: Print
+) -> Event | None:
+    """Launch one layout and, once ready, bench it; the last event (Failed, or the bench's end)."""
+    launcher = lab.launcher
+    outcome = _shown(launcher.run(layout, force=force), verbose, out)
+    tell_learning(lab, out)  # the refit after Ready or Failed ran when the launch's events ended
+    if isinstance(outcome, Ready):
+        outcome = _shown(launcher.bench(bench), verbose, out)
+        tell_learning(lab, out)
+    return outcome
+
+
+def _shown(events: Iterable[Event], verbose: bool, out: Print) -> Event | None:
+    """Print each event (the server's log lines, phases and bench ticks only when verbose): one
+    line each, for a log file; the last one back."""
+    last: Event | None = None
+    try:
+        for event in events:
+            if verbose or not isinstance(event, (LogLine, Phase, BenchTick)):
+                out(str(event))
+            last = event
+    finally:  # a signal here: end the launch's follower or the bench's child now, before the stop
+        if isinstance(events, Generator):
+            events.close()
+    return last
+
+
+def _stop_server(launcher: Launcher, reason: str, out: Print) -> None:
+    stopped = launcher.stop(reason) if launcher.handle is not None else None
+    if stopped:
+        out(str(stopped))
+
+
+def _show_comparison(lab: Lab, out: Print) -> None:
+    """The profile's comparison, as `cockpit results` prints it: this sweep's layouts beside
+    what was measured of the profile before."""
+    from cockpit.reports.comparison import comparison
+    from cockpit.reports.results import format_comparison
+
+    name = lab.profile.name
+    out(f"results of profile {name} (`cockpit results --profile {name}` shows them again):")
+    out(format_comparison(comparison(lab.journal, name), "table"))
+
+
 def stop_servers(which: str, out: Print = print) -> int:
     registry = Registry()
     live = registry.live()
@@ -284,12 +505,12 @@ def stop_servers(which: str, out: Print = print) -> int:
     return 0
 
 
-def attach_server(pid: int, *, profile: str | None, out: Print = print) -> int:
-    registry = Registry()
-    entry = registry.find(pid)
-    if entry is None:
-        raise CockpitError(f"no running server of cockpit has pid {pid}: `cockpit servers` lists them")
-    with Lab.open(profile or entry.profile or None, sim=entry.simulated, interval=0.5) as lab:
+def attach_server(pid: int | None, *, profile: str | None, out: Print = print) -> int:
+    """Follow a server until it is ready or fails; without a PID, the only one running."""
+    entry = _server_to_attach(Registry(), pid)
+    pid = entry.pid
+    engine = entry.engine or None  # the engine it runs, which may not be its profile's (`use P on sglang`)
+    with Lab.open(profile or entry.profile or None, sim=entry.simulated, engine=engine, interval=0.5) as lab:
         lab.monitor.start()
         launcher = lab.launcher
         outcome = None
@@ -301,3 +522,22 @@ def attach_server(pid: int, *, profile: str | None, out: Print = print) -> int:
         out(f"attached  {entry.url} is ready and still runs; `cockpit stop {pid}` stops it")
         return 0
     return 1 if isinstance(outcome, Failed) else 0
+
+
+def _server_to_attach(registry: Registry, pid: int | None) -> ServerEntry:
+    """The server of ``pid``; without one, the only server cockpit started that still runs."""
+    if pid is not None:
+        entry = registry.find(pid)
+        if entry is None:
+            raise CockpitError(f"no running server of cockpit has pid {pid}: `cockpit servers` lists them")
+        return entry
+    live = registry.live()
+    if not live:
+        raise CockpitError("no server started by cockpit is running: nothing to attach to")
+    if len(live) > 1:
+        pids = sorted(e.pid for e in live)
+        raise CockpitError(
+            f"{len(pids)} servers of cockpit run (pids {', '.join(map(str, pids))}): give one, like "
+            f"`cockpit attach {pids[0]}`"
+        )
+    return live[0]

@@ -148,12 +148,14 @@ class Reason:
         return {"rule": self.rule, "message": self.message, "detail": self.detail}
 
     def __str__(self) -> str:
-        first = self.message.splitlines()[0] if self.message else ""
+        """The engine's words on one line: a message of several lines (vLLM's world size, with
+        its list of fixes) is joined, never cut, for a table or a status line to wrap."""
+        words = " ".join(line.strip() for line in self.message.splitlines() if line.strip())
         if self.rule == "oom-at-load":
             return f"CUDA OOM at load: {self.detail}"
-        if first in ("AssertionError", "") and self.detail:
-            return f"{first}: {self.detail}" if first else self.detail
-        return first
+        if words in ("AssertionError", "") and self.detail:
+            return f"{words}: {self.detail}" if words else self.detail
+        return words
 
 
 @dataclass(frozen=True)
@@ -1031,7 +1033,7 @@ def memory_reasons(
             Reason(
                 "oom-at-load",
                 oom_text(memory),
-                f"weights need {memory.weights_gib:.1f} GiB per GPU on {placement.gpus_used} GPUs, "
+                f"weights need {memory.weights_gib:.1f} GiB per GPU on {gpu_count(placement.gpus_used)}, "
                 f"each GPU has {capacity:.2f} GiB",
             )
         ]
@@ -1189,8 +1191,10 @@ def _round_down(tokens: int) -> int:
     return max(256, tokens // 1024 * 1024)
 
 
-def oom_text(memory: MemoryEstimate, gpu: int | None = None) -> str:
-    """torch's CUDA OOM message (torch >= 2.2 format) for the load step that does not fit."""
+def oom_text(memory: MemoryEstimate) -> str:
+    """torch's CUDA OOM message (torch >= 2.2 format) for the load step that does not fit, on the
+    busiest GPU: the first rank of the stage that holds the most, which the simulated engine
+    reports too (every rank of a stage loads alike)."""
     capacity = memory.capacity_gib
     step = memory.expert_layer_bytes * 2 / 3 or 512 * 2**20  # the fused gate/up of one layer
     usable = (capacity - CUDA_CONTEXT_GIB) * GiB
@@ -1201,9 +1205,14 @@ def oom_text(memory: MemoryEstimate, gpu: int | None = None) -> str:
     in_use = capacity * GiB - free
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {_mib(step)}. "
-        f"GPU {memory.busiest_gpu if gpu is None else gpu} has a total capacity of {capacity:.2f} GiB of which "
+        f"GPU {memory.busiest_gpu} has a total capacity of {capacity:.2f} GiB of which "
         f"{_mib(free)} is free. Including non-PyTorch memory, this process has {in_use / GiB:.2f} GiB memory in use."
     )
+
+
+def gpu_count(count: int) -> str:
+    """`1 GPU`, `8 GPUs`."""
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _mib(n_bytes: float) -> str:

@@ -247,7 +247,10 @@ class Tuner:
                     break
                 climb = replace(climb, measured={**climb.measured, level: goal})
         finally:
-            stopped = launcher.stop("tune interrupted" if self.should_stop() else "tune: next candidate")
+            # Measured, its server goes: the next candidate (if any) needs the GPUs. Not a failure.
+            stopped = launcher.stop(
+                "tune interrupted" if self.should_stop() else f"measured by tune {self.tune}"
+            )
             if stopped is not None:
                 self.on_event(stopped)
         if cut_short:
@@ -311,12 +314,8 @@ class Tuner:
         if result is None or result.get("failed"):
             return None, 0.0
         dropped_share = engine_fell_behind(result.get("engine"), result.get("duration_s"))
-        tok_s = float(result.get("output_tok_s") or 0.0)
-        good = result.get("goodput_tok_s")
-        goodput = tok_s if good is None else float(good)
-        goal = goodput / candidate.gpus if spec.per_gpu else goodput
-        point = Point(candidate.name, level, goal, tok_s, _p99(result, "ttft_ms"), _p99(result, "itl_ms"))
-        return point, dropped_share
+        divisor = candidate.gpus if spec.per_gpu else 1
+        return level_point(candidate.name, level, result, divisor), dropped_share
 
     # -- the journal ------------------------------------------------------------------------------
 
@@ -424,8 +423,9 @@ class Tuner:
             t = self.tried.get(c.name)
             bound = optimistic_bound(c, margin)
             if t is None:
-                note = why_not_tried(c, best, margin, self.failures, reason) if reason else ""
-                state = "dropped" if note.startswith("dropped") else "untried"
+                state, note = (
+                    why_not_tried(c, best, margin, self.failures, reason) if reason else ("untried", "")
+                )
                 rows.append(Row(c.name, c.gpus, c.prediction.goal, bound, state=state, note=note))
             else:
                 rows.append(
@@ -511,6 +511,23 @@ def cockpit_alive(host: str, pid: int | None) -> bool:
         return "cockpit" in " ".join(psutil.Process(pid).cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
+
+
+def level_point(name: str, level: float, result: dict, divisor: int = 1) -> Point:
+    """A bench level's result as the tune's point: its goodput (per GPU: ``divisor``), and the
+    latencies the bounds check, per request (TTFT, and the mean inter-token latency, TPOT)."""
+    tok_s = float(result.get("output_tok_s") or 0.0)
+    good = result.get("goodput_tok_s")
+    goodput = tok_s if good is None else float(good)
+    return Point(
+        name,
+        level,
+        goodput / divisor,
+        tok_s,
+        _p99(result, "ttft_ms"),
+        _p99(result, "itl_ms"),
+        _p99(result, "tpot_ms"),
+    )
 
 
 def _p99(result: dict, name: str) -> float | None:

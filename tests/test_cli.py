@@ -188,6 +188,20 @@ def test_plan_with_a_model_carries_no_demo_arguments(capsys):
     ]
 
 
+def test_a_model_plan_says_what_it_is_of_and_counts_one_gpu(capsys):
+    """`--model` alone plans the model on the engine's own defaults: no profile is named (its
+    profile was only the model's name), and one GPU is one GPU."""
+    assert main(["plan", "--model", MINIMAX, "--gpus", "1", "--layout", "tp1"]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.endswith("with vLLM  (the engine's own defaults, no profile)"), first
+    assert "weights need 214.2 GiB per GPU on 1 GPU, each GPU has 94.97 GiB" in out
+    assert main(["plan", "--profile", "minimax-m2.5", "--model", MINIMAX, "--layout", "tp4"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("(profile minimax-m2.5, its model from --model)")
+    assert main(["plan", "--profile", "minimax-m2.5", "--layout", "tp4"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("with vLLM  (profile minimax-m2.5)")
+
+
 # -- predicted against measured -------------------------------------------------------------------
 
 MINIMAX = "MiniMaxAI/MiniMax-M2.5"

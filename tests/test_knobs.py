@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import replace
 
 import pytest
 from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (the fixture sets up sim, journal, state)
+from tuipilot import make_app, small_profile, status_text, submit, until
 
-from cockpit.commands import Sweep, Try, parse_command
+from cockpit.commands import Sweep, Try, knob_next_step, parse_command
+from cockpit.engines.options import option_table
 from cockpit.errors import CockpitError
 from cockpit.layout import parse_layout
 from cockpit.perfmodel import for_verdict
@@ -229,3 +232,58 @@ def test_tab_offers_server_flags_after_a_layout_only():
         "sweep tp4, tp8 --max-num-batched-tokens"
     ]
     assert completions("use kimi-k2.6 --eng", flags=flags) == []
+
+
+@pytest.mark.parametrize(
+    ("engine", "typed", "next_step"),
+    [
+        ("vllm", "tp8 ep --max-num-seqz 512", "type `try tp8 ep --max-num-seqs 512`"),
+        ("vllm", "tp8 --kv-cache-dtyp fp8", "type `try tp8 --kv-cache-dtype fp8`"),  # an ambiguous prefix
+        ("vllm", "tp8 --max_num_seqz 4 --enforce-eagr", "type `try tp8 --max-num-seqs 4 --enforce-eager`"),
+        ("vllm", "tp8 --kv-cache-dtype fp9", "type `try tp8 --kv-cache-dtype fp8`"),  # a choice
+        ("sglang", "tp8 --max-num-seqs 256", "type `try tp8 --max-running-requests 256`"),  # vLLM's word
+        ("vllm", "tp8 --tensor-parallel-size 4", "drop --tensor-parallel-size: the layout's tpN says it"),
+        # a token among the knobs is not repeated in the hint (shown, and journaled as the next step)
+        (
+            "vllm",
+            "tp4 --hf-token hf_abcdefgh --max-num-seqz 8",
+            "type `try tp4 --hf-token '***' --max-num-seqs 8`",
+        ),
+        # gone from vLLM, or nothing close: no line to offer (the error names the help command)
+        (
+            "vllm",
+            "tp8 --swap-space 4",
+            "check the flag's spelling in vLLM 0.33.0's options (on the screen, Tab after `try tp8 --` completes them)",
+        ),
+        (
+            "sglang",
+            "tp8 dp2 dpa --zzz 1",
+            "check the flag's spelling in SGLang 0.5.23's options (on the screen, Tab after `try tp8 dp2 dpa --` completes them)",
+        ),
+    ],
+)
+def test_a_refused_knob_is_answered_with_the_flag_it_means_not_other_layouts(engine, typed, next_step):
+    """Another layout carries the same mistyped flag: the hint is the line with the flag it means."""
+    assert knob_next_step(option_table(engine), parse_layout(typed)) == next_step
+
+
+def test_cockpit_run_answers_a_mistyped_knob_with_the_flag(profile_file):
+    profile, _ = profile_file("demo")
+    result = cockpit("run", "tp8 ep --max-num-seqz 512", "--profile", profile, "--sim")
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "did you mean --max-num-seqs?" in out, out
+    assert "next      type `try tp8 ep --max-num-seqs 512`" in out, out
+    assert "`tp4 dp2 ep`" not in out and not journal_rows()[0].argv  # nothing launched
+
+
+def test_the_screen_answers_a_mistyped_knob_with_the_flag(profile_file):
+    async def scenario():
+        app = make_app(small_profile(profile_file))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await submit(pilot, "tp8 ep --kv-cache-dtyp fp8")
+            await until(pilot, lambda: "✗" in status_text(app), what="the refusal")
+            return status_text(app)
+
+    said = asyncio.run(scenario())
+    assert "--kv-cache-dtyp is ambiguous" in said and "type `try tp8 ep --kv-cache-dtype fp8`" in said, said
+    assert "`tp4 dp2 ep`" not in said

@@ -486,3 +486,149 @@ def test_a_server_with_an_api_key_becomes_ready_and_is_benchmarked_with_it(tmp_p
     assert "ready     http://127.0.0.1:" in run.stdout
     assert "C=2" in run.stdout and "errors 0" in run.stdout, run.stdout
     assert "k3y" not in run.stdout + run.stderr
+
+
+# -- a server that ends after ready is noticed ------------------------------------------------------
+
+
+class Watching:
+    """``Launcher.watch`` on a thread of its own, its events collected."""
+
+    def __init__(self, launcher, handle):
+        self.quit = threading.Event()
+        self.events: list = []
+        self.thread = threading.Thread(target=lambda: self.events.extend(launcher.watch(handle, self.quit)))
+        self.thread.start()
+
+    def stopped(self):
+        from cockpit.runner.events import Stopped
+
+        return next((e for e in self.events if isinstance(e, Stopped)), None)
+
+
+def _ready(launcher, events) -> None:
+    from cockpit.runner.events import Ready
+
+    assert isinstance(events[-1], Ready), events[-1]
+    assert launcher.handle is not None
+
+
+def _zombies() -> list[int]:
+    """This process's children that ended and were never reaped (`<defunct>` in ps)."""
+    return [c.pid for c in psutil.Process().children() if _status(c) == psutil.STATUS_ZOMBIE]
+
+
+def _status(proc: psutil.Process) -> str:
+    try:
+        return proc.status()
+    except psutil.NoSuchProcess:
+        return ""
+
+
+def test_a_server_killed_after_ready_is_reaped_unlisted_and_journaled_once(in_process, monkeypatch):
+    from cockpit.layout import parse_layout
+
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    with Journal() as journal:
+        launcher = in_process.launcher(journal)
+        _ready(launcher, list(launcher.run(parse_layout("tp4"))))
+        handle = launcher.handle
+        watching = Watching(launcher, handle)
+        os.killpg(handle.pid, signal.SIGKILL)  # `kill -9` from another shell, or the OOM killer
+        stopped = _wait_for(watching.stopped)
+        watching.thread.join(10)
+        assert not watching.thread.is_alive()
+        assert stopped.ended == "killed (SIGKILL)" and "killed (SIGKILL)" in stopped.reason
+        assert "`try tp4` launches it again" in stopped.reason
+        assert launcher.handle is None and launcher.ended(stopped.experiment)
+        assert handle.pid not in _zombies()  # reaped: no <defunct> child of cockpit
+        assert launcher.stop("user") is None  # the end was said once, by the watch
+        [row] = journal.experiments()
+    assert row.outcome == "ready" and row.ended is not None
+    assert "killed (SIGKILL)" in (row.note or "")
+    assert not in_process.box.listed()
+
+
+def test_a_server_cockpit_stops_itself_ends_its_watch_quietly(in_process, monkeypatch):
+    from cockpit.layout import parse_layout
+
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    with Journal() as journal:
+        launcher = in_process.launcher(journal)
+        _ready(launcher, list(launcher.run(parse_layout("tp4"))))
+        watching = Watching(launcher, launcher.handle)
+        stopped = launcher.stop("stopped by the user")
+        assert stopped is not None and not stopped.ended
+        _wait_for(lambda: not watching.thread.is_alive(), timeout=10)
+        assert watching.events == []  # no second word on the end: `stop` said it
+        [row] = journal.experiments()
+    assert not row.note
+
+
+def test_a_re_attached_server_is_watched_by_its_pid(tmp_path, monkeypatch):
+    """A server another cockpit started (not this one's child) that ends is noticed all the same."""
+    in_process = InProcess(tmp_path, monkeypatch)
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    in_process.box.env["COCKPIT_SIM_TIME_SCALE"] = "50"
+    kept = in_process.box.cockpit(
+        "run", "try tp4", "--profile", str(in_process.profile.path), "--sim", "--quiet", "--keep"
+    )
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    [entry] = in_process.box.registry.live()
+    with Journal() as journal:
+        launcher = in_process.launcher(journal)
+        handle = launcher.supervisor.attach(entry)
+        _ready(launcher, list(launcher.follow(handle)))
+        watching = Watching(launcher, handle)
+        os.killpg(entry.pgid, signal.SIGTERM)  # `cockpit stop` of another cockpit would do the same
+        stopped = _wait_for(watching.stopped)
+        assert stopped.ended == "ended" and "re-attached" in stopped.reason
+        assert launcher.handle is None
+        [row] = journal.experiments()
+    assert row.ended is not None and "ended" in (row.note or "")
+    assert not in_process.box.listed()
+
+
+def test_a_server_that_stops_answering_is_said_once_and_not_taken_for_ended(in_process, monkeypatch):
+    from cockpit.layout import parse_layout
+
+    monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
+    with Journal() as journal:
+        launcher = in_process.launcher(journal)
+        _ready(launcher, list(launcher.run(parse_layout("tp4"))))
+        handle, quit, lines = launcher.handle, threading.Event(), []
+        watch = launcher.supervisor.watch(handle, quit=quit, every=0.05, health_every=0.1)
+        thread = threading.Thread(target=lambda: lines.extend(item.text for item in watch))
+        thread.start()
+        os.killpg(handle.pid, signal.SIGSTOP)  # alive, but answers nothing
+        try:
+            _wait_for(lambda: any("has not answered /health" in line for line in lines))
+        finally:
+            os.killpg(handle.pid, signal.SIGCONT)
+        _wait_for(lambda: any("answers /health again" in line for line in lines))
+        quit.set()
+        thread.join(10)
+        assert f"its process (pid {handle.pid}) runs" in lines[0]
+        # said once a silence, not every check (a loaded machine may see a second, later silence)
+        silent = ["has not answered /health" in line for line in lines]
+        assert not any(a and b for a, b in zip(silent, silent[1:])), lines
+        assert handle.returncode() is None and launcher.stop("done") is not None
+
+
+@pytest.mark.parametrize(
+    ("code", "lines", "words", "reason"),
+    [
+        (-signal.SIGKILL, (), "killed (SIGKILL)", "OOM killer"),
+        (-signal.SIGTERM, (), "ended (SIGTERM)", "stopped from outside cockpit (SIGTERM)"),
+        (143, (), "ended (SIGTERM)", "stopped from outside cockpit (SIGTERM)"),
+        (0, (), "ended (exit code 0)", "as on `cockpit stop`"),
+        (1, ("RuntimeError: CUDA error: an illegal memory access",), "ended (exit code 1)", "illegal memory"),
+        (-signal.SIGSEGV, (), "crashed (SIGSEGV)", "crashed (SIGSEGV)"),
+        (None, (), "ended", "re-attached"),
+    ],
+)
+def test_how_a_ready_server_ended_is_said_in_a_line_and_a_few_words(code, lines, words, reason):
+    from cockpit.runner.diagnose import describe_end
+
+    ending = describe_end(code, lines)
+    assert ending.words == words and reason in ending.reason

@@ -397,3 +397,50 @@ def test_server_arguments_at_their_limits():
     assert parse_server_args(["--mem-fraction-static=0.85"], sglang).mem_fraction_static == 0.85
     off = parse_server_args(["--chunked-prefill-size", "-1"], sglang)  # -1: chunked prefill off in SGLang
     assert off.chunked_prefill is False and off.max_num_batched_tokens is None
+
+
+# --- the plan's words -----------------------------------------------------------------------------
+
+
+def test_a_reason_of_several_lines_is_shown_whole(minimax_vllm):
+    """vLLM's world-size error goes on with what to do on two more lines: none of it is cut."""
+    v = plan_layout(minimax_vllm, "tp9")
+    shown = str(reason(v, "gpus-available"))
+    assert shown == (
+        "World size (9) is larger than the number of available GPUs (8) in this node. If this is intentional "
+        "and you are using: - ray, set '--distributed-executor-backend ray'. - multiprocessing, set "
+        "'--nnodes' appropriately."
+    )
+    assert str(v).startswith("tp9 on vllm: fails (World size (9)") and str(v).endswith("appropriately.)")
+
+
+def test_an_oom_on_one_gpu_says_one_gpu(minimax):
+    one = hardware("rtx-pro-6000", 1)
+    v = plan_layout(Setup(minimax, one, get_engine("vllm")), "tp1")
+    assert (
+        reason(v, "oom-at-load").detail == "weights need 214.2 GiB per GPU on 1 GPU, each GPU has 94.97 GiB"
+    )
+    assert (
+        "on 2 GPUs,"
+        in reason(
+            plan_layout(Setup(minimax, hardware("rtx-pro-6000", 8), get_engine("vllm")), "tp2"), "oom-at-load"
+        ).detail
+    )
+
+
+def test_a_layout_that_does_not_fit_says_by_how_much_not_a_negative_kv_cache(minimax_vllm):
+    """The issue's case: kimi-k2.6's tp4 ep2, whose KV cache read "-57.4 GiB"."""
+    from cockpit.resolve import SetupOverrides, build_setup
+    from cockpit.tui.format import memory_line
+
+    kimi, _ = build_setup(SetupOverrides(profile="kimi-k2.6"))
+    oom = plan_layout(kimi, "tp4 ep2").memory
+    assert oom.kv_budget_gib < 0
+    assert memory_line(oom) == (
+        f"weights {oom.weights_gib:.1f} GiB per GPU (busiest GPU 0) · does not fit by 57.4 GiB: no room for a KV cache"
+    )
+    fits = plan_layout(minimax_vllm, "tp4").memory
+    assert memory_line(fits) == (
+        f"weights {fits.weights_gib:.1f} GiB per GPU (busiest GPU 0) · KV cache {fits.kv_budget_gib:.1f} GiB, "
+        f"{fits.kv_tokens:,} tokens, room for ~{fits.max_concurrency:,.0f} requests"
+    )

@@ -83,11 +83,14 @@ def test_markdown_report_has_title_context_and_latency(minimax_vllm):
     assert "| Layout | C=1 tok/s | C=32 | C=64 | Peak |" in lines
     assert "| tp8 ep | 77.1 | **830.4** | 1,513 | **1,513 (C=64)** |" in lines
     assert any(line.startswith("| tp8 | failed: 192 is not a multiple") for line in lines)
-    assert "### Latency (ms)" in lines
+    assert "### Output tok/s · in=1024 out=256" in lines  # what the table compares, in its heading
+    assert "### Latency (ms) · in=1024 out=256" in lines
     assert "| Layout | C | tok/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 |" in lines
     assert "| tp4 | 32 | 655.0 | 73.5 | 1,234 | 11.2 | 25.0 |" in lines
     assert "| tp8 ep | 64 | 1,513 | 105.5 | 1,234 | 11.2 | - |" in lines  # p99 not measured
-    assert not any(line.startswith("| tp8 |") for line in lines[lines.index("### Latency (ms)") :])
+    assert not any(
+        line.startswith("| tp8 |") for line in lines[lines.index("### Latency (ms) · in=1024 out=256") :]
+    )
 
 
 def test_report_lists_differing_lengths_and_leaves_out_what_is_unknown():
@@ -151,7 +154,7 @@ def test_results_without_profile_names_the_one_it_shows(capsys):
     assert main(["results"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "profile minimax-m2.5 (the newest experiment's; --profile NAME picks another)"
-    assert out[1].startswith("layout")
+    assert out[1] == "in=1024 out=256" and out[2].startswith("layout")
 
 
 def test_results_csv_and_json_keep_stdout_machine_readable(capsys):
@@ -180,7 +183,7 @@ def test_results_named_profile_says_nothing_extra(capsys):
     journal_results()
     assert main(["results", "--profile", "minimax-m2.5"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("layout") and captured.err == ""
+    assert captured.out.startswith("in=1024 out=256\nlayout") and captured.err == ""
 
 
 def test_results_takes_the_yaml_path_run_took(capsys, tmp_path):
@@ -198,7 +201,7 @@ def test_results_takes_the_yaml_path_run_took(capsys, tmp_path):
     path.write_text(yaml.safe_dump(data))
     journal_results(profile="named-inside")
     assert main(["results", "--profile", str(path)]) == 0
-    assert capsys.readouterr().out.startswith("layout")
+    assert capsys.readouterr().out.startswith("in=1024 out=256\nlayout")
 
 
 def test_results_of_a_deleted_profile_uses_the_journal(capsys):

@@ -277,3 +277,51 @@ def test_a_launcher_that_does_not_exist_is_one_line(profile_file, tmp_path):
         assert isinstance(failed, Failed) and failed.diagnosis.kind == "launch-error"
         assert failed.diagnosis.cause.startswith("cannot start `/nonexistent/venv/bin/vllm`")
         assert journal.experiments()[0].outcome == "failed"
+
+
+def test_attach_without_a_pid_when_no_server_runs(capsys):
+    from cockpit.cli import main
+
+    assert main(["attach"]) == 2
+    assert (
+        capsys.readouterr().err == "cockpit: no server started by cockpit is running: nothing to attach to\n"
+    )
+
+
+def test_attach_without_a_pid_follows_the_only_server_and_names_them_when_several_run(profile_file, capsys):
+    from cockpit.cli import main
+
+    profile, port = profile_file("minimax-m2.5")
+    first = cockpit("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--keep")
+    assert first.returncode == 0, first.stdout + first.stderr
+    [entry] = Registry().live()
+    attached = cockpit("attach")
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    assert attached.stdout.splitlines()[-1] == (
+        f"attached  http://127.0.0.1:{port} is ready and still runs; `cockpit stop {entry.pid}` stops it"
+    )
+    other, _ = profile_file("demo")  # another port, on the free GPUs 4-7
+    try:
+        second = cockpit("run", "try tp4", "--profile", other, "--sim", "--quiet", "--keep")
+        assert second.returncode == 0, second.stdout + second.stderr
+        pids = sorted(e.pid for e in Registry().live())
+        assert main(["attach"]) == 2
+        assert capsys.readouterr().err == (
+            f"cockpit: 2 servers of cockpit run (pids {pids[0]}, {pids[1]}): give one, like "
+            f"`cockpit attach {pids[0]}`\n"
+        )
+    finally:
+        assert cockpit("stop", "all").returncode == 0
+
+
+@pytest.mark.parametrize("layout", ["tp4 ep2", "pp4"])
+def test_the_simulated_oom_happens_on_the_gpu_the_plan_names_busiest(profile_file, layout):
+    """All ranks of a stage load equal shards and the first one reports, by its index in the
+    process (torch counts the visible GPUs from 0): the first GPU of the stage that holds the most."""
+    profile, _ = profile_file("kimi-k2.6")
+    [planned] = json.loads(cockpit("plan", "--profile", profile, "--layout", layout, "--json").stdout)
+    busiest = planned["memory"]["busiest_gpu"]
+    assert f"GPU {busiest} has a total capacity" in planned["reasons"][0]["message"]
+    result = cockpit("run", f"try {layout}", "--profile", profile, "--sim", "--force", "--quiet")
+    assert result.returncode == 1
+    assert f"failed    CUDA OOM on GPU {busiest} during weight loading" in result.stdout, result.stdout

@@ -17,9 +17,11 @@ SMALL_TUNE = "tune itl<50ms in=32 out=8 c=4,16 n=2"
 TUNE_TIMEOUT_S = 90.0  # two launches and their levels on a loaded 2-core machine
 
 
-def table_cells(app: CockpitApp) -> list[list[str]]:
+def table_cells(app: CockpitApp) -> list[dict[str, str]]:
+    """Each row's cells by column key (the columns shown depend on the table's width)."""
     table = app.main.tune.table
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+    keys = [str(column.key.value) for column in table.ordered_columns]
+    return [dict(zip(keys, map(str, table.get_row_at(i)))) for i in range(table.row_count)]
 
 
 def shown(app: CockpitApp, widget_id: str) -> str:
@@ -39,9 +41,9 @@ def test_a_small_tune_fills_the_tune_view_and_export_md_carries_its_result(minim
 
             def watch() -> bool:
                 """Every mark and stopping line the view showed on the way, until the result."""
-                marks.update(cells[0] for cells in table_cells(app) if cells[0])
+                marks.update(cells["mark"] for cells in table_cells(app) if cells["mark"])
                 status = shown(app, "#tune-status")
-                if "highest bound left" in status:
+                if "best case left" in status:
                     bound_lines.append(status)
                 return app.tune_board.result is not None
 
@@ -50,24 +52,26 @@ def test_a_small_tune_fills_the_tune_view_and_export_md_carries_its_result(minim
             result = board.result
             assert result is not None and not result.interrupted, result
             assert RUNNING in marks  # a candidate was shown running
-            assert any("stops when best ≥ highest bound" in line for line in bound_lines)
+            assert any("stops when the best so far ≥ the best case left" in line for line in bound_lines)
 
             # Every candidate with its prediction; the measured ones with their goal and level.
             rows = table_cells(app)
             assert len(rows) == result.fitting == len(result.rows)
-            assert all(cells[3].endswith("tok/s") for cells in rows)  # predicted
-            measured = [cells for cells in rows if cells[5] != "-"]
+            assert all(
+                cells["predicted"].replace(",", "").isdigit() for cells in rows
+            )  # the goal's unit above
+            measured = [cells for cells in rows if cells["measured"] != "-"]
             assert len(measured) == result.launches == 2
-            assert all(cells[6].startswith("C=") for cells in measured)
-            assert rows[0][0] == BEST and rows[0][1] == result.winner  # the best first, marked
-            assert all(cells[7] for cells in rows[2:])  # why the rest were not tried
-            assert all(cells[7] not in ("measured", "running") for cells in rows[2:])
+            assert all(cells["level"].startswith("C=") for cells in measured)
+            assert rows[0]["mark"] == BEST and rows[0]["candidate"] == result.winner  # the best first, marked
+            assert all(cells["state"] for cells in rows[2:])  # why the rest were not tried
+            assert all(cells["state"] not in ("measured", "running") for cells in rows[2:])
 
             # The chart holds every measured level, the front marked; the front's line names them.
             assert len(board.points) >= 2 and board.front
             chart = app.main.tune.chart.text
-            assert "ITL p99 (ms)" in chart and "*" in chart and "Pareto front" in chart
-            assert "Pareto front (ITL p99)" in shown(app, "#tune-front")
+            assert "per-request mean ITL p99 (ms)" in chart and "*" in chart and "Pareto front" in chart
+            assert "Pareto front (per-request mean ITL p99)" in shown(app, "#tune-front")
 
             # The winner, and its command whole, to copy.
             winner = shown(app, "#tune-result")
@@ -75,6 +79,13 @@ def test_a_small_tune_fills_the_tune_view_and_export_md_carries_its_result(minim
             assert f"command: {result.command}" in winner and "vllm serve" in result.command
             assert "✓ tune done" in status_text(app)
             assert not app.control.tuning and not app.control.has_server
+            # The last server went because it was measured, not as a failure of a "next candidate".
+            banner = app.main.log_pane.banner_text
+            assert "measured by tune" in banner and "next candidate" not in banner, banner
+            # Every level whose requests all met itl<50ms is drawn left of that bound's line.
+            assert all(
+                p.tpot_p99_ms is not None and p.tpot_p99_ms <= 50 for p in board.points if p.goal >= p.tok_s
+            )
 
             await submit(pilot, "export md")
             await until(pilot, lambda: "✓ wrote" in status_text(app), what="the export")
@@ -115,6 +126,11 @@ def test_stop_ends_a_tune_after_its_level_and_tune_resume_finishes_it(minimax):
             )
             assert app.tune_board.result is not None and app.tune_board.result.interrupted
             assert "tune --resume" in shown(app, "#tune-result")
+            interrupted = app.tune_board.result
+            assert (
+                f"tune {interrupted.tune}: interrupted after launching 1 of {interrupted.fitting} candidates; "
+                "`tune --resume` continues it" in status_text(app)
+            )
             await until(pilot, lambda: not app.control.has_server, what="its server stopped")
             with Journal() as journal:
                 assert journal.open_tune("minimax-m2.5") is not None  # resumable

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import httpx
 from simproc import free_port
+
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # the logo's namespace: a name, never fetched
 
 
 async def _first_frames(port: int, seconds: float = 20) -> bytes:
@@ -33,7 +37,7 @@ async def _first_frames(port: int, seconds: float = 20) -> bytes:
     return received
 
 
-def _start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
+def start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
     """`cockpit web --sim` as a real process, and its index page once it answers."""
     server = subprocess.Popen(
         [sys.executable, "-m", "cockpit.cli", "web", "--port", str(port), "--sim"],
@@ -50,21 +54,39 @@ def _start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
     return server, None
 
 
-def _stop_web(server: subprocess.Popen) -> None:
+def stop_web(server: subprocess.Popen) -> None:
     server.terminate()
     server.wait(timeout=10)
-    server.stdout.close()
+    if server.stdout is not None:
+        server.stdout.close()
 
 
 def test_web_serves_the_app_on_localhost():
     port = free_port()
-    server, page = _start_web(port)
+    server, page = start_web(port)
     try:
         assert page is not None and page.status_code == 200
         assert "cockpit" in page.text
         assert b"cockpit" in asyncio.run(_first_frames(port))  # the app itself draws into the socket
     finally:
-        _stop_web(server)
+        stop_web(server)
+
+
+def test_web_page_asks_no_other_host():
+    """The box may be offline: the page's styles, script and font all come from cockpit itself
+    (textual-serve's own page asks a font host). tests/test_web_browser.py watches a real browser."""
+    port = free_port()
+    server, page = start_web(port)
+    try:
+        assert page is not None and page.status_code == 200
+        addresses = re.findall(r"[a-z]+://[^\"'\s)]+", page.text)
+        own = f"127.0.0.1:{port}"
+        assert [url for url in addresses if urlsplit(url).netloc != own] == [SVG_NAMESPACE]
+        assert f"http://{own}/static/fonts/RobotoMono-VariableFont_wght.ttf" in addresses
+        font = httpx.get(f"http://{own}/static/fonts/RobotoMono-VariableFont_wght.ttf", timeout=10)
+        assert font.status_code == 200 and len(font.content) > 10_000
+    finally:
+        stop_web(server)
 
 
 async def _upgrade_status(port: int, origin: str) -> int:
@@ -83,7 +105,7 @@ async def _upgrade_status(port: int, origin: str) -> int:
 def test_web_refuses_websockets_from_other_origins():
     """Any page a browser opens may try ws://127.0.0.1:PORT; only cockpit's own page may drive it."""
     port = free_port()
-    server, page = _start_web(port)
+    server, page = start_web(port)
     try:
         assert page is not None and page.status_code == 200
         for foreign in (
@@ -96,7 +118,7 @@ def test_web_refuses_websockets_from_other_origins():
         for own in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
             assert asyncio.run(_upgrade_status(port, own)) == 101, own
     finally:
-        _stop_web(server)
+        stop_web(server)
 
 
 def test_origin_rules():
@@ -131,3 +153,44 @@ def test_web_refuses_a_busy_port(capsys):
         port = taken.getsockname()[1]
         assert main(["web", "--port", str(port)]) == 2
     assert f"port {port} is already in use" in capsys.readouterr().err
+
+
+def test_ctrl_c_with_a_tab_open_ends_the_web_server_at_once():
+    """SIGINT to `cockpit web` alone (a `kill -INT`, or a terminal that signals only it) while a
+    tab is connected: its websocket handler is ended on shutdown, not waited on. Without that,
+    aiohttp waited out its shutdown timeout (~20 s) before exiting."""
+    import signal
+
+    import aiohttp
+
+    port = free_port()
+    server, page = start_web(port)
+
+    async def tab_open_through_ctrl_c() -> int | None:
+        url = f"http://127.0.0.1:{port}/ws?width=120&height=40"
+        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+            received, deadline = b"", time.monotonic() + 20
+            while b"cockpit" not in received and time.monotonic() < deadline:  # the tab's cockpit draws
+                message = await ws.receive(timeout=20)
+                if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                    break
+                received += message.data if isinstance(message.data, bytes) else message.data.encode()
+            assert b"cockpit" in received
+            server.send_signal(signal.SIGINT)
+
+            async def read_to_the_end() -> None:  # the browser's side: read until the server closes
+                async for _ in ws:
+                    pass
+
+            await asyncio.wait_for(read_to_the_end(), 12)  # before: ~20 s
+        return await asyncio.to_thread(server.wait, 12)
+
+    try:
+        assert page is not None
+        assert asyncio.run(tab_open_through_ctrl_c()) is not None
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()

@@ -290,7 +290,7 @@ class Placement:
         return max(0, self.gpus_total - self.gpus_used)
 
     def __str__(self) -> str:
-        parts = [f"{self.gpus_used} of {self.gpus_total} GPUs"]
+        parts = [f"{self.gpus_used} of {self.gpus_total} GPU{'' if self.gpus_total == 1 else 's'}"]
         attn = f"attention TP{self.attn_tp}"
         if self.attn_replicas > 1:
             attn += f" x {self.attn_replicas} replicas"

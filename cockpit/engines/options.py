@@ -447,14 +447,75 @@ def _resolve(table: OptionTable, spelling: str, where: str) -> tuple[Option, str
 
 def _nearest(table: OptionTable, spelling: str) -> str:
     """The other engine's flag said in this one's words, else the closest spelling."""
-    from cockpit.engines.translate import counterpart  # translate builds on this module
-
-    other = "sglang" if table.engine == "vllm" else "vllm"
-    said = counterpart(spelling, other, table.engine)
+    other = _other_engine(table)
+    said = _counterpart(table, spelling)
     if said:
         return f"that is {_LABELS[other]}'s; {table.label} says {said}"
-    guess = difflib.get_close_matches(spelling, table.names, n=1, cutoff=0.6)
-    return f"did you mean {guess[0]}?" if guess else f"see `{_help_command(table)}` for the list"
+    guess = _closest(spelling, table.names)
+    return f"did you mean {guess}?" if guess else f"see `{_help_command(table)}` for the list"
+
+
+def _other_engine(table: OptionTable) -> str:
+    return "sglang" if table.engine == "vllm" else "vllm"
+
+
+def _counterpart(table: OptionTable, spelling: str) -> str | None:
+    from cockpit.engines.translate import counterpart  # translate builds on this module
+
+    return counterpart(spelling, _other_engine(table), table.engine)
+
+
+def _closest(spelling: str, names: Sequence[str]) -> str | None:
+    guess = difflib.get_close_matches(spelling, names, n=1, cutoff=0.6)
+    return guess[0] if guess else None
+
+
+def nearest_flag(table: OptionTable, spelling: str) -> str | None:
+    """The real flag a flag the engine would not take most likely means: the other engine's flag
+    said in this one's words, the closest of the flags an ambiguous prefix could be, or the
+    closest spelling; None when nothing is close."""
+    return (
+        _counterpart(table, spelling)
+        or _closest(spelling, prefix_matches(table, spelling))
+        or _closest(spelling, table.names)
+    )
+
+
+def corrected_args(table: OptionTable, args: Sequence[str]) -> tuple[str, ...] | None:
+    """``args`` with every flag the engine would not take written as the flag it most likely means
+    (``nearest_flag``) and every value outside its flag's choices as the nearest choice, when that
+    list passes the check; None when there is no such correction. For the hint after a mistyped
+    knob: the line to type again."""
+    words = _expand(table, list(args))
+    fixed: list[str] = []
+    option: Option | None = None  # the flag the words that follow are values of
+    for word in words:
+        if not is_flag(word):
+            fixed.append(_meant_choice(table, option, word))
+            continue
+        name, eq, value = word.partition("=")
+        option = find_option(table, name)
+        if option is None and name.startswith("--"):
+            meant = None if name in REMOVED.get(table.engine, {}) else nearest_flag(table, name)
+            if meant is None:  # gone from the engine, or nothing close: no line to offer
+                return None
+            name, option = meant, find_option(table, meant)
+        fixed.append(name + eq + _meant_choice(table, option, value) if eq else name)
+    if fixed == words:
+        return None
+    try:
+        refuse_owned(check_args(table, fixed), "")
+    except CockpitError:
+        return None
+    return tuple(fixed)
+
+
+def _meant_choice(table: OptionTable, option: Option | None, value: str) -> str:
+    """A value outside the flag's choices as the choice it most likely means (fp8 -> fp8_e4m3)."""
+    choices = [str(c) for c in (_choices(table, option) or ())] if option else []
+    if not choices or value in choices:
+        return value
+    return _nearest_choice(value, choices) or value
 
 
 class UnknownFlag(CockpitError):

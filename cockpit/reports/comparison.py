@@ -1,17 +1,54 @@
 """The journal read as a comparison: tok/s per layout and concurrency, the best of each marked.
 
-A level whose requests mostly failed is kept, with its reason, and never wins over a good
-measurement of the same layout and level. A layout that never served shows its latest failure,
-as long as no later launch of it went better.
+Only like is compared with like: levels measured with other request lengths, sent open-loop at a
+rate, or on the simulated box rather than GPUs are in a table of their own, each with its own
+best (a layout's knobs already make a row of their own). A level whose requests mostly failed is
+kept, with its reason, and never wins over a good measurement of the same layout and level. A
+layout that never served shows its latest failure, as long as no later launch of it went better.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
+from cockpit.calibrate import open_loop
+from cockpit.engines import ENGINES
 from cockpit.journal import BenchPoint, Experiment, Journal
 from cockpit.outcome import FAILED
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a level was sent with besides its concurrency: the request lengths and, for a level
+    sent open-loop, its arrival rate. Only levels of one workload compare."""
+
+    input_len: int | None = None
+    output_len: int | None = None
+    rate: float | None = None  # requests/s of an open-loop level; None for closed loop
+
+    @classmethod
+    def of(cls, point: BenchPoint) -> Workload:
+        rate = point.extra.get("rate") if open_loop(point) else None
+        return cls(point.input_len, point.output_len, float(rate) if rate is not None else None)
+
+    @property
+    def known(self) -> bool:
+        """Whether there is anything to say: journals before lengths were kept have nothing."""
+        return self.input_len is not None or self.output_len is not None or self.rate is not None
+
+    @property
+    def label(self) -> str:
+        """`in=512 out=32`, as `bench` takes it; `at 4 req/s (open loop)` after it for a rate."""
+        if self.input_len is None and self.output_len is None:
+            text = "lengths not recorded"
+        else:
+            text = f"in={_tokens(self.input_len)} out={_tokens(self.output_len)}"
+        return text + (f" at {self.rate:g} req/s (open loop)" if self.rate is not None else "")
+
+
+def _tokens(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -37,14 +74,60 @@ class ComparisonRow:
         wanted = point.experiment_id if point is not None else self.experiment
         return self.sources.get(wanted) if wanted is not None else None
 
+    @property
+    def benched(self) -> bool:
+        """Whether a benchmark ran on it (good or failed levels), not only a launch."""
+        return bool(self.cells or self.failed)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether its launch ran on the simulated box."""
+        exp = self.source()
+        return exp is not None and exp.simulated
+
 
 @dataclass(frozen=True)
 class Comparison:
+    """The layouts of one profile side by side, for one workload on one kind of box: the table
+    of the newest one measured, with the launches that never served; ``earlier`` holds a table
+    for each other workload (or box), newest first, so nothing measured is dropped."""
+
     profile: str | None
     levels: list[int]  # every concurrency measured, sorted
     rows: list[ComparisonRow]  # in the order the layouts were tried
     best: dict[int, str]  # concurrency -> layout with the most tok/s, where two or more compete
     best_peak: str | None = None
+    workload: Workload = field(default_factory=Workload)  # what every level of the table was sent with
+    simulated: bool = False  # measured on the simulated box: the simulator's numbers
+    earlier: tuple[Comparison, ...] = ()  # the other workloads' tables, newest first
+    engine: str = ""  # the engine every row ran on
+    name_engine: bool = False  # the profile's tables ran on two engines: each label names its own
+
+    @property
+    def tables(self) -> list[Comparison]:
+        """Every table, newest first, each on its own (its ``earlier`` empty)."""
+        return [replace(self, earlier=()), *self.earlier]
+
+    @property
+    def benched(self) -> bool:
+        """Whether anything was benchmarked; without, the rows are only launches that failed."""
+        return any(row.benched for table in self.tables for row in table.rows)
+
+    @property
+    def label(self) -> str:
+        """What a table compares: `in=512 out=32`, with its engine where the profile ran on two
+        (`use P on sglang`) and `simulated box` where it was."""
+        engine = (
+            f" · {ENGINES[self.engine].label if self.engine in ENGINES else self.engine}"
+            if self.name_engine
+            else ""
+        )
+        return self.workload.label + engine + (SIMULATED_SUFFIX if self.simulated else "")
+
+
+SIMULATED_SUFFIX = " · simulated box"
+Key = tuple[Workload, bool, str]  # a table: the workload, whether on the simulated box, the engine
+Runs = list[tuple[Experiment, list[BenchPoint]]]  # one layout's benchmarked experiments, newest first
 
 
 def comparison(journal: Journal, profile: str | None = None) -> Comparison:
@@ -52,7 +135,7 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
     if profile is None:
         newest = journal.experiments(limit=1)
         profile = newest[0].profile if newest else None
-    history: dict[str, list[tuple[Experiment, list[BenchPoint]]]] = {}  # layout -> newest first
+    history: dict[str, Runs] = {}  # layout -> newest first
     failed: dict[str, Experiment] = {}
     seen: set[str] = set()
     for exp in journal.experiments(profile) if profile is not None else []:  # newest first
@@ -62,15 +145,56 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
             failed[exp.layout] = exp  # only while no later launch of the layout went better
         seen.add(exp.layout)
 
-    rows = [_layout_row(runs) for runs in history.values()]
+    tables = sorted(
+        (_table(profile, key, by_layout) for key, by_layout in _by_table(history).items()),
+        key=_newest_point,
+        reverse=True,
+    )
+    if len({table.engine for table in tables}) > 1:
+        tables = [replace(table, name_engine=True) for table in tables]
+    if not tables:
+        tables = [Comparison(profile, [], [], {})]
+    # A launch that never served goes, once, in the newest table of its own box and engine (a
+    # failed SGLang launch is not a row of vLLM's table), else the newest table.
+    homes: dict[int, list[ComparisonRow]] = {}
     for layout, exp in failed.items():
         if layout not in history:
-            row = ComparisonRow(
-                layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "", sources={exp.id: exp}
+            home = next(
+                (i for i, t in enumerate(tables) if (t.simulated, t.engine) == (exp.simulated, exp.engine)), 0
             )
-            rows.append((exp, row))
-    ordered = [row for _, row in sorted(rows, key=lambda pair: (pair[0].started, pair[0].id))]
+            homes.setdefault(home, []).append(_failed_launch(exp))
+    for i, rows in homes.items():
+        ordered = sorted([*tables[i].rows, *rows], key=lambda row: _started(row.source()))
+        tables[i] = replace(tables[i], rows=ordered)
+    return replace(tables[0], earlier=tuple(tables[1:]))
 
+
+def _failed_launch(exp: Experiment) -> ComparisonRow:
+    """A layout that never served: its latest launch, which failed, and why."""
+    return ComparisonRow(
+        exp.layout, exp.id, exp.engine, exp.outcome, {}, None, exp.diagnosis or "", sources={exp.id: exp}
+    )
+
+
+def _by_table(history: Mapping[str, Runs]) -> dict[Key, dict[str, Runs]]:
+    """Each layout's runs split by workload, box and engine (the same layout on vLLM and on
+    SGLang is two rows to compare, not one): a table's layouts with only its points."""
+    tables: dict[Key, dict[str, Runs]] = {}
+    for layout, runs in history.items():
+        for exp, points in runs:
+            split: dict[Key, list[BenchPoint]] = {}
+            for point in points:
+                split.setdefault((Workload.of(point), exp.simulated, exp.engine), []).append(point)
+            for key, own in split.items():
+                tables.setdefault(key, {}).setdefault(layout, []).append((exp, own))
+    return tables
+
+
+def _table(profile: str | None, key: Key, by_layout: Mapping[str, Runs]) -> Comparison:
+    """One workload's table: a row per layout in the order they were tried, the best of each
+    level and the best peak among the layouts measured there."""
+    rows = [_layout_row(runs) for runs in by_layout.values()]
+    ordered = [row for _, row in sorted(rows, key=lambda pair: _started(pair[0]))]
     levels = sorted({c for row in ordered for c in (*row.cells, *row.failed)})
     best = {}
     for level in levels:
@@ -79,10 +203,25 @@ def comparison(journal: Journal, profile: str | None = None) -> Comparison:
             best[level] = max(measured, key=lambda row: row.cells[level].output_tok_s).layout
     peaks = {row.layout: row.peak.output_tok_s for row in ordered if row.peak is not None}  # in row order
     best_peak = max(peaks, key=peaks.__getitem__) if len(peaks) > 1 else None
-    return Comparison(profile, levels, ordered, best, best_peak)
+    workload, simulated, engine = key
+    return Comparison(profile, levels, ordered, best, best_peak, workload, simulated, engine=engine)
 
 
-def _layout_row(runs: list[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experiment, ComparisonRow]:
+def _started(exp: Experiment | None) -> tuple[float, int]:
+    return (exp.started, exp.id) if exp is not None else (0.0, 0)
+
+
+def _newest_point(table: Comparison) -> tuple[float, int]:
+    """When the table was last measured: its newest point's time (and id, for a tie)."""
+    points = _all_points(table.rows)
+    return max(((p.created or 0.0, p.id or 0) for p in points), default=(0.0, 0))
+
+
+def _all_points(rows: Iterable[ComparisonRow]) -> list[BenchPoint]:
+    return [p for row in rows for p in (*row.cells.values(), *row.failed.values())]
+
+
+def _layout_row(runs: Sequence[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experiment, ComparisonRow]:
     """One layout's row from its benchmarked experiments, newest first.
 
     The row is the newest experiment with a good point (else the newest one). It shows the

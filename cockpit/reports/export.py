@@ -1,21 +1,23 @@
 """The results as a document to paste: a title, what was measured, tok/s and latency per layout.
 
 Made for an issue or a chat, where the reader has no journal and no profile: the model, the
-engine, the GPUs, the request lengths and the date come with the numbers.
+engine, the GPUs, the request lengths and the date come with the numbers, a simulated box says
+so under the title, and each workload (request lengths, open-loop rate) keeps its own tables,
+newest first, so nothing measured earlier is dropped and nothing unlike is compared.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from cockpit.journal import BenchPoint, Experiment
 from cockpit.planner import Setup
-from cockpit.reports.comparison import Comparison
+from cockpit.reports.comparison import SIMULATED_SUFFIX, Comparison
 from cockpit.reports.numbers import format_ms, format_tok_s
-from cockpit.reports.results import format_comparison
+from cockpit.reports.results import PREDICTED_NOTE, failed_launches, has_prediction, labelled, markdown_table
 from cockpit.reports.tune import tune_markdown
 from cockpit.secrets import redact_text
 from cockpit.tune.events import TuneResult
@@ -36,6 +38,8 @@ class ReportContext:
     gpu_detail: str = ""  # memory and link: "94.97 GiB, PCIe 5"
     input_lens: tuple[int, ...] = ()
     output_lens: tuple[int, ...] = ()
+    # with several tables, what each one's levels were sent with (`in=512 out=32`), newest first
+    workloads: tuple[str, ...] = ()
     profile: str = ""
     profile_note: str = ""  # why this profile: "the newest experiment's"
     date: str = ""
@@ -46,7 +50,7 @@ def context_from_setup(
 ) -> ReportContext:
     """The context of a profile that still resolves: model, quantization, box and engine from its Setup."""
     hw = setup.hardware
-    return ReportContext(
+    context = ReportContext(
         model=setup.model_path or setup.model.name,
         engine=setup.engine.label,
         name=_short_name(setup.model.name or setup.model_path),
@@ -58,6 +62,7 @@ def context_from_setup(
         profile_note=note,
         **_measured(comp, now),
     )
+    return _with_engines_run(context, comp)
 
 
 def context_from_journal(
@@ -70,7 +75,7 @@ def context_from_journal(
     newest = max(experiments, key=lambda e: (e.started, e.id)) if experiments else None
     engine = newest.engine if newest else ""
     count = max((len(e.gpus) for e in experiments), default=0)
-    return ReportContext(
+    context = ReportContext(
         model=newest.model if newest else "",
         engine=ENGINES[engine].label if engine in ENGINES else engine,
         gpu_count=count or None,
@@ -78,11 +83,13 @@ def context_from_journal(
         profile_note=note,
         **_measured(comp, now),
     )
+    return _with_engines_run(context, comp)
 
 
 class _Measured(TypedDict):
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
+    workloads: tuple[str, ...]
     date: str
     engine_version: str
 
@@ -96,25 +103,77 @@ def _measured(comp: Comparison, now: float | None) -> _Measured:
     return {
         "input_lens": tuple(sorted({p.input_len for p in points if p.input_len is not None})),
         "output_lens": tuple(sorted({p.output_len for p in points if p.output_len is not None})),
+        "workloads": _workloads(comp),
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(when)),
         "engine_version": engine_versions(comp),
     }
 
 
+def _with_engines_run(context: ReportContext, comp: Comparison) -> ReportContext:
+    """The engine as the compared launches ran it: a profile now open `on sglang` reports its vLLM
+    launches as vLLM's."""
+    engine, versions = engines_run(comp)
+    return replace(context, engine=engine, engine_version=versions) if engine else context
+
+
+def _workloads(comp: Comparison) -> tuple[str, ...]:
+    """With several tables, what each one's levels were sent with, newest first; the box too
+    where some tables were simulated and others not (the banner says it when all were)."""
+    tables = comp.tables
+    if len(tables) < 2:
+        return ()
+    mixed = len({t.simulated for t in tables}) > 1
+    return tuple(t.label if mixed else t.label.removesuffix(SIMULATED_SUFFIX) for t in tables)
+
+
 def engine_versions(comp: Comparison) -> str:
     """The engine versions the compared launches ran: as the engine logged it, else as cockpit
     knew it at launch; several are listed, none is "" (older journals kept none)."""
-    launches = [row.source(point) for row in comp.rows for point in [None, *row.cells.values()]]
-    versions = {
-        str(exp.facts.get("engine_version") or exp.engine_version)
-        for exp in launches
-        if exp is not None and (exp.facts.get("engine_version") or exp.engine_version)
-    }
+    versions = {version for launches in _launches_by_engine(comp).values() for version in launches}
     return ", ".join(sorted(versions))
 
 
+def engines_run(comp: Comparison) -> tuple[str, str]:
+    """(engine, versions) of the compared launches, whatever engine the profile is open on now:
+    `("vLLM", "0.33.0")`; launches on two engines (`use P on sglang`) name each with its versions,
+    `("vLLM 0.33.0, SGLang 0.5.23", "")`; `("", "")` when nothing was launched."""
+    from cockpit.engines import ENGINES
+
+    by_engine = _launches_by_engine(comp)
+
+    def label(name: str) -> str:
+        return ENGINES[name].label if name in ENGINES else name
+
+    if len(by_engine) == 1:
+        [(name, versions)] = by_engine.items()
+        return label(name), ", ".join(sorted(versions))
+    named = [
+        f"{label(name)} {', '.join(sorted(versions))}".strip() for name, versions in sorted(by_engine.items())
+    ]
+    return ", ".join(named), ""
+
+
+def _launches_by_engine(comp: Comparison) -> dict[str, set[str]]:
+    """The compared launches' engines, each with the versions it ran."""
+    launches = [
+        row.source(point)
+        for table in comp.tables
+        for row in table.rows
+        for point in [None, *row.cells.values()]
+    ]
+    by_engine: dict[str, set[str]] = {}
+    for exp in launches:
+        if exp is None:
+            continue
+        versions = by_engine.setdefault(exp.engine, set())
+        version = exp.facts.get("engine_version") or exp.engine_version
+        if version:
+            versions.add(str(version))
+    return by_engine
+
+
 def _points(comp: Comparison) -> list[BenchPoint]:
-    return [p for row in comp.rows for p in row.cells.values()]
+    return [p for table in comp.tables for row in table.rows for p in row.cells.values()]
 
 
 def _short_name(model: str) -> str:
@@ -128,25 +187,56 @@ def _short_name(model: str) -> str:
 def markdown_report(
     comp: Comparison, context: ReportContext, predicted: bool = False, tune: TuneResult | None = None
 ) -> str:
-    """A titled markdown document: what was measured, tok/s per layout and concurrency, then
-    TTFT and ITL per level, ready to paste into an issue or a chat. It is pasted where anyone
-    reads it, so a URL's password (a model at s3://u:p@...) or a secret in a diagnosis is blanked.
-    `predicted` puts the tok/s predicted at launch beside each measured one; `tune`, the profile's
-    newest tune (`cockpit.reports.tune.newest_tune`), adds its section: winner, command, what was tried."""
-    lines = [report_title(context), "", *context_lines(context), ""]
-    if not comp.rows:
+    """A titled markdown document: what was measured, then for each workload, newest first, tok/s
+    per layout and concurrency and TTFT and ITL per level, ready to paste into an issue or a chat.
+    A simulated box says so under the title. It is pasted where anyone reads it, so a URL's
+    password (a model at s3://u:p@...) or a secret in a diagnosis is blanked. `predicted` puts the
+    tok/s predicted at launch beside each measured one; `tune`, the profile's newest tune
+    (`cockpit.reports.tune.newest_tune`), adds its section: winner, command, what was tried."""
+    lines = [report_title(context), ""]
+    if banner := simulated_banner(comp):
+        lines += [banner, ""]
+    lines += [*context_lines(context), ""]
+    if not comp.benched:
         lines.append("No benchmark results yet.")
+        if comp.rows:
+            lines += ["", "### Launches that failed", "", failed_launches(comp.rows, "markdown")]
     else:
-        lines += [
-            "### Output tok/s",
-            "",
-            format_comparison(comp, "markdown", predicted),
-        ]  # the table `cockpit results --format markdown` prints
-        if any(row.cells for row in comp.rows):
-            lines += ["", "### Latency (ms)", "", latency_table(comp)]
+        lines += _tables(comp, predicted)
     if tune is not None:
         lines += ["", tune_markdown(tune)]
     return redact_text("\n".join(lines))
+
+
+def _tables(comp: Comparison, predicted: bool) -> list[str]:
+    """Each table's tok/s (the table `cockpit results --format markdown` prints) and latency, its
+    headings saying what it was measured with; the launches that failed are in the newest one."""
+    lines: list[str] = []
+    headed = labelled(comp)
+    for table in comp.tables:
+        suffix = f" · {table.label}" if headed else ""
+        if lines:
+            lines.append("")
+        lines += [f"### Output tok/s{suffix}", "", markdown_table(table, predicted)]
+        if any(row.cells for row in table.rows):
+            lines += ["", f"### Latency (ms){suffix}", "", latency_table(table)]
+    if predicted and has_prediction(comp):
+        lines += ["", f"_{PREDICTED_NOTE}_"]
+    return lines
+
+
+def simulated_banner(comp: Comparison) -> str:
+    """The line under the title when numbers came from the simulated box: pasted, they must not
+    pass for measurements of GPUs."""
+    launches = [row.simulated for table in comp.tables for row in table.rows]
+    if not any(launches):
+        return ""
+    if all(launches):
+        return "> **Simulated box**: numbers are the simulator's, not measurements."
+    return (
+        "> **Partly simulated**: tables marked *simulated box* hold the simulator's numbers, "
+        "not measurements."
+    )
 
 
 def report_title(context: ReportContext) -> str:
@@ -173,7 +263,9 @@ def context_lines(context: ReportContext) -> list[str]:
         lines.append(f"- Engine: {context.engine} {context.engine_version}".rstrip())
     gpus = _gpus(context) + (f" ({context.gpu_detail})" if context.gpu_detail else "")
     lines.append(f"- GPUs: {gpus}")
-    if context.input_lens or context.output_lens:
+    if len(context.workloads) > 1:
+        lines.append(f"- Workloads: {'; '.join(context.workloads)} (a table for each, newest first)")
+    elif context.input_lens or context.output_lens:
         lines.append(
             f"- Request lengths: input {_tokens(context.input_lens)}, output {_tokens(context.output_lens)}"
         )

@@ -1,9 +1,12 @@
 """`cockpit results`: the comparison as a terminal table, a markdown table, csv or json.
 
-The table and markdown show tok/s per layout and concurrency, the best of each column marked;
-csv and json hold one record per layout and concurrency with every metric the client measured.
-json also sets each record's measurement beside what was predicted at launch (tok/s of the level,
-memory of the launch: cockpit.reports.measured); the others show the predicted tok/s when asked.
+The table and markdown show tok/s per layout and concurrency, the best of each column marked,
+one table per workload (request lengths, open-loop rate) and box (simulated or not), each headed
+by what it was measured with; csv and json hold one record per layout and concurrency with every
+metric the client measured, its lengths and whether the box was simulated, so nothing mixes
+silently. json also sets each record's measurement beside what was predicted at launch (tok/s of
+the level, memory of the launch: cockpit.reports.measured); the others show the predicted tok/s
+when asked.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint
+from cockpit.planner import FITS, TIGHT, Setup, Verdict, plan_all, plan_layout
 from cockpit.reports.comparison import Comparison, ComparisonRow
 from cockpit.reports.measured import (
     learned_runs,
@@ -27,34 +32,88 @@ from cockpit.reports.measured import (
     ratio,
 )
 from cockpit.reports.numbers import format_tok_s
+from cockpit.resolve import DEFAULT_PROFILE, SetupOverrides, build_setup
 
 FORMATS = ("table", "markdown", "csv", "json")
 # What a reader compares, in the order csv and json show it.
 METRICS = tuple(
     f.name for f in fields(BenchPoint) if f.name not in ("extra", "id", "experiment_id", "created")
 )
-_RECORD_FIELDS = ["layout", "engine", "experiment", "outcome", "diagnosis", *METRICS, "best"]
+_RECORD_FIELDS = [
+    "layout",
+    "engine",
+    "experiment",
+    "outcome",
+    "diagnosis",
+    "simulated",
+    *METRICS,
+    "rate",
+    "best",
+]
 _PREDICTED_FIELDS = ["predicted_tok_s", "measured_over_predicted"]  # csv, with predicted=True
 PREDICTED_NOTE = "In parentheses: the tok/s predicted for that level when the layout was launched."
+BEST_NOTE = "* most tok/s at that concurrency"
 
 
-def format_comparison(comp: Comparison, fmt: str, predicted: bool = False) -> str:
+def format_comparison(comp: Comparison, fmt: str, predicted: bool = False, hint: str | None = None) -> str:
     """table (terminal), markdown (a GitHub table), csv or json (one record per layout and
     concurrency). `predicted` adds what was predicted at launch beside each measured tok/s
-    (json always has it); without it the output is what it always was."""
+    (json always has it); without it the output is what it always was. `hint`: what to say
+    when nothing was benchmarked (`no_results_hint`, which knows the profile's plan)."""
     if fmt not in FORMATS:
         raise CockpitError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}.")
     if fmt == "json":
         return json.dumps(_records(comp), indent=2)
     if fmt == "csv":
         return _csv(comp, predicted)
-    if not comp.rows:
-        scope = f" for profile {comp.profile}" if comp.profile else ""
-        return f'no benchmark results yet{scope}: run `cockpit run "tp8" --bench c=1,32,64`'
-    text = _markdown(comp, predicted) if fmt == "markdown" else _table(comp, predicted)
-    if predicted and any(_prediction(row, c) is not None for row in comp.rows for c in row.cells):
+    if not comp.benched:
+        return _not_benched(comp, fmt, hint)
+    tables = comp.tables
+    render = markdown_table if fmt == "markdown" else _table
+    headed = labelled(comp)
+    text = "\n\n".join(
+        (_heading(table, fmt) + "\n" if headed else "") + render(table, predicted) for table in tables
+    )
+    if fmt == "table" and any(table.best or table.best_peak for table in tables):
+        text += "\n" + BEST_NOTE + (", within its table" if len(tables) > 1 else "")
+    if predicted and has_prediction(comp):
         text += "\n\n" + (f"_{PREDICTED_NOTE}_" if fmt == "markdown" else PREDICTED_NOTE)
     return text
+
+
+def labelled(comp: Comparison) -> bool:
+    """Whether the tables say what they were measured with: always when there are several, and
+    for one when there is something to say (an old journal's points kept no lengths)."""
+    tables = comp.tables
+    return len(tables) > 1 or any(t.workload.known or t.simulated for t in tables)
+
+
+def _heading(table: Comparison, fmt: str) -> str:
+    return f"**{table.label}**\n" if fmt == "markdown" else table.label
+
+
+def _not_benched(comp: Comparison, fmt: str, hint: str | None) -> str:
+    """Nothing benchmarked: what to run first, then the launches that failed (forced ones too),
+    so the user sees what was tried and why it did not serve."""
+    scope = f" for profile {comp.profile}" if comp.profile else ""
+    text = hint or f'no benchmark results yet{scope}: run `cockpit run "tp8" --bench c=1,32,64`'
+    if not comp.rows:
+        return text
+    return text + "\n\n" + failed_launches(comp.rows, fmt)
+
+
+def failed_launches(rows: Sequence[ComparisonRow], fmt: str) -> str:
+    """The launches that never served, each with why: a markdown table or terminal lines."""
+    why = [(row.layout, row.diagnosis or "no cause recorded") for row in rows]
+    if fmt == "markdown":
+        lines = ["| Layout | Why it failed |", "|---|---|"]
+        return "\n".join(lines + [f"| {_cell(layout)} | {_cell(cause)} |" for layout, cause in why])
+    width = max(len(layout) for layout, _ in why)
+    return "\n".join(["launches that failed:", *(f"{layout.ljust(width)}  failed: {c}" for layout, c in why)])
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def _csv(comp: Comparison, predicted: bool) -> str:
@@ -72,6 +131,11 @@ def _csv(comp: Comparison, predicted: bool) -> str:
             }
         writer.writerow({k: int(v) if isinstance(v, bool) else v for k, v in record.items()})
     return out.getvalue().rstrip("\n")
+
+
+def has_prediction(comp: Comparison) -> bool:
+    """Whether any good level of any table has a tok/s predicted at launch to show beside it."""
+    return any(_prediction(row, c) is not None for t in comp.tables for row in t.rows for c in row.cells)
 
 
 def _prediction(row: ComparisonRow, level: int) -> float | None:
@@ -101,7 +165,9 @@ def _missing(row: ComparisonRow, level: int) -> str:
     return "failed" if level in row.failed else "-"
 
 
-def _markdown(comp: Comparison, predicted: bool = False) -> str:
+def markdown_table(comp: Comparison, predicted: bool = False) -> str:
+    """One table as GitHub markdown: the best of each column and the best peak in bold."""
+
     def bold(text: str, best: bool) -> str:
         return f"**{text}**" if best else text
 
@@ -158,30 +224,38 @@ def _table(comp: Comparison, predicted: bool = False) -> str:
             lines.append(line(row.layout, grid[row.layout], f" at C={row.peak.concurrency}"))
         else:
             lines.append(f"{row.layout.ljust(first)}  failed: {row.diagnosis or 'no cause recorded'}")
-    if comp.best or comp.best_peak:
-        lines.append("* most tok/s at that concurrency")
     return "\n".join(lines)
 
 
 def _records(comp: Comparison) -> list[dict[str, Any]]:
-    """One record per (layout, concurrency); a layout that never served has one, without numbers.
-    Each sets its measurement beside the prediction (`_against`)."""
+    """One record per (layout, concurrency), table by table, newest first; a layout that never
+    served has one, without numbers. Each says whether the box was simulated and its open-loop
+    rate (lengths are columns of every point), and sets its measurement beside the prediction
+    (`_against`); `best` is within its table."""
     records = []
-    for row in comp.rows:
-        head = {
-            "layout": row.layout,
-            "engine": row.engine,
-            "experiment": row.experiment,
-            "outcome": row.outcome,
-            "diagnosis": row.diagnosis or None,
-        }
-        if row.peak is None and not row.failed:
-            records.append(head | {name: None for name in METRICS} | {"best": False} | _against(row, None))
-            continue
-        for level, point in sorted({**row.failed, **row.cells}.items()):
-            metrics = {name: getattr(point, name) for name in METRICS}
-            best = comp.best.get(level) == row.layout and level in row.cells
-            records.append(head | metrics | {"best": best, "extra": point.extra} | _against(row, point))
+    for table in comp.tables:
+        for row in table.rows:
+            head = {
+                "layout": row.layout,
+                "engine": row.engine,
+                "experiment": row.experiment,
+                "outcome": row.outcome,
+                "diagnosis": row.diagnosis or None,
+                "simulated": row.simulated,
+            }
+            if not row.benched:
+                records.append(
+                    head
+                    | {name: None for name in METRICS}
+                    | {"rate": None, "best": False}
+                    | _against(row, None)
+                )
+                continue
+            for level, point in sorted({**row.failed, **row.cells}.items()):
+                metrics = {name: getattr(point, name) for name in METRICS}
+                best = table.best.get(level) == row.layout and level in row.cells
+                tail = {"rate": table.workload.rate, "best": best, "extra": point.extra}
+                records.append(head | metrics | tail | _against(row, point))
     return records
 
 
@@ -208,3 +282,55 @@ def _against(row: ComparisonRow, point: BenchPoint | None) -> dict[str, Any]:
         },
         "measured_over_predicted": {"tok_s": ratio(tok_s, guess), **logged.over(guessed)},
     }
+
+
+# -- before anything was benchmarked -----------------------------------------------------------
+
+FIRST_LEVELS = "c=1,32,64"  # a first sweep that ends in minutes
+
+
+def no_results_hint(profile: str | None) -> str:
+    """What `cockpit results` says before anything was benchmarked: the command that launches and
+    benches a layout the planner says fits the profile's box, or that none fits. `profile`: as the
+    user gave it (a name or a YAML file); None for the default one."""
+    try:
+        setup, loaded = build_setup(SetupOverrides(profile=profile))
+    except CockpitError as err:
+        return f"no benchmark results yet for profile {profile}, and it does not load: {err}"
+    return try_hint(loaded.name, profile, layout_to_try(setup, loaded.layouts), str(setup.hardware))
+
+
+def layout_to_try(setup: Setup, preferred: Sequence[str] = ()) -> Verdict | None:
+    """The first layout that fits (else the first that fits tightly): the profile's own layouts
+    first, then the plan's, most GPUs first; None when the planner says every layout fails."""
+    own = []
+    for text in preferred:
+        try:
+            own.append(plan_layout(setup, text))
+        except CockpitError:  # a profile's odd layout is not what to suggest
+            continue
+    return _runnable(own) or _runnable(plan_all(setup))  # the whole plan only when needed
+
+
+def _runnable(verdicts: Sequence[Verdict]) -> Verdict | None:
+    """The first that fits, else the first that fits tightly."""
+    for mark in (FITS, TIGHT):
+        if found := next((v for v in verdicts if v.verdict == mark), None):
+            return found
+    return None
+
+
+def try_hint(name: str, given: str | None, verdict: Verdict | None, box: str) -> str:
+    """One line: nothing benchmarked for the profile yet, and what to run first. `given`: the
+    profile as the user named it, repeated in the command unless it is the default."""
+    option = "" if given in (None, DEFAULT_PROFILE) else f" --profile {shlex.quote(str(given))}"
+    if verdict is None:
+        return (
+            f"no benchmark results yet for profile {name}, and the planner says no layout fits its box "
+            f"({box}): `cockpit plan{option}` says why"
+        )
+    fits = "fits" if verdict.verdict == FITS else "fits, tightly"
+    return (
+        f"no benchmark results yet for profile {name}: the planner says {verdict.layout} {fits}; "
+        f'run `cockpit run "{verdict.layout}"{option} --bench {FIRST_LEVELS}`'
+    )

@@ -88,7 +88,7 @@ def _tried_table(rows: list[Row], result: TuneResult, rates: bool) -> list[str]:
 
 
 def _rest_table(rows: list[Row], per_gpu: bool) -> list[str]:
-    lines = ["| Candidate | GPUs | Predicted | Bound | Why not tried |", "|---|---:|---:|---:|---|"]
+    lines = ["| Candidate | GPUs | Predicted | Best case | Why not tried |", "|---|---:|---:|---:|---|"]
     for row in rows:
         why = row.note or ("stopped before it was measured" if row.state == "running" else "not reached")
         cells = [

@@ -366,6 +366,47 @@ def diagnose_exit(lines: Sequence[str], returncode: int, phase: str | None) -> D
     return Diagnosis("exited", cause, next_step, phase=phase)
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a server that served ended without cockpit stopping it: a line for the log and the
+    status bar (``reason``), a few words for the header (``words``)."""
+
+    reason: str
+    words: str
+
+
+_STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def describe_end(returncode: int | None, lines: Sequence[str] = ()) -> Ending:
+    """How a ready server ended, from its exit status (None: not cockpit's child, a re-attached
+    server, whose status only its parent learns) and the last lines it logged."""
+    if returncode is None:
+        return Ending("ended outside cockpit (a re-attached server: its exit code is unknown)", "ended")
+    killer = _signal_name(returncode)
+    if killer in _STOP_SIGNALS:
+        return Ending(f"stopped from outside cockpit ({killer})", f"ended ({killer})")
+    if killer == "SIGKILL":
+        return Ending(
+            "killed (SIGKILL): `kill -9` or the kernel's OOM killer (dmesg says which)",
+            "killed (SIGKILL)",
+        )
+    if killer is not None:
+        return Ending(f"crashed ({killer}){_why(lines)}", f"crashed ({killer})")
+    if returncode == 0:
+        return Ending("exited (code 0), as on `cockpit stop` from another shell", "ended (exit code 0)")
+    return Ending(
+        f"ended on its own (exit code {returncode}){_why(lines)}", f"ended (exit code {returncode})"
+    )
+
+
+def _why(lines: Sequence[str]) -> str:
+    """': cause' from the log's last lines, or nothing when they say nothing."""
+    found = diagnose(lines, phase="serving")
+    cause = found.cause if found is not None else _last_error_line(lines, any_line=False)
+    return f": {cause}" if cause else ""
+
+
 def _last_error_line(lines: Sequence[str], any_line: bool) -> str:
     """The engine's last word: its last error-looking line, or (for an exit of its own, such as
     argparse's usage error, exit 2) its last non-blank line."""

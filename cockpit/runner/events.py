@@ -106,8 +106,12 @@ class Failed:
 
 @dataclass(frozen=True)
 class Stopped:
+    """The server is gone: stopped by cockpit (``reason`` says why and how), or ended without it
+    (``ended``: the header's few words, "ended (exit code 1)", "killed (SIGKILL)")."""
+
     experiment: int
     reason: str
+    ended: str = ""
 
     def __str__(self) -> str:
         return f"stopped   {self.reason}"

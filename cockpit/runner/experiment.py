@@ -9,11 +9,13 @@ import contextlib
 import json
 import logging
 import os
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from cockpit.commands import Bench
+from cockpit.commands import Bench, knob_next_step
 from cockpit.engines import api_keys
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
@@ -22,10 +24,22 @@ from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
-from cockpit.runner.events import Diagnosis, Event, Failed, Launching, LogLine, Planned, Ready, Stopped
+from cockpit.runner.diagnose import describe_end
+from cockpit.runner.events import (
+    BenchDone,
+    BenchLevel,
+    Diagnosis,
+    Event,
+    Failed,
+    Launching,
+    LogLine,
+    Planned,
+    Ready,
+    Stopped,
+)
 from cockpit.runner.registry import ServerEntry, new_log_path
 from cockpit.runner.signals import held_signals
-from cockpit.runner.supervisor import ServerHandle, Supervisor, busy_port
+from cockpit.runner.supervisor import ServerEnded, ServerHandle, Supervisor, busy_port
 from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
@@ -40,6 +54,7 @@ DEFAULT_STARTUP_TIMEOUT_S = 1800.0
 PORT_IN_USE, GPUS_BUSY = "port-in-use", "gpus-busy"
 PLANNED_FAILURE, INEXPRESSIBLE = "planned-failure", "inexpressible"
 BOX_BUSY = (PORT_IN_USE, GPUS_BUSY)
+BENCH_END_GRACE_S = 5.0  # a bench that met errors waits this long to learn whether its server is ending
 
 # Diagnosis kinds that a different layout can cure; the others want a flag or the box fixed.
 _LAYOUT_KINDS = {
@@ -112,6 +127,10 @@ class Launcher:
     # what the box had taught before this launch, not with what the launch itself taught
     _launched: dict[int, Setup] = field(default_factory=dict, repr=False)
     _stopping: set[int] = field(default_factory=set, repr=False)  # experiments we are stopping
+    # experiment -> how its server ended without cockpit stopping it (``watch``), and the lock
+    # that makes a stop and such an end exclude each other: the end is said once, by one of them
+    _ended: dict[int, str] = field(default_factory=dict, repr=False)
+    _end_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _scrubber: Scrubber | None = field(default=None, repr=False)
     cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
     # Told the experiment's id when something new was measured (a launch came up, a bench ended):
@@ -135,6 +154,11 @@ class Launcher:
         return planned[1]
 
     def suggest(self, verdict: Verdict) -> str:
+        """What to try instead: for server flags the engine's table refused, the line with the
+        flags it most likely means (another layout would carry the same flags); else the nearest
+        layouts that fit."""
+        if verdict.reasons and verdict.reasons[0].rule == "server-args":
+            return knob_next_step(self.setup.engine.options, verdict.layout)
         layouts = list(verdict.alternatives) or nearest_fitting(verdict, self.verdicts())
         fitting = {str(v.layout) for v in self.verdicts() if v.verdict != FAILS}
         names = [f"`{x}`" for x in layouts if str(x) in fitting] or [f"`{x}`" for x in layouts]
@@ -325,21 +349,55 @@ class Launcher:
         """Benchmark the ready server in a child `cockpit bench`; levels land in the journal."""
         from cockpit.runner.benchrun import bench_child, run_bench_child
 
-        if self.handle is None:
-            raise CockpitError("no server is running: `try <layout>` first")
-        exp = self.handle.entry.experiment
-        self._predict_bench(exp, self.handle.entry.layout, bench)
-        argv = bench_child(self.handle.url, None, bench, self.profile, exp)
-        yield from run_bench_child(argv, exp, self.api_key())
+        handle = self.handle
+        if handle is None:
+            ended = self._ended.get(self.experiment) if self.experiment is not None else None
+            raise CockpitError(
+                f"no server is running: the last one ended ({ended}); `try <layout>` first"
+                if ended
+                else "no server is running: `try <layout>` first"
+            )
+        exp = handle.entry.experiment
+        self._predict_bench(exp, handle.entry.layout, bench)
+        argv = bench_child(handle.url, None, bench, self.profile, exp)
+        troubled = False  # a level met errors: the server may have ended under it
+        for event in run_bench_child(argv, exp, self.api_key()):
+            if isinstance(event, BenchLevel):
+                troubled = troubled or bool(event.result.get("errors") or event.result.get("failed"))
+            if isinstance(event, BenchDone) and not event.interrupted:
+                event = self._with_server_end(event, handle, troubled or bool(event.error))
+            yield event
         self._record_peaks(exp)
         self._measured(exp)
+
+    def _with_server_end(self, done: BenchDone, handle: ServerHandle, troubled: bool) -> BenchDone:
+        """A bench whose server ended under it says so, not only "cannot reach ... is the
+        server up?" (a server stopped gracefully may close its port a moment before it exits)."""
+        if not troubled and done.levels:  # every level measured well: the server served it
+            return done
+        exp = handle.entry.experiment
+        if troubled and exp not in self._ended and not self._answers(handle):
+            self.supervisor.wait_exit(handle, BENCH_END_GRACE_S)
+        ended, code = self._ended.get(exp), handle.returncode()
+        if ended is None and exp not in self._stopping and code is not None:
+            ended = describe_end(code if handle.ours else None).reason
+        if ended is None:
+            return done
+        return replace(done, error=f"the server ended during the bench: {ended}")
+
+    def _answers(self, handle: ServerHandle) -> bool:
+        """Whether the server answers its health check now (then it did not end)."""
+        return self.supervisor.answers(handle, self.setup.engine.ready_paths, self.api_key())
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
         handle = self.handle
         if handle is None:
             return None
         exp = handle.entry.experiment
-        self._stopping.add(exp)  # before the signal: the exit it causes is ours, not a failure
+        with self._end_lock:
+            if exp in self._ended:  # it ended on its own: ``watch`` says so and cleans up
+                return None
+            self._stopping.add(exp)  # before the signal: the exit it causes is ours, not a failure
         with held_signals():  # a stop half done would leave the journal saying it still runs
             with contextlib.suppress(CockpitError):  # a failing journal must not keep the server up
                 self._record_peaks(exp)
@@ -349,6 +407,57 @@ class Launcher:
                 self._forget(handle)
             journal_stopped(self.journal, exp)
         return Stopped(exp, f"{reason}: {how}")
+
+    def ended(self, exp: int) -> str | None:
+        """How the experiment's server ended without cockpit stopping it, if it did."""
+        return self._ended.get(exp)
+
+    def watch(self, handle: ServerHandle, quit: threading.Event) -> Iterator[Event]:
+        """Watch a ready server until it ends or ``quit`` is set. An end cockpit did not cause
+        comes as the server's last lines and ``Stopped`` (with ``ended``), once it is reaped,
+        unregistered and journaled; an end cockpit caused comes as nothing (``stop`` says it)."""
+        exp = handle.entry.experiment
+        watched = self.supervisor.watch(
+            handle, quit=quit, health_paths=self.setup.engine.ready_paths, api_key=self.api_key()
+        )
+        for item in watched:
+            if isinstance(item, LogLine):
+                yield self._scrubbed(item)
+                continue
+            stopped = self._end(handle, item)
+            if stopped is None:
+                return
+            for line in item.last_lines:
+                yield self._scrubbed(LogLine(exp, line))
+            yield stopped
+
+    def _end(self, handle: ServerHandle, ended: ServerEnded) -> Stopped | None:
+        """The server ended on its own: claim the end (None when cockpit is stopping it), then
+        take its leftovers down, forget it and journal how it ended."""
+        exp = handle.entry.experiment
+        ending = describe_end(ended.returncode, ended.last_lines)
+        reason = self._scrub(ending.reason)
+        with self._end_lock:
+            if exp in self._stopping:
+                return None
+            self._ended[exp] = reason
+        with held_signals():
+            with contextlib.suppress(CockpitError):
+                self._record_peaks(exp)
+            try:  # workers it left behind, its registry entry, its GPU memory
+                how = self.supervisor.stop(handle, grace=5.0, memory_timeout=10.0)
+            finally:
+                self._forget(handle)
+            with contextlib.suppress(
+                CockpitError, sqlite3.Error
+            ):  # the screen must learn of the end all the same
+                journal_stopped(self.journal, exp)
+                self.journal.add_note(
+                    exp, f"{time.strftime('%Y-%m-%d %H:%M:%S')} the server ended after ready: {reason}"
+                )
+        held = how.partition("; ")[2]  # "its GPU memory was still held after 10 s", if so
+        again = f"`try {handle.entry.layout}` launches it again" if handle.entry.layout else ""
+        return Stopped(exp, "; ".join(part for part in (reason, held, again) if part), ending.words)
 
     def note_hangup(self, handle: ServerHandle) -> None:
         """The terminal went away: the server is left running, and the journal says where."""
@@ -361,12 +470,7 @@ class Launcher:
     def _scrubbed(self, event: Event) -> Event:
         """The engine prints its own arguments (vLLM: `non-default args: {'hf_token': ...}`): its
         lines are diagnosed as written, then shown and journaled with the secrets blanked."""
-        if self._scrubber is None:
-            self._scrubber = Scrubber.from_launch(
-                [*(self.profile.command or ()), *self.profile.args],
-                launch_secrets_env(self.profile.env, os.environ),
-            )
-        scrub = self._scrubber.text
+        scrub = self._scrub
         if isinstance(event, LogLine):
             return replace(event, text=scrub(event.text))
         if isinstance(event, Failed):
@@ -378,6 +482,15 @@ class Launcher:
                 ),
             )
         return event
+
+    def _scrub(self, text: str) -> str:
+        """The text with the launch's secrets blanked."""
+        if self._scrubber is None:
+            self._scrubber = Scrubber.from_launch(
+                [*(self.profile.command or ()), *self.profile.args],
+                launch_secrets_env(self.profile.env, os.environ),
+            )
+        return self._scrubber.text(text)
 
     def _forget(self, handle: ServerHandle) -> None:
         """The server is gone: no handle, no peaks tracked for it."""

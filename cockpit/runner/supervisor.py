@@ -13,6 +13,7 @@ import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,13 @@ from cockpit.telemetry.base import GpuSource
 TAIL_LINES = 400
 ERROR_GRACE_S = 1.5  # after an error line, how long the engine gets to exit on its own
 HEALTH_EVERY_S = 0.5
+# Once ready, the server is watched: its process every second, its health less often. A health
+# check that fails this many times in a row while the process lives is said once ("not
+# answering"): a server busy with a heavy load may be slow to answer, and is not ended.
+WATCH_EVERY_S = 1.0
+WATCH_HEALTH_EVERY_S = 5.0
+WATCH_HEALTH_MISSES = 3
+WATCH_TAIL_LINES = 20  # the last lines a server wrote before it ended, shown with its end
 _ERRORISH = re.compile(r"Error|error:|Traceback|out of memory|Assertion|failed", re.I)
 # Causes certain enough to act on while the engine still runs (it may hang after them);
 # weaker signals (an NCCL warning, an unknown exception) wait for the process to exit.
@@ -70,11 +78,26 @@ class ServerHandle:
     def url(self) -> str:
         return self.entry.url
 
+    @property
+    def ours(self) -> bool:
+        """Cockpit's own child (it learns the exit status), not a server re-attached by PID."""
+        return self.popen is not None
+
     def returncode(self) -> int | None:
-        """None while it runs; the exit code (negative: killed by that signal) once it ended."""
+        """None while it runs; the exit code (negative: killed by that signal) once it ended.
+        Polling our child reaps it: no <defunct> process is left behind."""
         if self.popen is not None:
             return self.popen.poll()
         return None if self.entry.alive() else 0
+
+
+@dataclass(frozen=True)
+class ServerEnded:
+    """The watched server's process is gone: its exit status (None when it was not our child)
+    and the last lines it wrote."""
+
+    returncode: int | None
+    last_lines: tuple[str, ...]
 
 
 class LogTail:
@@ -224,7 +247,7 @@ class Supervisor:
             if phase is not None:
                 yield phase
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = _auth(api_key)
         with httpx.Client(timeout=1.0, headers=headers) as http:
             while True:
                 for line in reader.read():
@@ -282,6 +305,55 @@ class Supervisor:
                     return
                 time.sleep(poll)
 
+    # -- watch ------------------------------------------------------------------------------
+
+    def watch(
+        self,
+        handle: ServerHandle,
+        *,
+        quit: threading.Event,
+        health_paths: Sequence[str] = ("/health",),
+        api_key: str | None = None,
+        every: float = WATCH_EVERY_S,
+        health_every: float = WATCH_HEALTH_EVERY_S,
+    ) -> Iterator[LogLine | ServerEnded]:
+        """Watch a ready server until its process ends (the last item is ``ServerEnded``) or
+        ``quit`` is set (nothing more). Health checks that keep failing while the process lives
+        come as one log line, and one more when it answers again."""
+        import httpx
+
+        experiment = handle.entry.experiment
+        reader = LogTail(Path(handle.entry.log_path))
+        reader.offset = _size(reader.path)  # what follow() showed is not shown again
+        last: collections.deque[str] = collections.deque(maxlen=WATCH_TAIL_LINES)
+        misses, next_health = 0, time.monotonic() + health_every
+        headers = _auth(api_key)
+        with httpx.Client(timeout=1.0, headers=headers) as http:
+            while not quit.wait(every):
+                last.extend(reader.read())
+                code = handle.returncode()
+                if code is not None:
+                    last.extend(reader.flush())
+                    yield ServerEnded(code if handle.ours else None, tuple(last))
+                    return
+                if time.monotonic() < next_health:
+                    continue
+                next_health = time.monotonic() + health_every
+                answered = self._ready(http, handle.url, health_paths)
+                if answered and misses >= WATCH_HEALTH_MISSES:
+                    yield LogLine(experiment, f"cockpit: {handle.url} answers {health_paths[0]} again")
+                misses = 0 if answered else misses + 1
+                if misses == WATCH_HEALTH_MISSES:
+                    yield LogLine(experiment, _not_answering(handle, health_paths[0], misses * health_every))
+
+    def answers(self, handle: ServerHandle, paths: Sequence[str], api_key: str | None = None) -> bool:
+        """Whether the server answers ``paths`` now, once."""
+        import httpx
+
+        headers = _auth(api_key)
+        with httpx.Client(timeout=1.0, headers=headers) as http:
+            return self._ready(http, handle.url, paths)
+
     @staticmethod
     def _ready(http, url: str, paths: Sequence[str]) -> bool:
         import httpx
@@ -307,11 +379,11 @@ class Supervisor:
             how = "stopped with SIGTERM"
             _signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + grace  # one grace for the leader and its group
-            exited = self._wait_exit(handle, grace)
+            exited = self.wait_exit(handle, grace)
             if not exited or not _wait_group_gone(pgid, max(0.0, deadline - time.monotonic())):
                 how = f"killed with SIGKILL after {grace:.0f} s"
                 _signal_group(pgid, signal.SIGKILL)
-                self._wait_exit(handle, 5.0)
+                self.wait_exit(handle, 5.0)
                 _wait_group_gone(pgid, 5.0)
         else:
             _signal_group(pgid, signal.SIGKILL)  # children the engine left behind
@@ -322,7 +394,8 @@ class Supervisor:
         return how
 
     @staticmethod
-    def _wait_exit(handle: ServerHandle, seconds: float) -> bool:
+    def wait_exit(handle: ServerHandle, seconds: float) -> bool:
+        """Whether the server exited within ``seconds`` (our child is reaped as it does)."""
         if handle.popen is not None:
             try:
                 handle.popen.wait(timeout=seconds)
@@ -374,6 +447,25 @@ def _answered_by_another(handle: ServerHandle) -> bool:
     except (psutil.Error, OSError):
         return False
     return bool(groups) and handle.entry.pgid not in groups
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    """The headers of a client of a server started with an API key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _not_answering(handle: ServerHandle, path: str, seconds: float) -> str:
+    return (
+        f"⚠ cockpit: {handle.url} has not answered {path} for {seconds:.0f} s, yet its process "
+        f"(pid {handle.pid}) runs: it may be stuck or overloaded; `stop` ends it"
+    )
 
 
 def _group_members(pgid: int) -> list[int]:

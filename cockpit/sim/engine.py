@@ -202,8 +202,11 @@ class SimEngine:
                 ]
                 taken = sum(b for _, b in others)
                 if taken + used > capacity:
+                    device = self.gpu_ids.index(gpu)  # torch counts the visible GPUs from 0
                     raise SimOutOfMemory(
-                        cuda_oom_text(gpu, used - before, capacity, capacity - taken - before, before, others)
+                        cuda_oom_text(
+                            device, used - before, capacity, capacity - taken - before, before, others
+                        )
                     )
         self._published = dict(self.held)
 
@@ -256,7 +259,10 @@ class SimEngine:
         loading = time.monotonic()
         await self.load(used, max(0.0, target), int(memory.weights_gib * GiB))
         if oom is not None:
-            self.log.oom(oom_text(memory, gpu=used[min(len(used) - 1, 2)] if used else 0))
+            # Every rank of the busiest stage fills alike; its first rank reports, as the planner
+            # says (MemoryEstimate.busiest_gpu), and torch names the GPU by its index in the
+            # process (CUDA_VISIBLE_DEVICES counts from 0), not by the box's.
+            self.log.oom(oom_text(memory), rank=memory.busiest_gpu)
             return 1
         failure = next((r for r in verdict.reasons if r.rule in ("no-kv-memory", "kv-max-len")), None)
         if isinstance(self.log, logs.VLLMLog):

@@ -85,7 +85,7 @@ from cockpit.tui.messages import (
     SessionOpened,
     TuneEventPosted,
 )
-from cockpit.tui.screens.choice import quit_screen, servers_screen
+from cockpit.tui.screens.choice import profile_name, quit_screen, server_lines, servers_screen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.dialog import TypedPast
 from cockpit.tui.screens.help import HelpScreen
@@ -119,6 +119,18 @@ KEYS = (  # the screen's keys; the help lists the shown ones
     Binding("q", "quit", "Quit", id="quit"),
     Binding("escape", "leave_prompt", "Back", show=False),
 )
+
+KEY_WORDS = {  # what each key does, for the help (the footer has room for one word)
+    "help": "this help",
+    "prompt": "back to the prompt (type a command)",
+    "layouts": "the layout picker: every layout's verdict, memory and predicted tok/s",
+    "log": "the launch log of the newest server",
+    "bench": "the benchmark pane: live tok/s, the results table and chart",
+    "tune": "the tune view: candidates, bounds, what was measured",
+    "results": "the comparison table of this profile's results",
+    "stop": "stop the running server (asks first)",
+    "quit": "quit (with a server up: stop it, leave it running, or cancel)",
+}
 
 
 class CockpitApp(App[None]):
@@ -249,6 +261,8 @@ class CockpitApp(App[None]):
         main.bench.show_live(self.bench_view)
         self.tune_board = TuneBoard.of_result(newest_tune(session.journal, session.profile.name))
         main.tune.show(self.tune_board)
+        if main.view == "tune" and not self.tune_board.rows:
+            main.show_view("layouts")  # another profile's tune is not this one's
         main.log_pane.hide_banner()
         main.prompt.placeholder = session.prompt_hint()
         session.on_learned = self._post_learned
@@ -428,7 +442,9 @@ class CockpitApp(App[None]):
                 main.log_pane.note(str(event))
             case Ready():
                 self.flush_log()
-                main.log_pane.show_ready(self.server.layout, event.url, event.load_seconds)
+                main.log_pane.show_ready(
+                    self.server.layout, event.url, event.load_seconds, self.session.levels
+                )
                 self.refresh_results()  # what it logged is measured now, beside the prediction
                 if not self._batch:
                     main.say(f"✓ {self.server.layout} is ready: `bench` measures it, `stop` stops it")
@@ -444,7 +460,9 @@ class CockpitApp(App[None]):
             case Stopped():
                 self.flush_log()
                 main.log_pane.show_stopped(self.server.layout, event.reason)
-                if not self._batch:
+                if event.ended:  # it ended without cockpit: said even in a sweep or a tune
+                    main.say(f"{self.server.layout} {event.ended}: {event.reason}", error=True)
+                elif not self._batch:
                     main.say(f"■ {self.server.layout} stopped: {event.reason}")
                 self.refresh_gpus()
             case Phase(name="loading", progress=None) if not self.control.tuning:
@@ -489,6 +507,8 @@ class CockpitApp(App[None]):
         self.main.bench.show_live(view)
         if isinstance(event, (BenchLevel, BenchDone)):
             self.refresh_results()
+        if isinstance(event, BenchDone) and not self._batch:  # "bench … in a child" is over
+            self.main.say(view.status(), error=bool(event.error))
 
     @on(SessionOpened)
     async def _session_opened(self, message: SessionOpened) -> None:
@@ -498,20 +518,23 @@ class CockpitApp(App[None]):
         session = message.session
         await self._open(session)
         notes = (*session.notes, *session.learning_notices())
+        opened = (
+            f"profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
+            f" with {session.setup.engine.label}"
+        )
+        self.main.log_pane.open_profile(opened, notes)
+        # The notes (arguments translated for the other engine) are longer than a status line, and
+        # the box is in the header: the log has them whole.
+        more = f" · {len(notes)} note(s) in the log (o)" if notes else ""
         self.main.say(
-            f"✓ profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
-            f" with {session.setup.engine.label}" + (f" ({'; '.join(notes)})" if notes else "")
+            f"✓ profile {session.profile.name}: {session.setup.model.name} with {session.setup.engine.label}{more}"
         )
         if message.attach is not None:
             self._attach_server(message.attach)
 
     @on(TypedPast)
     def _typed_past(self, message: TypedPast) -> None:
-        """A question was cancelled by typing: the keys go to the prompt, and the bar says so."""
-        prompt = self.main.prompt
-        prompt.focus()
-        if not (message.character in ":/" and not prompt.value):
-            prompt.insert_text_at_cursor(message.character)
+        """A question was cancelled by typing (the keys went to the prompt): the bar says so."""
         self.main.say(f"“{message.title}” cancelled: what you type goes to the prompt")
 
     @on(LaunchRequested)
@@ -598,7 +621,7 @@ class CockpitApp(App[None]):
             def answered(yes: bool | None) -> None:
                 if yes:
                     self._launch(layout, force=True)
-                else:
+                elif yes is False:  # None: cancelled by typing, which the status line says itself
                     self.main.say(f"{layout} not launched")
 
             self.push_screen(
@@ -785,9 +808,12 @@ class CockpitApp(App[None]):
             self.call_from_thread(self._offer_live_servers, live)
 
     def _offer_live_servers(self, live: list[ServerEntry]) -> None:
-        lines = [f"{entry}: {self.session.server_state(entry, self.clock())}" for entry in live]
+        lines = [server_lines(entry, self.session.server_state(entry, self.clock())) for entry in live]
 
         def answered(choice: str | None) -> None:
+            # The question came before the prompt took the keys: without this, they would land on
+            # the layouts pane, where `r` opens results and `s` asks to stop the server.
+            self.main.prompt.focus()
             if choice == "attach":
                 self._reattach(live[0])
             elif choice == "stop":
@@ -797,12 +823,16 @@ class CockpitApp(App[None]):
         self.push_screen(servers_screen(lines), answered)
 
     def _reattach(self, entry: ServerEntry) -> None:
-        """Follow a server left running, under its own profile (header, model, guard, results)."""
-        if self.session.is_profile(entry.profile) or not entry.profile:
+        """Follow a server left running under its own profile and engine (header, model, argv,
+        guard, results): a profile opened `on sglang` comes back on SGLang."""
+        engine = entry.engine or self.session.setup.engine.name
+        same_profile = not entry.profile or self.session.is_profile(entry.profile)
+        if same_profile and engine == self.session.setup.engine.name:
             self._attach_server(entry)
             return
-        self.main.say(f"opening profile {entry.profile} of pid {entry.pid} …")
-        self.open_profile(entry.profile, attach=entry)
+        profile = entry.profile or self.session.profile.path or self.session.profile.name
+        self.main.say(f"opening profile {profile_name(profile)} on {engine} of pid {entry.pid} …")
+        self.open_profile(profile, attach=entry, engine=engine)
 
     def _attach_server(self, entry: ServerEntry) -> None:
         """Follow a server left running under the open profile: its view, its log, its events."""
@@ -837,7 +867,7 @@ class CockpitApp(App[None]):
         self.main.bench.results_table.focus()
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description) for b in KEYS if b.show]
+        keys = [(b.key_display or b.key, KEY_WORDS.get(b.id or "", b.description)) for b in KEYS if b.show]
         keys += [
             ("Enter", "launch the highlighted layout"),
             ("Esc", "leave the prompt or a dialog"),

@@ -107,6 +107,14 @@ class TuneJob:
     end: threading.Event
 
 
+@dataclass
+class WatchJob:
+    """The thread that watches a ready server until it ends, and the flag that ends the watch."""
+
+    thread: threading.Thread
+    quit: threading.Event
+
+
 class LogBuffer:
     """Lines from the job threads, waiting for the screen's next flush. Thread-safe."""
 
@@ -156,6 +164,7 @@ class Control:
         self._stop_thread: threading.Thread | None = None
         self._sweep_thread: threading.Thread | None = None
         self._tune: TuneJob | None = None
+        self._watch: WatchJob | None = None  # the ready server launched or re-attached here
         self._closed = threading.Event()
 
     # -- state ------------------------------------------------------------------------------
@@ -215,8 +224,8 @@ class Control:
 
             def job() -> None:
                 self._end_tune()
-                self._stop_current("replaced by a new launch", previous)
-                self._run(layout, force, since)
+                self._stop_current(f"to launch {layout}", previous, replacing=True)
+                self._watch_ready(self._run(layout, force, since))
 
             self._server_thread = self._spawn("launch", job)
 
@@ -228,7 +237,7 @@ class Control:
             self.launcher.experiment = entry.experiment
             record = self.session.journal.experiment(entry.experiment)
             self.session.monitor.track(entry.experiment, record.gpus if record else ())
-            self._consume(self.launcher.follow(handle))
+            self._watch_ready(self._consume(self.launcher.follow(handle)))
 
         with self._lock:
             self._server_thread = self._spawn("attach", job)
@@ -277,7 +286,7 @@ class Control:
 
         def job() -> None:
             self._end_tune()
-            self._stop_current("replaced by a sweep")
+            self._stop_current(f"to sweep {', '.join(map(str, layouts))}", replacing=True)
             done = 0
             for index, layout in enumerate(layouts, 1):
                 if stopped() or self._closed.is_set():
@@ -316,7 +325,7 @@ class Control:
             def job() -> None:
                 if previous is not None:
                     self._end_tune(previous)
-                self._stop_current("replaced by a tune")
+                self._stop_current("to tune" if spec is not None else "to resume the tune", replacing=True)
                 if should_stop():
                     return
                 try:
@@ -334,7 +343,10 @@ class Control:
         """The screen is going away: end our bench child; a server keeps running (detached)."""
         self._closed.set()
         self.launcher.cancel_launches()
+        watch = self._end_watch()
         interrupt_bench_children()
+        if watch is not None and watch is not threading.current_thread():
+            watch.join(JOIN_TIMEOUT_S)  # an end it is recording is journaled before the journal closes
 
     def wait(self, timeout: float = JOIN_TIMEOUT_S) -> None:
         """Wait for the jobs that are running (tests, and quitting with "stop it")."""
@@ -367,6 +379,31 @@ class Control:
             self.log.mark_last()
         self.on_event(event)
 
+    def _watch_ready(self, outcome: Event | None) -> None:
+        """A server that came up is watched on a thread of its own until it ends: an end that
+        cockpit did not cause reaches the screen as ``Stopped`` (cockpit.runner.experiment)."""
+        handle = self.launcher.handle
+        if not isinstance(outcome, Ready) or handle is None or handle.entry.experiment != outcome.experiment:
+            return
+        if self._closed.is_set():
+            return
+        quit = threading.Event()
+
+        def job() -> None:
+            self._consume(self.launcher.watch(handle, quit))
+
+        with self._lock:
+            self._end_watch()
+            self._watch = WatchJob(self._spawn("watch", job), quit)
+
+    def _end_watch(self) -> threading.Thread | None:
+        """End the watch (cockpit stops the server itself, or the screen goes); its thread."""
+        watch = self._watch
+        if watch is None:
+            return None
+        watch.quit.set()
+        return watch.thread
+
     def _end_tune(self, tune: TuneJob | None = None) -> None:
         """End a running tune after its current level and wait for it (it stops its own server)."""
         tune = tune if tune is not None else self._tune
@@ -375,24 +412,34 @@ class Control:
         tune.end.set()
         tune.thread.join(TUNE_END_WAIT_S)
 
-    def _stop_current(self, reason: str, follower: threading.Thread | None = None) -> None:
-        """Stop the bench and the server, wait for the threads that follow them, journal `stopped`."""
+    def _stop_current(
+        self, reason: str, follower: threading.Thread | None = None, *, replacing: bool = False
+    ) -> None:
+        """Stop the bench and the server, wait for the threads that follow them, journal `stopped`.
+        A job ``replacing`` the server leaves a line in the launch log that says what it stopped
+        ("■ stopped tp8 ep (pid N) to launch tp4 ep2: stopped with SIGTERM")."""
         launcher = self.launcher
         interrupt_bench_children()  # a bench of ours (its own job, or a sweep's step) ends first
         self._join(self._bench_thread)
-        followers = [t for t in (follower or self._server_thread, self._sweep_thread) if t is not None]
+        followers: list[threading.Thread | None] = [follower or self._server_thread, self._sweep_thread]
         handle = launcher.handle
         deadline = time.monotonic() + SETTLE_S
         settling = self._server_thread is not threading.current_thread() and self.launching
         while handle is None and settling and self.launching and time.monotonic() < deadline:
             time.sleep(0.05)  # a launch still planning: let its server start, then stop it
             handle = launcher.handle
-        if handle is None:
+        if handle is None:  # none, or one that ended on its own: its watch may still be saying so
+            self._join(self._end_watch())
             return
         exp = handle.entry.experiment
+        followers.append(self._end_watch())
         stopped = launcher.stop(reason)
         for thread in followers:
             self._join(thread)
+        if stopped is None and launcher.ended(exp) is not None:
+            return  # it ended on its own meanwhile: the watch said so
+        if stopped is not None and replacing:
+            self.log.append(f"■ stopped {handle.entry.layout} (pid {handle.pid}) {stopped.reason}")
         self.on_event(stopped or Stopped(exp, reason))
 
     @staticmethod

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from cockpit.planner import MemoryEstimate
 
 GIB = 2**30
 MIB = 2**20
@@ -166,6 +170,19 @@ def line(fields: Sequence[Field], width: int) -> Text:
             text.append(" " * (1 + spare if field.right and not kept[n - 1].right else 1))
         text.append(field.text, style=field.style)
     return text
+
+
+def memory_line(memory: MemoryEstimate) -> str:
+    """A layout's memory in one line: the weights on its busiest GPU, then its KV cache, or, where
+    the weights and what the engine keeps overrun the engine's share of the GPU, by how much the
+    layout does not fit (a negative KV cache reads as a size; it is not one)."""
+    weights = f"weights {memory.weights_gib:.1f} GiB per GPU (busiest GPU {memory.busiest_gpu})"
+    if memory.kv_budget_gib < 0:
+        return f"{weights} · does not fit by {-memory.kv_budget_gib:.1f} GiB: no room for a KV cache"
+    return (
+        f"{weights} · KV cache {memory.kv_budget_gib:.1f} GiB, {memory.kv_tokens:,} tokens, "
+        f"room for ~{memory.max_concurrency:,.0f} requests"
+    )
 
 
 def duration(seconds: float) -> str:

@@ -255,8 +255,9 @@ class Session(Lab):
     # -- results ----------------------------------------------------------------------------
 
     def comparison(self) -> Comparison:
-        """The results, read again; the screen asks when an experiment fails or a level ends, so
-        the measurements are read again too."""
+        """The results, read again: the table of the newest workload measured, the one the screen
+        shows (the other workloads' in ``earlier``, which exports keep). The screen asks when an
+        experiment fails or a level ends, so the measurements are read again too."""
         self.forget_measured()
         return comparison(self.journal, self.profile.name)
 
@@ -264,8 +265,10 @@ class Session(Lab):
         self, fmt: str, folder: Path | None = None, now: float | None = None, predicted: bool = False
     ) -> Path:
         """Write the results in `folder` (the cwd, else the data folder): md as a titled report with
-        the context a reader needs and the profile's newest tune (cockpit.reports.export.markdown_report),
-        csv as one record per level. `predicted` adds the tok/s predicted at launch beside each measured one."""
+        the context a reader needs, a table per workload newest first, and the profile's newest tune
+        (cockpit.reports.export.markdown_report), csv as one record per level, with its lengths and
+        whether the box was simulated. `predicted` adds the tok/s predicted at launch beside each
+        measured one."""
         from cockpit.reports.export import context_from_setup, markdown_report
         from cockpit.reports.tune import newest_tune
 

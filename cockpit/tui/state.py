@@ -55,6 +55,7 @@ class ServerView:
     load_seconds: float | None = None
     diagnosis: Diagnosis | None = None
     stop_reason: str = ""
+    ended: str = ""  # how it ended without cockpit stopping it, in the header's words
 
     @property
     def active(self) -> bool:
@@ -90,7 +91,7 @@ class ServerView:
         elif isinstance(event, Failed):
             self.state, self.diagnosis = FAILED, event.diagnosis
         elif isinstance(event, Stopped):
-            self.state, self.stop_reason = STOPPED, event.reason
+            self.state, self.stop_reason, self.ended = STOPPED, event.reason, event.ended
         return True
 
     def label(self, now: float) -> str:
@@ -108,7 +109,7 @@ class ServerView:
             return f"● {name} ready {duration(now - (self.ready_at or now))}"
         if self.state == FAILED:
             return f"✗ {name} failed"
-        return f"■ {name} stopped"
+        return f"■ {name} {self.ended or 'stopped'}"
 
 
 @dataclass

@@ -28,8 +28,11 @@ class Row:
     measured: float | None = None
     level: float | None = None
     experiment: int | None = None
-    state: str = "untried"  # untried, running, measured, failed, dropped
-    note: str = ""  # why it failed, or why it was not tried
+    # untried, running, measured, failed; or why it was not tried: dropped (after a similar
+    # failure), outranked (its best case is below the best measured), out-of-bounds (predicted to
+    # miss the latency bounds at every level), not-reached (the budget ran out first)
+    state: str = "untried"
+    note: str = ""  # why it failed, or why it was not tried, in full
 
     def to_json(self) -> dict:
         return {
@@ -61,7 +64,12 @@ class Row:
 
 @dataclass(frozen=True)
 class Point:
-    """One measured level: the goal there and its p99 latencies, for the goal-latency chart."""
+    """One measured level: the goal there and its p99 latencies, for the goal-latency chart.
+
+    The latency bounds are checked per request (``slo.Slo.is_good``): its TTFT, and its mean
+    inter-token latency (TPOT). So the chart places a level by those two at p99 over its requests,
+    where a bound line means what the goodput counted; ``itl_p99_ms`` (over every token gap, stalls
+    behind other requests' prefills included) is kept for the record, not for the bound."""
 
     name: str
     level: float
@@ -69,6 +77,7 @@ class Point:
     tok_s: float
     ttft_p99_ms: float | None
     itl_p99_ms: float | None
+    tpot_p99_ms: float | None = None  # each request's mean ITL, p99 over the level's requests
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,7 @@ class TuneRanked:
         best = (
             f"best {self.best} {goal_text(self.best_goal, self.per_gpu)}" if self.best else "nothing measured"
         )
-        return (
-            f"ranked    {best}; highest bound left {goal_text(self.bound, self.per_gpu)} (+{self.margin:.0%})"
-        )
+        return f"ranked    {best}; best case left {goal_text(self.bound, self.per_gpu)} ({margin_text(self.margin)})"
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ class TuneStep:
     def __str__(self) -> str:
         return (
             f"candidate {self.number}: {self.name}: predicted {goal_text(self.predicted, self.per_gpu)}, "
-            f"bound {goal_text(self.bound, self.per_gpu)}"
+            f"best case {goal_text(self.bound, self.per_gpu)}"
         )
 
 
@@ -135,9 +142,9 @@ class TuneLevel:
 
     def __str__(self) -> str:
         p = self.point
-        lat = " ".join(
+        lat = ", ".join(
             f"{name} p99 {value:,.0f} ms"
-            for name, value in (("TTFT", p.ttft_p99_ms), ("ITL", p.itl_p99_ms))
+            for name, value in (("TTFT", p.ttft_p99_ms), ("per-request mean ITL", p.tpot_p99_ms))
             if value is not None
         )
         return f"goodput   {p.name} at {p.level:g}: {goal_text(p.goal, self.per_gpu)} ({p.tok_s:,.0f} tok/s; {lat})"
@@ -199,15 +206,20 @@ class TuneResult:
         """Launches not made against trying every fitting candidate."""
         return max(0, self.fitting - self.launches)
 
-    def __str__(self) -> str:
+    @property
+    def ending(self) -> str:
+        """How the tune ended, in one sentence (the screen's status line says it too)."""
         if self.interrupted:
-            why = "" if self.reason == "interrupted" else f" ({self.reason})"
-            return (
-                f"tune      {self.tune} interrupted after {self.launches} launch(es){why}: "
-                "`tune --resume` continues it"
-            )
+            why = "" if self.reason == "interrupted" else f": {self.reason}"
+            again = "" if "tune --resume" in self.reason else "; `tune --resume` continues it"
+            return f"tune {self.tune}: interrupted after launching {self.launches} of {self.fitting} candidates{why}{again}"
         if self.winner is None:
-            return f"tune      {self.tune} done, no winner: {self.reason}"
+            return f"tune {self.tune}: done, no winner: {self.reason}"
+        return f"tune {self.tune}: done, {self.winner} wins after launching {self.launches} of {self.fitting} candidates"
+
+    def __str__(self) -> str:
+        if self.interrupted or self.winner is None:
+            return self.ending
         return (
             f"winner    {self.winner}: {goal_text(self.winner_goal, self.per_gpu)} at {self.winner_level:g} "
             f"after {self.launches} of {self.fitting} candidates ({self.reason})\n"
@@ -253,6 +265,11 @@ class TuneResult:
 
 
 TuneEvent = TuneStarted | TuneRanked | TuneStep | TuneLevel | TuneMeasured | TuneNotice | TuneResult
+
+
+def margin_text(margin: float) -> str:
+    """The model's error a best case allows for: `model ±5%`."""
+    return f"model ±{margin:.0%}"
 
 
 def table_rows(rows: Sequence[Row]) -> list[Row]:

@@ -1,8 +1,10 @@
 """Which measured levels are worth their latency: the Pareto front of goal against p99 latency.
 
 A point is on the front when no other point gives at least its goal at no more latency while
-being better in one of the two. The tune view and the export draw the goal against the latency
-the spec bounds: ITL p99 when it bounds ITL (or bounds nothing), else TTFT p99.
+being better in one of the two. The tune view draws the goal against the latency the spec bounds,
+as the bound checks it (``slo.Slo.is_good``: per request): each request's mean inter-token latency
+at p99 when it bounds ITL (or bounds nothing), else TTFT at p99. A level left of the bound's line
+had 99% of its requests or more within that bound.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Literal
 from cockpit.tune.events import Point
 
 Axis = Literal["itl", "ttft"]
-AXIS_LABELS: dict[Axis, str] = {"itl": "ITL p99 (ms)", "ttft": "TTFT p99 (ms)"}
+AXIS_LABELS: dict[Axis, str] = {"itl": "per-request mean ITL p99 (ms)", "ttft": "TTFT p99 (ms)"}
 
 
 def latency_axis(ttft_ms: float | None, itl_ms: float | None) -> Axis:
@@ -22,7 +24,8 @@ def latency_axis(ttft_ms: float | None, itl_ms: float | None) -> Axis:
 
 
 def latency(point: Point, axis: Axis) -> float | None:
-    return point.itl_p99_ms if axis == "itl" else point.ttft_p99_ms
+    """The point's latency on the axis: what the bound on that latency checks, at p99."""
+    return point.tpot_p99_ms if axis == "itl" else point.ttft_p99_ms
 
 
 def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:

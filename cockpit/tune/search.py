@@ -23,10 +23,12 @@ from dataclasses import dataclass, replace
 
 from cockpit.layout import Layout
 from cockpit.tune.candidates import Candidate
-from cockpit.tune.events import Point
+from cockpit.tune.events import Point, margin_text
 
 MIN_MARGIN = 0.05  # a bound is never closer than 5% above the prediction: measurement noise
 MEMORY_FAILURES = ("oom", "kv-cache")  # diagnosis kinds that say the layout ran out of memory
+# Why a candidate was not tried (``Row.state``): the tune view says each in a word or two.
+DROPPED, OUTRANKED, OUT_OF_BOUNDS, NOT_REACHED = "dropped", "outranked", "out-of-bounds", "not-reached"
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ def decide(
     if best is not None and best.goal is not None and best.goal >= bound:
         return Decision(
             None,
-            f"the best measured, {best.name} at {best.goal:,.0f}, beats every remaining bound "
-            f"(highest {bound:,.0f}: prediction +{margin:.0%})",
+            f"nothing left can beat {best.name}'s {best.goal:,.0f}: the best case left, "
+            f"{margin_text(margin)}, is {bound:,.0f}",
             margin,
             bound,
         )
@@ -140,20 +142,28 @@ def why_not_tried(
     margin: float,
     failures: Sequence[tuple[Candidate, Tried]],
     stop_reason: str,
-) -> str:
-    """One line for a candidate the tune left: dropped after a similar failure, cannot meet the
-    bounds, bounded below the best, or the budget ran out first."""
+) -> tuple[str, str]:
+    """(state, one line) for a candidate the tune left: dropped after a similar failure, cannot
+    meet the bounds, its best case below the best measured (outranked), or the budget ran out
+    first. The best case is not the prediction plus the margin: the margin loosens the latency
+    bounds too, so a level the prediction puts over a bound may count in the best case."""
     similar = dropped_as_similar(candidate, failures)
     if similar is not None:
         if similar.name == candidate.name:
-            return f"dropped: it failed to start on this box: {similar.failure}"
-        return f"dropped: {similar.name} failed to start ({similar.failure_kind or 'failed'})"
-    if optimistic_bound(candidate, margin) <= 0:
-        return f"predicted to miss the latency bounds at every level, even {margin:.0%} off"
+            return DROPPED, f"dropped: it failed to start on this box: {similar.failure}"
+        return DROPPED, f"dropped: {similar.name} failed to start ({similar.failure_kind or 'failed'})"
     bound = optimistic_bound(candidate, margin)
+    if bound <= 0:
+        return (
+            OUT_OF_BOUNDS,
+            f"predicted to miss the latency bounds at every level, even with the {margin_text(margin)}",
+        )
     if best is not None and best.goal is not None and best.goal >= bound:
-        return f"bound {bound:,.0f} (prediction +{margin:.0%}) is below the best measured {best.goal:,.0f}"
-    return f"not reached: {stop_reason}"
+        return (
+            OUTRANKED,
+            f"cannot beat {best.name}'s {best.goal:,.0f}: {bound:,.0f} at best ({margin_text(margin)})",
+        )
+    return NOT_REACHED, f"not reached: {stop_reason}"
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,7 @@ class SGLangLog(EngineLog):
         self.out("")
         self.main_line("Received sigquit from a child process. It usually means the child failed.")
 
-    def oom(self, text: str) -> None:
+    def oom(self, text: str, rank: int = 0) -> None:
         loader = Frame(
             "sglang/srt/model_loader/loader.py",
             1063,

@@ -569,12 +569,13 @@ class VLLMLog(EngineLog):
         for line in text.splitlines():
             self.out(line)
 
-    def _worker_failure(self, frame: Frame, error: str) -> None:
-        """A worker logs its exception (logger.exception: every line prefixed), then the engine core
-        and the API server say so (vllm/v1/executor/multiproc_executor.py, vllm/v1/engine/core.py)."""
+    def _worker_failure(self, frame: Frame, error: str, worker: str | None = None) -> None:
+        """A worker (the first by default) logs its exception (logger.exception: every line
+        prefixed), then the engine core and the API server say so
+        (vllm/v1/executor/multiproc_executor.py, vllm/v1/engine/core.py)."""
         lines = ["Traceback (most recent call last):", *frame.lines(), *error.splitlines()]
         self._logged_exception(
-            "WorkerProc failed to start.", lines, self.worker, "multiproc_executor.py:1057"
+            "WorkerProc failed to start.", lines, worker or self.worker, "multiproc_executor.py:1057"
         )
         waited = Frame("vllm/v1/executor/multiproc_executor.py", 916, "wait_for_ready", "raise e from None")
         self._engine_died(
@@ -605,14 +606,15 @@ class VLLMLog(EngineLog):
             f"Failed core proc(s): {{'{self.engine_core}': 1}}"
         )
 
-    def oom(self, text: str) -> None:
+    def oom(self, text: str, rank: int = 0) -> None:
+        """The worker of ``rank`` runs out of memory loading its shard: torch names its GPU."""
         frame = Frame(
             "vllm/model_executor/model_loader/default_loader.py",
             503,
             "load_weights",
             "loaded_weights = model.load_weights(self.get_all_weights(model_config, model))",
         )
-        self._worker_failure(frame, text)
+        self._worker_failure(frame, text, self.workers[rank] if rank < len(self.workers) else None)
 
     # -- loaded, KV cache, ready ------------------------------------------------------------------
 

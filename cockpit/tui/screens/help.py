@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,31 +15,62 @@ from cockpit.commands import COMMANDS
 from cockpit.tui.screens.dialog import DialogScreen
 
 
-def help_table(bindings: list[tuple[str, str]]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
-    table.add_row(
-        "Commands",
-        "typed into the prompt (Esc leaves it for the keys below, `:` or `/` return), Tab completes, ↑/↓ history",
-    )
+def help_table(bindings: list[tuple[str, str]]) -> Group:
+    """Each command's usage on its own line with what it does below it, the keys and marks in a
+    narrow column beside their words: at 80 columns a long usage (`tune`'s) wraps instead of
+    taking the width its words needed."""
+    parts: list[RenderableType] = [
+        Text("Commands", style="bold"),
+        Padding(
+            Text(
+                "typed into the prompt (Esc leaves it for the keys below, `:` or `/` return),"
+                " Tab completes, ↑/↓ history"
+            ),
+            (0, 0, 0, 2),
+        ),
+        Text(""),
+    ]
     for spec in COMMANDS:  # Text, not str: `[c=1,32,64]` is not markup
-        table.add_row(Text(f"  {spec.usage}"), Text(spec.summary))
-    table.add_row("", "")
-    table.add_row("Keys", "")
-    for key, description in bindings:
-        table.add_row(Text(f"  {key}"), Text(description))
-    table.add_row("", "")
-    table.add_row(
-        "Marks", "✓ fits  ~ tight  ✗ fails · ▶ GPU of the running layout  · idle  ★ best of a column"
-    )
-    table.add_row("", "» a log line that starts a phase · ○ no server ◐ loading ● ready ■ stopped")
-    table.add_row(
-        "Tune (t)",
-        "▶ the candidate running · ★ the best measured · ✗ failed to start · the tune stops when the best"
-        " measured ≥ the highest bound left (a prediction plus the model's observed error) · the chart:"
-        " goal against p99 latency, * the Pareto front",
-    )
+        parts.append(Padding(Text(spec.usage, style="bold"), (0, 0, 0, 2)))
+        parts.append(Padding(Text(spec.summary), (0, 0, 0, 6)))
+    parts += [Text(""), Text("Keys", style="bold"), _pairs(bindings)]
+    parts += [Text(""), Text("Marks", style="bold"), _pairs(MARKS)]
+    parts += [Text(""), Text("Tune (t)", style="bold"), _pairs(TUNE_MARKS)]
+    return Group(*parts)
+
+
+MARKS = [
+    ("✓ ~ ✗", "the layout fits, is tight, fails (the planner's verdict)"),
+    ("▶", "a GPU of the running layout"),
+    ("·", "an idle GPU"),
+    ("★", "the best of a column in the results"),
+    ("»", "a log line that starts a phase (loading, compiling, warming up, ready)"),
+    ("○ ◐ ● ■", "no server · loading · ready · stopped"),
+]
+
+TUNE_MARKS = [
+    ("▶", "the candidate running"),
+    ("★", "the best measured"),
+    ("✗", "failed to start"),
+    (
+        "stops",
+        "when the best so far ≥ the best case left (each untried candidate's prediction with the"
+        " model's observed error in its favour: faster, and latency bounds looser)",
+    ),
+    (
+        "chart",
+        "the goal against the latency the bounds check (each request's mean ITL, p99); * the Pareto front",
+    ),
+]
+
+
+def _pairs(rows: list[tuple[str, str]]) -> Table:
+    """A key (or mark) and its words; the words take the width that is left and wrap."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True, min_width=8)
+    table.add_column(ratio=1)
+    for key, words in rows:
+        table.add_row(Text(f"  {key}"), Text(words))
     return table
 
 

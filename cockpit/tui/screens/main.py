@@ -14,7 +14,7 @@ from textual.containers import Container
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 
 from cockpit.tui.history import PromptHistory
 from cockpit.tui.widgets.bench_pane import BenchPane
@@ -106,6 +106,22 @@ class MainScreen(Screen):
     @property
     def status(self) -> StatusLine:
         return self.query_one(StatusLine)
+
+    def take_typed(self, text: str) -> None:
+        """Keys typed at a question that cancelled it: the prompt takes them, at once and in order
+        (a `:` or `/` that only opens the prompt is not text)."""
+        prompt = self.prompt
+        self.set_focus(prompt)
+        if not prompt.value:
+            text = text.lstrip(":/") if len(text) == 1 else text
+        if text:
+            prompt.insert_text_at_cursor(text)
+
+    def take_enter(self) -> None:
+        """An Enter typed after the rest of a command at a question: the command runs."""
+        prompt = self.prompt
+        self.set_focus(prompt)
+        prompt.post_message(Input.Submitted(prompt, prompt.value))
 
     def say(self, text: str, error: bool = False) -> None:
         self.status.say(text, error)

@@ -39,6 +39,11 @@ class ResultsChart(Static):
     def on_resize(self) -> None:
         self._draw()
 
+    def on_show(self) -> None:
+        """Drawn while hidden (a re-attach fills the results before the pane is shown), it had
+        no size to draw at: draw now that it has."""
+        self._draw()
+
     def _draw(self) -> None:
         text = render_chart(self.series, self.content_size.width, self.content_size.height)
         self.update(Text.from_ansi(text) if text else "")
@@ -48,11 +53,14 @@ class BenchPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._details: dict[str, str] = {}  # layout -> its row in full
+        self._results = 0  # rows in the comparison: "no benchmark yet" must not deny them
+        self._view: BenchView | None = None  # the live view last shown, re-read when results land
 
     def compose(self) -> ComposeResult:
         yield Static(id="bench-status", markup=False)
         yield Sparkline([], id="bench-spark")
         yield Static(id="bench-latency", markup=False)
+        yield Static(id="results-label", markup=False)
         yield DataTable(id="results-table", cursor_type="row")
         yield Static(id="results-detail", markup=False)
         yield ResultsChart(id="bench-chart")
@@ -66,12 +74,20 @@ class BenchPane(Vertical):
         return self.query_one("#results-table", DataTable)
 
     def show_live(self, view: BenchView) -> None:
-        self.query_one("#bench-status", Static).update(view.status())
+        self._view = view
+        self.query_one("#bench-status", Static).update(self._status(view))
         self.sparkline.data = list(view.ticks)  # a new list: Sparkline redraws on assignment only
         self.sparkline.display = bool(view.ticks)
         latency = view.latency()
         self.query_one("#bench-latency", Static).update(latency)
         self.query_one("#bench-latency", Static).display = bool(latency)
+
+    def _status(self, view: BenchView) -> str:
+        if view.experiment is None and self._results:
+            return (
+                f"no benchmark of this server yet: `bench` measures it · {self._results} result row(s) below"
+            )
+        return view.status()
 
     def show_comparison(self, comp: Comparison) -> None:
         """Columns as wide as their widest cell, set here: the table's own sizing lagged behind
@@ -79,6 +95,10 @@ class BenchPane(Vertical):
         table = self.results_table
         table.clear(columns=True)
         self._details = {row.layout: row_detail(row) for row in comp.rows}
+        self._results = len(comp.rows)
+        self.query_one("#results-label", Static).update(workload_line(comp))
+        if self._view is not None:
+            self.query_one("#bench-status", Static).update(self._status(self._view))
         self.query_one("#results-detail", Static).update("")
         labels = ["layout", *(f"C={c}" for c in comp.levels), "peak"]
         rows = [(row.layout, result_cells(row, comp)) for row in comp.rows]
@@ -136,3 +156,12 @@ def row_detail(row: ComparisonRow) -> str:
     if point.ttft_ms_p50 is not None or point.itl_ms_p50 is not None:
         latency = f" · TTFT p50 {format_ms(point.ttft_ms_p50)} p99 {format_ms(point.ttft_ms_p99)} ms · ITL p50 {format_ms(point.itl_ms_p50)} p99 {format_ms(point.itl_ms_p99)} ms"
     return f"{row.layout} (experiment {row.experiment}): peak {format_tok_s(point.output_tok_s)} tok/s at C={point.concurrency}{latency}"
+
+
+def workload_line(comp: Comparison) -> str:
+    """Which requests the table compares (levels of other lengths are in tables of their own):
+    the table must not pass for every result there is."""
+    if not comp.benched:
+        return ""
+    older = f" · {len(comp.earlier)} other workload(s): `results` shows them" if comp.earlier else ""
+    return f"results at {comp.label}{older}" if comp.label else ""

@@ -7,9 +7,11 @@ codes. `Log` renders only the visible lines and follows the tail unless the pers
 from __future__ import annotations
 
 import re
+import textwrap
 
 from rich.highlighter import Highlighter
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Log, Static
@@ -36,9 +38,21 @@ class PhaseHighlighter(Highlighter):
 
 
 class ServerLog(Log):
+    """Follows the tail while the person has not scrolled up, also when its pane shrinks (a
+    banner shown, the view resized): a shrink leaves the scroll where it was, above the end."""
+
     def __init__(self, **kwargs) -> None:
         super().__init__(highlight=True, max_lines=MAX_LINES, auto_scroll=True, **kwargs)
         self.highlighter = PhaseHighlighter()
+        self.following = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.following:
+            self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
 
 
 class LaunchLog(Vertical):
@@ -86,6 +100,21 @@ class LaunchLog(Vertical):
         log.write_line(f"── {layout} ── {command}")
         log.scroll_to(x=0, y=log.max_scroll_y, animate=False, immediate=True)
 
+    def open_profile(self, opened: str, notes: tuple[str, ...]) -> None:
+        """A profile opened: the last profile's server lines go (they are in its log file), its
+        notes (arguments translated for another engine) come whole, one a line."""
+        self.hide_banner()
+        log = self.log_view
+        log.clear()
+        log.write_line(f"── {opened}")
+        width = max(40, log.content_size.width - 1)  # the log does not wrap: a note is read whole
+        for note in notes:
+            log.write_lines(
+                textwrap.wrap(
+                    note, width, initial_indent="   ", subsequent_indent="     ", break_on_hyphens=False
+                )
+            )
+
     def write_lines(self, lines: list[str]) -> None:
         self.log_view.write_lines(lines)
 
@@ -97,9 +126,11 @@ class LaunchLog(Vertical):
         self.banner.set_classes("")
         self.banner.display = False
 
-    def show_ready(self, layout: str, url: str, load_seconds: float) -> None:
+    def show_ready(self, layout: str, url: str, load_seconds: float, levels: tuple[int, ...] = ()) -> None:
+        """`levels`: the profile's concurrency levels, which a bare `bench` runs."""
+        bench = f"bench c={','.join(map(str, levels))}" if levels else "bench"
         self._banner(
-            f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f}s) · next: `bench c=1,32,64`",
+            f"● READY  {layout} serves {url} (loaded in {load_seconds:.1f}s) · next: `{bench}`",
             "-ready",
         )
 

@@ -20,6 +20,7 @@ from cockpit.layout import Layout
 from cockpit.planner import FAILS, FITS, Verdict
 from cockpit.reports.measured import Against, LastMeasured, memory_of
 from cockpit.reports.plan import verdict_mark
+from cockpit.tui.format import memory_line
 from cockpit.tui.messages import LaunchRequested
 
 MARK_STYLES = {FITS: "green", FAILS: "red"}
@@ -50,10 +51,7 @@ def describe(v: Verdict, argv: str, suggestion: str = "", against: Against | Non
     out.append("\n")
     if v.memory is not None:
         m = v.memory
-        out.append(
-            f"weights {m.weights_gib:.1f} GiB per GPU (busiest GPU {m.busiest_gpu}) · KV cache {m.kv_budget_gib:.1f} GiB, "
-            f"{m.kv_tokens:,} tokens, room for ~{m.max_concurrency:,.0f} requests\n"
-        )
+        out.append(memory_line(m) + "\n")
     if last is not None and (last.memory.known or last.peak_gib):
         out.append(measured_memory(v, last) + "\n", style=MEASURED_STYLE)
     for reason in v.reasons:

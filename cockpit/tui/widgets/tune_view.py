@@ -1,8 +1,11 @@
-"""The tune view: the candidates with their predicted, bound and measured goals, the stopping rule,
-a chart of goal against p99 latency with the Pareto front, and after the end the winner's command.
+"""The tune view: the candidates with their predicted, best-case and measured goals, the stopping
+rule, a chart of goal against p99 latency with the Pareto front, and after the end the winner's
+command.
 
 `TuneBoard` folds the tune's events (no Textual, as `tui.state` does for the server and the bench);
 `TuneView` draws it. The events are few (one per launch and level), so each redraws the whole view.
+The table keeps the columns that fit its width, the candidate and its state always; the line under
+it says the highlighted candidate in full.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -29,9 +33,11 @@ from cockpit.tune.events import (
     TuneStarted,
     TuneStep,
     goal_text,
+    margin_text,
     table_rows,
 )
 from cockpit.tune.pareto import AXIS_LABELS, Axis, latency, latency_axis, pareto_front
+from cockpit.tune.search import DROPPED, NOT_REACHED, OUT_OF_BOUNDS, OUTRANKED
 from cockpit.tune.spec import TuneSpec
 
 RUNNING, BEST, FAILED_MARK = "▶", "★", "✗"
@@ -40,6 +46,40 @@ EMPTY = (
     "no tune yet: `tune itl<50ms n=4` launches the most promising layouts, measures each one's "
     "goodput under the bounds, and stops when nothing left can beat the best"
 )
+# A candidate's state in the table, in a word or two (the line under the table has the whole note).
+STATE_WORDS = {
+    "untried": "untried",
+    "running": "running",
+    "measured": "measured",
+    "failed": "failed",
+    DROPPED: "dropped",
+    OUTRANKED: "can't win",
+    OUT_OF_BOUNDS: "misses bounds",
+    NOT_REACHED: "not reached",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column; when the table is too narrow, the lowest ``keep`` goes first (0: never)."""
+
+    label: str
+    key: str
+    keep: int = 0
+
+
+COLUMNS = (
+    Column("", "mark"),
+    Column("candidate", "candidate"),
+    Column("GPUs", "gpus", keep=1),
+    Column("predicted", "predicted", keep=4),
+    Column("best case", "best", keep=2),
+    Column("measured", "measured"),
+    Column("level", "level", keep=3),
+    Column("state", "state"),
+)
+NAME_COLUMN = 1
+CELL_PADDING = 1  # DataTable's own, each side of a cell
 
 
 @dataclass
@@ -55,7 +95,7 @@ class TuneBoard:
     best: str | None = None
     best_goal: float | None = None
     margin: float = 0.0
-    bound: float = 0.0  # the highest optimistic bound among the candidates left
+    bound: float = 0.0  # the highest best case (optimistic bound) among the candidates left
     per_gpu: bool = False
     step: TuneStep | None = None  # the candidate launched and not yet measured
     points: list[Point] = field(default_factory=list)
@@ -110,7 +150,7 @@ class TuneBoard:
         return goal_text(value, self.per_gpu)
 
     def status_lines(self) -> list[str]:
-        """The spec, the best so far against the highest bound left (the stopping rule), the running one."""
+        """The spec, the best so far against the best case left (the stopping rule), the running one."""
         if self.tune is None:
             return [EMPTY]
         left_out = f", {self.left_out} left out" if self.left_out else ""  # a journaled result has no count
@@ -120,13 +160,13 @@ class TuneBoard:
         best = f"best so far {self.best} {self.goal(self.best_goal)}" if self.best else "nothing measured yet"
         if self.result is None:
             lines.append(
-                f"{best} · highest bound left {self.goal(self.bound)} (+{self.margin:.0%})"
-                " · stops when best ≥ highest bound"
+                f"{best} · best case left {self.goal(self.bound)} ({margin_text(self.margin)})"
+                " · stops when the best so far ≥ the best case left"
             )
         if self.step is not None:
             s = self.step
             lines.append(
-                f"{RUNNING} candidate {s.number}: {s.name}, predicted {self.goal(s.predicted)}, bound {self.goal(s.bound)}"
+                f"{RUNNING} candidate {s.number}: {s.name}, predicted {self.goal(s.predicted)}, best case {self.goal(s.bound)}"
             )
         return lines
 
@@ -137,7 +177,7 @@ class TuneBoard:
             return []
         if result.interrupted:
             return [
-                f"■ interrupted after {result.launches} launch(es): `tune --resume` continues it"
+                f"■ {result.ending.partition(': ')[2]}"
                 + (f"; best so far {result.winner} {self.goal(result.winner_goal)}" if result.winner else "")
             ]
         saved = f"{result.saved} launch(es) saved against trying all {result.fitting}"
@@ -158,8 +198,10 @@ class TuneBoard:
         return bool(spec and spec.rates)
 
     def table(self) -> list[tuple[str, list]]:
-        """(key, cells) per candidate: tried first, best first; the running and best marked."""
+        """(key, cells) per candidate, a cell per column of ``COLUMNS``: tried first, best first;
+        the running and best marked. The goals go without their unit, which the spec's goal names."""
         out = []
+        number = self._number
         for row in table_rows(self.rows):
             mark = (
                 RUNNING
@@ -176,23 +218,32 @@ class TuneBoard:
                 mark,
                 Text(row.name, style=style),
                 str(row.gpus),
-                self.goal(row.predicted),
-                self.goal(row.bound),
-                Text(self.goal(row.measured), style=style),
+                number(row.predicted),
+                number(row.bound),
+                Text(number(row.measured), style=style),
                 level_text(row.level, self._rates),
-                Text(note, style="red" if row.state == "failed" else "dim" if row.state == "dropped" else ""),
+                Text(note, style="red" if row.state == "failed" else "dim" if row.state == DROPPED else ""),
             ]
             out.append((row.name, cells))
         return out
+
+    def _number(self, value: float | None) -> str:
+        """A goal without its unit, for the table's cells."""
+        return goal_text(value, self.per_gpu).partition(" ")[0]
 
     def note(self, name: str) -> str:
         """One candidate's row in full, for the line under the table."""
         row = next((r for r in self.rows if r.name == name), None)
         if row is None:
             return ""
-        what = f"measured {self.goal(row.measured)}" if row.measured is not None else row.state
-        return f"{row.name}: predicted {self.goal(row.predicted)}, bound {self.goal(row.bound)}, {what}" + (
-            f" · {row.note}" if row.note else ""
+        what = (
+            f"measured {self.goal(row.measured)}"
+            if row.measured is not None
+            else STATE_WORDS.get(row.state, row.state)
+        )
+        return (
+            f"{row.name}: predicted {self.goal(row.predicted)}, best case {self.goal(row.bound)}, {what}"
+            + (f" · {row.note}" if row.note else "")
         )
 
     def front_line(self) -> str:
@@ -208,12 +259,56 @@ class TuneBoard:
 
 
 def state_text(row: Row, running: str | None) -> str:
-    """What became of a candidate in a few words: running, measured, failed and why, or why not tried."""
+    """What became of a candidate in a word or two: running, measured, failed, or why not tried
+    (the line under the table says why in full)."""
     if row.name == running:
         return "running"
-    if row.state == "failed":
-        return f"failed: {row.note}" if row.note else "failed"
-    return row.note or row.state
+    if row.state == "untried" and row.note:  # journaled by an older cockpit, the why in the note
+        return "not tried"
+    return STATE_WORDS.get(row.state, row.state)
+
+
+@dataclass(frozen=True)
+class TableFit:
+    """What of the table fits a width: the indexes of ``COLUMNS`` shown and each one's width
+    (a candidate's name may be cut to keep the state in view). Given, not measured by the table:
+    a table measures its cells when idle, and a row drawn before that keeps a cell cut short."""
+
+    columns: tuple[int, ...]
+    widths: tuple[int, ...]
+
+
+NAME_ROOM = 30  # `tp2 dp4 ep --max-num-seqs 128` (a layout and one knob) keeps this much before a column goes
+MIN_NAME_WIDTH = 10  # `tp2 dp4 ep` whole; the line under the table has a name that is cut
+
+
+def fit_table(cells: Sequence[Sequence[object]], width: int, per_gpu: bool) -> TableFit:
+    """The columns of ``COLUMNS`` that fit ``width`` cells: a long candidate name (knobs) is cut to
+    ``NAME_ROOM`` before the lowest ``keep`` column is left out, and further when nothing is left
+    to leave out; the candidate, its measured goal and its state stay. GPUs only for the per-GPU
+    goal (for tok/s every candidate uses all the GPUs the profile allows)."""
+    shown = [i for i, column in enumerate(COLUMNS) if per_gpu or column.key != "gpus"]
+    needed = [
+        max([cell_len(c.label), *(cell_len(str(row[i])) for row in cells)]) for i, c in enumerate(COLUMNS)
+    ]
+
+    def room_for_name() -> int:
+        return width - sum(needed[i] + 2 * CELL_PADDING for i in shown) + needed[NAME_COLUMN]
+
+    droppable = sorted((i for i in shown if COLUMNS[i].keep), key=lambda i: COLUMNS[i].keep)
+    while droppable and room_for_name() < min(needed[NAME_COLUMN], NAME_ROOM):
+        shown.remove(droppable.pop(0))
+    needed[NAME_COLUMN] = max(MIN_NAME_WIDTH, min(needed[NAME_COLUMN], room_for_name()))
+    return TableFit(tuple(shown), tuple(needed[i] for i in shown))
+
+
+def fitted(cell: object, width: int) -> object:
+    """A cell cut to its column's width with an ellipsis, so a cut name reads as cut."""
+    if cell_len(str(cell)) <= width:
+        return cell
+    text = cell.copy() if isinstance(cell, Text) else Text(str(cell))
+    text.truncate(width, overflow="ellipsis")
+    return text
 
 
 # -- the chart ------------------------------------------------------------------------------
@@ -228,7 +323,8 @@ def render_goal_chart(
     bound_ms: float | None = None,
 ) -> str:
     """Goal against p99 latency, each measured level a point (o), the Pareto front a line of *;
-    ``bound_ms`` is drawn as a vertical line. "" when it does not fit or there is nothing to draw.
+    ``bound_ms`` (the spec's bound on the axis' latency, which the points measure as the bound
+    checks it) is drawn as a vertical line. "" when it does not fit or there is nothing to draw.
     plotext keeps its figure in module state: call from the screen's thread only."""
     placed = [p for p in points if latency(p, axis) is not None]
     if width < MIN_WIDTH or height < MIN_HEIGHT or not placed:
@@ -241,7 +337,7 @@ def render_goal_chart(
     others = [p for p in placed if p not in front]
     xs = [latency(p, axis) or 0.0 for p in placed]
     top = max(p.goal for p in placed) or 1.0
-    legend = "* Pareto front · o dominated" + (f" · | bound {bound_ms:g} ms" if bound_ms else "")
+    legend = "* Pareto front · o dominated" + (f" · | {axis}<{bound_ms:g}ms" if bound_ms else "")
     y_label = "tok/s/GPU" if per_gpu else "tok/s"
     try:
         if not (hasattr(plotext, "figure") and hasattr(plotext.figure, "signal")):
@@ -332,11 +428,12 @@ class TuneView(Vertical):
     }
     """  # the compact screen's changes are in app.tcss (a widget's own CSS is scoped to it)
 
-    COLUMNS = ("", "candidate", "GPUs", "predicted", "bound", "measured", "level", "state")
+    SCROLLBAR = 2  # the table's vertical scrollbar, there once the rows outgrow it
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.board = TuneBoard()
+        self.fit = TableFit((), ())  # the columns the table shows now
 
     def compose(self) -> ComposeResult:
         yield Static(EMPTY, id="tune-status", markup=False)
@@ -347,8 +444,19 @@ class TuneView(Vertical):
         yield Static(id="tune-front", markup=False)
 
     def on_mount(self) -> None:
-        for label in self.COLUMNS:
-            self.table.add_column(label, key=label or "mark")
+        self._set_columns(fit_table([], self.content_size.width - self.SCROLLBAR, per_gpu=False))
+
+    def on_resize(self) -> None:
+        self.show(self.board)
+
+    def _set_columns(self, fit: TableFit) -> None:
+        """Show these columns (the rows are added again after)."""
+        if fit == self.fit:
+            return
+        self.fit = fit
+        self.table.clear(columns=True)
+        for i, width in zip(fit.columns, fit.widths):
+            self.table.add_column(COLUMNS[i].label, key=COLUMNS[i].key, width=width)
 
     @property
     def table(self) -> DataTable:
@@ -368,10 +476,14 @@ class TuneView(Vertical):
         result_line.set_class(not result, "-empty")
         table = self.table
         highlighted = self._highlighted_key()
+        rows = board.table()
+        width = self.content_size.width - self.SCROLLBAR
+        fit = fit_table([cells for _, cells in rows], width, board.per_gpu)
         table.clear()
-        for key, cells in board.table():
-            table.add_row(*cells, key=key)
-        if highlighted is not None and highlighted in {key for key, _ in board.table()}:
+        self._set_columns(fit)
+        for key, cells in rows:
+            table.add_row(*(fitted(cells[i], w) for i, w in zip(fit.columns, fit.widths)), key=key)
+        if highlighted is not None and highlighted in {key for key, _ in rows}:
             table.move_cursor(row=table.get_row_index(highlighted), animate=False)
         self.query_one("#tune-detail", Static).update(board.note(self._highlighted_key() or ""))
         self.chart.plot(board)
