@@ -79,16 +79,7 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
         "(server flags to try may stand anywhere among them)",
     )
     tune.add_argument("--resume", action="store_true", help="continue this profile's unfinished tune")
-    # SUPPRESS: given before `tune` (`cockpit --profile P tune`), cockpit's own option stands.
-    tune.add_argument(
-        "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
-    )
-    tune.add_argument(
-        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
-    )
-    tune.add_argument(
-        "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
-    )
+    _add_lab_options(tune)
     tune.add_argument(
         "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for each ready"
     )
@@ -120,16 +111,7 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         help="the layouts separated by commas, each with its own server flags, as in the screen's "
         '`sweep` ("tp8 --max-num-seqs 512, tp4 ep"); server flags after them go to every layout',
     )
-    # SUPPRESS: given before `sweep` (`cockpit --profile P sweep`), cockpit's own option stands.
-    sweep.add_argument(
-        "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
-    )
-    sweep.add_argument(
-        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
-    )
-    sweep.add_argument(
-        "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
-    )
+    _add_lab_options(sweep)
     sweep.add_argument("--force", action="store_true", help="launch the layouts the planner says fail too")
     sweep.add_argument(
         "--bench",
@@ -392,6 +374,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `cockpit plan | head`: the reader left, nothing is lost
         sys.stderr.close()
         return 0
+
+
+def _add_lab_options(parser: argparse.ArgumentParser) -> None:
+    """--profile, --engine and --sim on a subcommand. SUPPRESS: given before it (`cockpit
+    --profile P tune`), cockpit's own option stands."""
+    parser.add_argument(
+        "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
+    )
+    parser.add_argument(
+        "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
+    )
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
