@@ -6,7 +6,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
+from cockpit.runner.sweep import opening, refuse_unrunnable, stop_reason
 
 Print = Callable[[str], None]
 
@@ -302,7 +303,7 @@ def run_sweep(
         with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
             tell_opening(lab, printer)
             announce_live_servers(lab.registry, printer)
-            refuse_unplannable(lab, command.layouts)
+            refuse_unrunnable(plan_layout(lab.setup, layout) for layout in command.layouts)
             lab.monitor.start()
             code = _sweep(lab, command, force=force, verbose=verbose, out=printer)
             return code
@@ -363,18 +364,6 @@ def _refuse_twice(after_layouts: Bench, given: Bench | None) -> None:
         )
 
 
-def refuse_unplannable(lab: Lab, layouts: Sequence[Layout]) -> None:
-    """As the screen's sweep: a layout the engine cannot express, or whose server flags it would
-    refuse, stops the sweep before anything launches. One the planner says fails is tried in its
-    turn (and refused there without --force)."""
-    for layout in layouts:
-        verdict = plan_layout(lab.setup, layout)
-        if verdict.placement is None:
-            raise CockpitError(
-                f"sweep: {layout}: {verdict.reasons[0]}; nothing was launched: fix it or leave it out"
-            )
-
-
 @dataclass
 class SweepTally:
     """Which layouts a sweep measured and which not, for its last line (the events above and the
@@ -401,8 +390,7 @@ def _sweep(lab: Lab, command: Sweep, *, force: bool, verbose: bool, out: Printer
     """Each layout in turn; a signal stops the running server and ends the sweep with what it has."""
     tally = SweepTally(len(command.layouts))
     levels = command.bench.concurrency or lab.profile.bench.concurrency
-    names = ", ".join(map(str, command.layouts))
-    out(f"sweep     {names}: each is launched, benched at C={','.join(map(str, levels))}, stopped")
+    out("sweep     " + opening(command.layouts, levels).removeprefix("sweep "))
     current = ""
     try:
         for index, layout in enumerate(command.layouts, 1):
@@ -411,8 +399,7 @@ def _sweep(lab: Lab, command: Sweep, *, force: bool, verbose: bool, out: Printer
             tally.add(
                 str(layout), _sweep_step(lab, layout, command.bench, force=force, verbose=verbose, out=out)
             )
-            last = index == tally.total
-            _stop_server(lab.launcher, "sweep done" if last else "sweep: next layout", out)
+            _stop_server(lab.launcher, stop_reason(index, tally.total), out)
     except (KeyboardInterrupt, HungUp) as exc:
         # the terminal is gone: nothing more to print there (a log file it was sent to stays writable)
         out.gone = out.gone or (isinstance(exc, HungUp) and sys.stdout.isatty())

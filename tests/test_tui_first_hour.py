@@ -5,13 +5,24 @@ launch, `sweep` takes `bench`'s words, and the screen says when the box is simul
 from __future__ import annotations
 
 import pytest
-from tuipilot import fast_sim, launch_ready, make_app, minimax, run, small_profile, status_text, submit, until  # noqa: F401  (fixtures)
+from tuipilot import (  # noqa: F401  (fixtures)
+    fast_sim,
+    launch_ready,
+    launched_and_left_running,
+    make_app,
+    minimax,
+    offered,
+    run,
+    small_profile,
+    status_text,
+    submit,
+    until,
+)
 
 from cockpit.journal import Journal
 from cockpit.layout import parse_layout
 from cockpit.runner.events import BenchLevel
 from cockpit.runner.registry import Registry
-from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
 from cockpit.tui.state import BenchView
@@ -88,14 +99,7 @@ def test_a_forced_launch_that_fails_stays_failed_with_its_diagnosis(minimax):
 
 
 def test_re_attach_opens_the_servers_own_profile_and_its_load_time(minimax, profile_file):
-    async def leave_running():
-        app = make_app(minimax)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await launch_ready(pilot, app, "tp4")
-            await pilot.press("escape", "q", "d")  # leave it running
-            await until(pilot, lambda: not app.is_running, what="exit")
-
-    run(leave_running())
+    launched_and_left_running(minimax)
     [entry] = Registry().live()
     [exp] = Journal().experiments()
     kimi = small_profile(profile_file, "kimi-k2.6")
@@ -103,7 +107,7 @@ def test_re_attach_opens_the_servers_own_profile_and_its_load_time(minimax, prof
     async def come_back_under_another_profile():
         app = make_app(kimi)
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=5, what="the offer")
+            await offered(pilot, app)
             assert (
                 f"pid {entry.pid}" in app.screen.body and "ready" in app.screen.body
             )  # says ready, not loading

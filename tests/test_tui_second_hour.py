@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import pytest
 from textual import events
-from tuipilot import fast_sim, launch_ready, make_app, minimax, run, status_text, submit, until  # noqa: F401  (fixtures)
+from tuipilot import (  # noqa: F401  (fixtures)
+    fast_sim,
+    launch_ready,
+    leave_running,
+    make_app,
+    minimax,
+    offered,
+    re_attach,
+    run,
+    status_text,
+    submit,
+    until,
+)
 
 from cockpit.journal import Journal
 from cockpit.layout import parse_layout
 from cockpit.runner.registry import Registry
-from cockpit.tui.screens.choice import ChoiceScreen
 from cockpit.tui.screens.confirm import ConfirmScreen
 from cockpit.tui.screens.main import MainScreen
 
@@ -71,7 +82,7 @@ def test_a_pasted_command_with_its_enter_runs_once_the_question_is_gone(minimax)
 def test_a_server_left_on_sglang_comes_back_on_sglang(minimax, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `export md` writes here
 
-    async def leave_running():
+    async def launch_on_sglang_and_leave():
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
             await submit(pilot, f"use {minimax} on sglang")
@@ -79,16 +90,15 @@ def test_a_server_left_on_sglang_comes_back_on_sglang(minimax, tmp_path, monkeyp
                 pilot, lambda: app.session.setup.engine.name == "sglang", timeout=10, what="on sglang"
             )
             await launch_ready(pilot, app, "tp4")
-            await pilot.press("escape", "q", "d")  # leave it running
-            await until(pilot, lambda: not app.is_running, what="exit")
+            await leave_running(pilot, app)
 
-    run(leave_running())
+    run(launch_on_sglang_and_leave())
     [entry] = Registry().live()
 
     async def come_back():
         app = make_app(minimax)  # the same profile, which runs on vLLM by itself
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=20, what="the offer")
+            await offered(pilot, app)
             body = app.screen.body
             assert "of profile minimax-m2.5 on sglang" in body  # the question names both
             assert all(len(line) <= 76 for line in body.splitlines())  # the log path broken at a /
@@ -154,17 +164,14 @@ def test_the_status_line_says_the_bench_ended_and_a_re_attach_shows_the_results(
             assert "in a child" in status_text(app)
             await until(pilot, lambda: not app.bench_view.running and not app.control.benching, timeout=60)
             await until(pilot, lambda: "bench tp4 done" in status_text(app), timeout=20, what="said done")
-            await pilot.press("escape", "q", "d")
-            await until(pilot, lambda: not app.is_running, what="exit")
+            await leave_running(pilot, app)
 
     run(bench_and_leave())
 
     async def come_back():
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=20, what="the offer")
-            await pilot.press("a")
-            await until(pilot, lambda: app.server.state == "ready", what="re-attached")
+            await re_attach(pilot, app)
             assert app.focused is app.main.prompt  # typing `results` is a command, not `r` then `s`
             await pilot.press("escape", "b")
             bench = app.main.bench
@@ -216,5 +223,18 @@ def test_the_picker_says_by_how_much_a_layout_does_not_fit(minimax):
             await until(pilot, lambda: bool(app.session.verdicts), timeout=20)
             text = app._describe(app.session.verdict(parse_layout("tp2 ep"))).plain
             assert "does not fit by" in text and "KV cache -" not in text
+
+    run(scenario())
+
+
+def test_a_sweep_the_engine_cannot_run_says_so_as_cockpit_sweep_does(minimax):
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await submit(pilot, "sweep tp4 --max-num-seqz 8, tp8 ep")
+            await until(pilot, lambda: "nothing was launched" in status_text(app), timeout=20)
+            assert "sweep: tp4 --max-num-seqz 8: " in status_text(app)  # cockpit sweep's words
+            assert not app.control.sweeping
+        assert Journal().experiments() == []
 
     run(scenario())

@@ -13,8 +13,10 @@ import psutil
 from tuipilot import (  # noqa: F401  (fixtures)
     fast_sim,
     launch_ready,
+    launched_and_left_running,
     make_app,
     minimax,
+    re_attach,
     run,
     status_text,
     submit,
@@ -23,7 +25,6 @@ from tuipilot import (  # noqa: F401  (fixtures)
 
 from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
-from cockpit.tui.screens.choice import ChoiceScreen
 
 
 def _zombies() -> list[int]:
@@ -128,22 +129,13 @@ def test_a_launch_that_replaces_a_running_server_says_what_it_stopped(minimax):
 
 
 def test_a_re_attached_server_that_ends_is_noticed_by_its_pid(minimax):
-    async def leave_running():
-        app = make_app(minimax)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await launch_ready(pilot, app, "tp4")
-            await pilot.press("escape", "q", "d")  # leave it running
-            await until(pilot, lambda: not app.is_running, what="exit")
-
-    run(leave_running())
+    launched_and_left_running(minimax)
     [entry] = Registry().live()
 
     async def come_back():
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=20, what="the offer")
-            await pilot.press("a")
-            await until(pilot, lambda: app.server.state == "ready", what="re-attached")
+            await re_attach(pilot, app)
             os.killpg(entry.pgid, signal.SIGKILL)
             await until(pilot, lambda: app.server.state == "stopped", what="the end noticed")
             assert "■ tp4 ended" in app.main.header.plain

@@ -89,6 +89,39 @@ async def stop_server(pilot, app: CockpitApp) -> None:
     await until(pilot, lambda: app.server.state == "stopped" and not app.control.has_server, what="stopped")
 
 
+def launched_and_left_running(profile: str, layout: str = "tp4") -> None:
+    """A screen launches `layout`, then quits leaving its server running (q, then d): what a
+    re-attach test starts from."""
+
+    async def scenario():
+        app = make_app(profile)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await launch_ready(pilot, app, layout)
+            await leave_running(pilot, app)
+
+    run(scenario())
+
+
+async def leave_running(pilot, app: CockpitApp) -> None:
+    """Quit the screen and leave its server running (q, then d)."""
+    await pilot.press("escape", "q", "d")
+    await until(pilot, lambda: not app.is_running, what="exit")
+
+
+async def offered(pilot, app: CockpitApp) -> None:
+    """Wait for the start's offer of the servers left running."""
+    from cockpit.tui.screens.choice import ChoiceScreen
+
+    await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=20, what="the offer")
+
+
+async def re_attach(pilot, app: CockpitApp) -> None:
+    """Answer the offer: re-attach, until the server is ready on the screen."""
+    await offered(pilot, app)
+    await pilot.press("a")
+    await until(pilot, lambda: app.server.state == "ready", what="re-attached")
+
+
 def status_text(app: CockpitApp) -> str:
     return str(app.main.status.content)
 

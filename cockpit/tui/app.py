@@ -50,6 +50,7 @@ from cockpit.layout import Layout
 from cockpit.planner import FAILS, Verdict
 from cockpit.profile import find_profile
 from cockpit.reports.tune import level_text, newest_tune
+from cockpit.runner import sweep
 from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
@@ -688,16 +689,11 @@ class CockpitApp(App[None]):
     def cmd_sweep(self, command: Sweep) -> None:
         if self.control.sweeping or self.control.benching:
             raise CockpitError("a sweep or benchmark is running: `stop` ends it first")
-        for layout in command.layouts:
-            verdict = self.session.verdict(layout)
-            if verdict.placement is None:
-                raise CockpitError(f"{layout}: {verdict.reasons[0]}")
+        sweep.refuse_unrunnable(self.session.verdict(layout) for layout in command.layouts)
         self._bench_levels = command.bench.concurrency or self.session.levels
         self.control.sweep(command.layouts, command.bench)
-        names = ", ".join(map(str, command.layouts))
         self.main.say(
-            f"sweep {names}: each is launched, benched at C={','.join(map(str, self._bench_levels))}, stopped"
-            + (ENDING_TUNE if self.control.tuning else "")
+            sweep.opening(command.layouts, self._bench_levels) + (ENDING_TUNE if self.control.tuning else "")
         )
         self.main.show_view("log")
 

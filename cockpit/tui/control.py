@@ -36,6 +36,7 @@ from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Phase, Read
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
+from cockpit.runner.sweep import stop_reason
 from cockpit.tune.events import TuneEvent
 from cockpit.tune.spec import TuneSpec
 from cockpit.tuner import Tuner
@@ -296,7 +297,7 @@ class Control:
                 if isinstance(outcome, Ready) and not stopped():
                     self._consume(self.launcher.bench(bench))
                 # Stopped by the person or not, a server this step launched goes down here.
-                self._stop_current("sweep: next layout" if index < len(layouts) else "sweep done")
+                self._stop_current(stop_reason(index, len(layouts)))
                 done += 1
             self.on_job(SweepDone(done, len(layouts), stopped=stopped()))
 
