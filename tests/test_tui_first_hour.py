@@ -229,3 +229,27 @@ def test_between_levels_the_bench_status_names_the_next_level():
     view.apply(BenchLevel(7, 1, {"concurrency": 1, "output_tok_s": 90.0}, "C=1"))
     assert "C=1" not in view.status() and "C=8 starting" in view.status()
     assert "tok/s now" not in view.status()
+
+
+def test_a_thread_message_that_lands_after_the_screen_is_gone_is_dropped(minimax):
+    """A thread's message (a refit's Relearned, a sweep's end, a runner's event) can be handled
+    after the app began to shut down, when the screen is gone: it is dropped, not a crash at exit.
+    While the app runs, a widget that is missing is a bug and still raises."""
+    from textual.css.query import NoMatches
+
+    from cockpit.tui.control import Relearned, SweepDone
+    from cockpit.tui.messages import JobEventPosted
+
+    async def scenario():
+        app = make_app(minimax)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.main.bench.results_table
+            await table.remove()
+            with pytest.raises(NoMatches):
+                app.on_job_event_posted(JobEventPosted(Relearned()))
+        assert not app.is_running
+        app.on_job_event_posted(JobEventPosted(Relearned()))
+        app.on_job_event_posted(JobEventPosted(SweepDone(done=1, total=1)))
+
+    run(scenario())

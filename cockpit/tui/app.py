@@ -17,6 +17,7 @@ one-off jobs (opening a profile, looking for servers left running) are Textual t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -100,6 +101,23 @@ from cockpit.tune.events import TuneEvent, TuneNotice, TuneResult, TuneStep
 from cockpit.tune.spec import TuneSpec
 
 log = logging.getLogger(__name__)
+
+
+def _dropped_at_shutdown(handler: Callable) -> Callable:
+    """A message posted by a thread (a refit, a runner, a sampler) can be handled after the app
+    began to shut down, when its panes' children are already gone: then it is dropped, not raised.
+    While the app runs, a missing widget is a bug and still raises."""
+
+    @functools.wraps(handler)
+    def handle(app: App, message: object) -> None:
+        try:
+            handler(app, message)
+        except NoMatches:
+            if app.is_running:
+                raise
+
+    return handle
+
 
 ENDING_TUNE = "; the running tune ends first, after its current level"
 
@@ -395,10 +413,12 @@ class CockpitApp(App[None]):
 
     # -- messages from the threads ----------------------------------------------------------
 
+    @_dropped_at_shutdown
     def on_gpu_samples(self, message: GpuSamples) -> None:
         self._last_samples = message.samples
         self.refresh_gpus()
 
+    @_dropped_at_shutdown
     def on_job_event_posted(self, message: JobEventPosted) -> None:
         """What a job says about itself goes to the status line; a finished stop may end a quit."""
         main = self.main
@@ -420,6 +440,7 @@ class CockpitApp(App[None]):
                 self.refresh_results()
                 self._tell_learning()
 
+    @_dropped_at_shutdown
     def on_runner_event_posted(self, message: RunnerEventPosted) -> None:
         """The experiment's events: a benchmark's go to the bench pane, the rest to the server's view."""
         event = message.event
@@ -474,6 +495,7 @@ class CockpitApp(App[None]):
         """A sweep or a tune runs the servers: their status lines speak for each step."""
         return self.control.sweeping or self.control.tuning
 
+    @_dropped_at_shutdown
     def on_tune_event_posted(self, message: TuneEventPosted) -> None:
         """A tune's progress: the tune view, and its steps and end on the status line."""
         event = message.event
