@@ -487,7 +487,7 @@ def stop_servers(which: str, out: Print = print) -> int:
     with Journal() as journal:
         for entry in live:
             how = supervisor.stop(supervisor.attach(entry))
-            journal_stopped(journal, entry.experiment)
+            journal_stopped(journal, entry.experiment, entry)
             out(f"stopped   {entry}: {how}")
     return 0
 

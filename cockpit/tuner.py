@@ -411,7 +411,7 @@ class Tuner:
             if not ours:
                 continue
             supervisor.stop(supervisor.attach(entry))
-            journal_stopped(journal, entry.experiment)
+            journal_stopped(journal, entry.experiment, entry)
             self.on_event(Stopped(entry.experiment, f"left running by the interrupted tune {record.id}"))
 
     # -- what the faces see -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 import yaml
+from simproc import free_port
 
 from cockpit import cli
 from cockpit.calibrate import engine_fell_behind, fit, launched_as_planned, usable_level
@@ -400,7 +401,8 @@ def test_the_engine_fails_where_its_truth_says_though_the_planner_says_it_fits(t
 
     args = parse_engine_args(
         "vllm",
-        ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--max-model-len", "32768"],
+        ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--max-model-len", "32768"]
+        + ["--port", str(free_port())],  # never the default 8000: another test may hold it
     )
     state = str(tmp_path / "simbox")
     box = SimBox.from_env({"COCKPIT_SIM_STATE": state}).create()

@@ -632,3 +632,29 @@ def test_how_a_ready_server_ended_is_said_in_a_line_and_a_few_words(code, lines,
 
     ending = describe_end(code, lines)
     assert ending.words == words and reason in ending.reason
+
+
+def test_stopping_a_server_whose_cockpit_died_before_journaling_its_pid_journals_it():
+    """kill -9 of cockpit between the spawn (listed at once) and journaling the pid: the stop
+    that finds the server in the registry journals its pid, log and end."""
+    from cockpit.runner.registry import ServerEntry
+
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        journal = Journal()
+        exp = journal.start_experiment(
+            profile="p", model="m", engine="vllm", layout="tp4", argv=["vllm", "serve", "m"]
+        )
+        entry = Registry().add(
+            ServerEntry(server.pid, server.pid, ("vllm", "serve", "m"), 8000, "/tmp/x.log", exp, layout="tp4")
+        )
+        lines: list[str] = []
+        assert stop_servers(str(entry.pid), out=lines.append) == 0
+        server.wait(timeout=10)
+        record = Journal().experiment(exp)
+        assert record is not None and record.pid == server.pid and record.outcome == "stopped"
+        assert record.log_path == "/tmp/x.log" and record.ended is not None
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -187,6 +187,10 @@ def test_export_md_keeps_earlier_sweeps_and_the_screen_shows_the_newest(tmp_path
     assert "| tp4 | 79.0 | 249.0 | 249.0 (C=8) |" in lines
     # the screen's one table compares like with like: the newest workload's levels only
     assert [(r.layout, r.cells[8].output_tok_s) for r in shown.rows] == [("tp8 ep", 290.0), ("tp4", 297.0)]
+    # and says where the others are: the screen's `results` shows its one table, not theirs
+    from cockpit.tui.widgets.bench_pane import workload_line
+
+    assert workload_line(shown).endswith("1 other workload(s): `export md` and `cockpit results` show them")
 
 
 # -- before any benchmark --------------------------------------------------------------------------

@@ -394,7 +394,7 @@ def describe_end(returncode: int | None, lines: Sequence[str] = ()) -> Ending:
     if killer is not None:
         return Ending(f"crashed ({killer}){_why(lines)}", f"crashed ({killer})")
     if returncode == 0:
-        return Ending("exited (code 0), as on `cockpit stop` from another shell", "ended (exit code 0)")
+        return Ending("it exited cleanly, as on `cockpit stop` from another shell", "ended (exit code 0)")
     return Ending(
         f"ended on its own (exit code {returncode}){_why(lines)}", f"ended (exit code {returncode})"
     )

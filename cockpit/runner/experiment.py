@@ -600,11 +600,15 @@ def predicted_at_launch(setup: Setup, verdict: Verdict) -> dict:
     }
 
 
-def journal_stopped(journal: Journal, exp: int) -> None:
-    """A stopped server's experiment gets its end, and `stopped` if it never served."""
+def journal_stopped(journal: Journal, exp: int, entry: ServerEntry | None = None) -> None:
+    """A stopped server's experiment gets its end, and `stopped` if it never served. A server
+    stopped from its registry ``entry`` lends its pid, log and port to an experiment that lacks
+    them: its cockpit can die (kill -9) between the spawn, listed at once, and journaling the pid."""
     record = journal.experiment(exp)
     if record is None:
         return
+    if entry is not None and record.pid is None:
+        journal.update_experiment(exp, pid=entry.pid, log_path=entry.log_path, port=entry.port)
     if record.outcome == LAUNCHING:
         journal.set_outcome(exp, STOPPED)
     elif record.ended is None:

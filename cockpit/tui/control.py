@@ -272,7 +272,7 @@ class Control:
             supervisor = self.launcher.supervisor
             for entry in entries:
                 how = supervisor.stop(supervisor.attach(entry))
-                journal_stopped(self.session.journal, entry.experiment)
+                journal_stopped(self.session.journal, entry.experiment, entry)
                 self.on_job(Notice(f"✓ stopped {entry}: {how}"))
 
         self._spawn("stop-left-running", job)

@@ -163,5 +163,9 @@ def workload_line(comp: Comparison) -> str:
     the table must not pass for every result there is."""
     if not comp.benched:
         return ""
-    older = f" · {len(comp.earlier)} other workload(s): `results` shows them" if comp.earlier else ""
+    older = (
+        f" · {len(comp.earlier)} other workload(s): `export md` and `cockpit results` show them"
+        if comp.earlier
+        else ""
+    )
     return f"results at {comp.label}{older}" if comp.label else ""
