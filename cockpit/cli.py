@@ -80,9 +80,7 @@ def _add_tune_parser(commands: argparse._SubParsersAction) -> None:
     )
     tune.add_argument("--resume", action="store_true", help="continue this profile's unfinished tune")
     _add_lab_options(tune)
-    tune.add_argument(
-        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for each ready"
-    )
+    _add_startup_timeout(tune, "seconds to wait for each ready")
     tune.add_argument("--verbose", action="store_true", help="also print the servers' log lines")
 
 
@@ -113,17 +111,12 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     )
     _add_lab_options(sweep)
     sweep.add_argument("--force", action="store_true", help="launch the layouts the planner says fail too")
-    sweep.add_argument(
-        "--bench",
-        metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"',
-        help="the benchmark each layout gets (default: the profile's)",
+    _add_bench_options(
+        sweep,
+        "the benchmark each layout gets (default: the profile's)",
+        "seconds a benchmark request may wait for its next bytes",
     )
-    sweep.add_argument(
-        "--timeout", type=float, metavar="S", help="seconds a benchmark request may wait for its next bytes"
-    )
-    sweep.add_argument(
-        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for each ready"
-    )
+    _add_startup_timeout(sweep, "seconds to wait for each ready")
     sweep.add_argument(
         "--verbose", action="store_true", help="also print the servers' log lines, phases and bench ticks"
     )
@@ -269,30 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "text", metavar='"try LAYOUT"', help='what you would type in the prompt bar, e.g. "try tp4 ep2"'
     )
-    run.add_argument("--profile", metavar="NAME|FILE", help="the profile (default: demo)")
-    run.add_argument(
-        "--engine", choices=("vllm", "sglang"), help="run the profile on this engine (its args translated)"
-    )
-    run.add_argument("--sim", action="store_true", help="use the simulated box and engine")
+    _add_lab_options(run)
     run.add_argument(
         "--force", action="store_true", help="launch even when the planner says the layout fails"
     )
     run.add_argument("--keep", action="store_true", help="leave the server running when done or on Ctrl-C")
-    run.add_argument(
-        "--startup-timeout", type=float, default=1800.0, metavar="S", help="seconds to wait for ready"
-    )
+    _add_startup_timeout(run, "seconds to wait for ready")
     run.add_argument("--quiet", action="store_true", help="do not print the server's log lines")
-
-    run.add_argument(
-        "--bench",
-        metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"',
-        help="benchmark the server once it is ready",
-    )
-    run.add_argument(
-        "--timeout",
-        type=float,
-        metavar="S",
-        help="with --bench: seconds a request may wait for its next bytes",
+    _add_bench_options(
+        run,
+        "benchmark the server once it is ready",
+        "with --bench: seconds a request may wait for its next bytes",
     )
 
     from cockpit.bench.command import add_bench_parser
@@ -388,6 +368,16 @@ def _add_lab_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
     )
+
+
+def _add_startup_timeout(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--startup-timeout", type=float, default=1800.0, metavar="S", help=help)
+
+
+def _add_bench_options(parser: argparse.ArgumentParser, bench_help: str, timeout_help: str) -> None:
+    """--bench in the prompt's words, and --timeout for each request (run and sweep)."""
+    parser.add_argument("--bench", metavar='"c=1,32,64 in=N out=N n=N|t=S timeout=S"', help=bench_help)
+    parser.add_argument("--timeout", type=float, metavar="S", help=timeout_help)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -387,3 +387,17 @@ def test_plans_last_measured_column_takes_the_simulated_or_the_real_launches(cap
     simulated, _ = measured_here(setup, simulated=True)
     assert set(real) == {"tp4"} and set(simulated) == {"tp8 ep"}
     assert simulated["tp8 ep"].best.output_tok_s == 900.0
+
+
+def test_run_takes_the_profile_engine_and_sim_before_or_after_it():
+    """`cockpit --profile P --sim run …` as `cockpit tune` and `sweep` do: run's own options do not
+    set them back to their defaults."""
+    from cockpit.cli import _parse, build_parser
+
+    parser = build_parser()
+    before = _parse(parser, ["--profile", "minimax-m2.5", "--engine", "sglang", "--sim", "run", "try tp4"])
+    after = _parse(parser, ["run", "try tp4", "--profile", "minimax-m2.5", "--engine", "sglang", "--sim"])
+    for args in (before, after):
+        assert (args.profile, args.engine, args.sim) == ("minimax-m2.5", "sglang", True)
+    bare = _parse(parser, ["run", "try tp4"])
+    assert (bare.profile, bare.engine, bare.sim, bare.startup_timeout) == (None, None, False, 1800.0)
