@@ -44,16 +44,24 @@ def test_run_follows_the_real_log_to_ready_benches_and_journals_the_engines_numb
     assert [p.concurrency for p in points] == [1, 4]
     for point in points:
         assert point.errors == 0 and not point.failed and point.requests >= 8
-        # ITL's median may be 0 on a starved client: tokens read together share one time.
-        assert point.output_tok_s > 0 and point.ttft_ms_p50 > 0 and point.itl_ms_p99 > 0
+        # ITL is measured (one gap per token after the first), but its median and even its p99
+        # may be 0 on a starved client: vLLM merges a slow reader's steps into one chunk, and
+        # tokens read together share one time.
+        assert point.output_tok_s > 0 and point.ttft_ms_p50 > 0 and point.extra["itl_ms"]["n"] > 0
         # (Its empty chunks are tokens: 16 tokens came in ~9.5 chunks with text. How many chunks a
         # token takes is not asserted here: vLLM merges a slow reader's steps into one chunk,
         # RequestOutputCollector, and CI's cores are shared; tests/test_bench_client.py holds the
         # vLLM stream's shape.)
         assert point.extra["output_tokens"] > 0
-    # The engine's own /metrics, read during the levels: requests running, KV cache in use.
-    engine = points[-1].extra["engine"]
-    assert engine["running_peak"] >= 1 and engine["kv_usage_peak"] > 0
+    # The engine's own /metrics, read during each level. Its gauges (requests running, KV in use)
+    # are read about once a second; on 2 shared cores the starved client (event-loop lag ~0.4 s)
+    # leaves the engine idle between its ~0.1 s requests, and the gauges have read 0 at every
+    # scrape of a level. Its counter of generated tokens cannot miss a step: the engine's own
+    # tok/s over the level agrees with what the client counted.
+    for point in points:
+        engine = point.extra["engine"]
+        assert {"running_peak", "kv_usage_peak", "waiting_peak", "preemptions"} <= set(engine)
+        assert 1 / 3 < engine["gen_tok_s"] / point.output_tok_s < 3, (engine, point.output_tok_s)
     assert not engines_of(tmp_path)
 
 
