@@ -99,6 +99,9 @@ class Measured(Protocol):
     def client_limited(self) -> bool: ...
 
     @property
+    def errors(self) -> int: ...
+
+    @property
     def duration_s(self) -> float | None: ...
 
     @property
@@ -322,9 +325,12 @@ class _Group:
 def usable_level(point: Measured) -> bool:
     """A level that measured the server: not failed, not held back by the client nor by the CPU
     under a simulated engine, closed-loop (C requests always in flight, as the model predicts),
-    with lengths."""
+    with lengths; every request answered and no other client's load on the engine (a level
+    with either measured less than C in flight)."""
     return (
         not point.failed
+        and not point.errors
+        and not point.extra.get("contended")
         and not point.client_limited
         and not engine_fell_behind(point.extra.get("engine"), point.duration_s)
         and not open_loop(point)

@@ -114,7 +114,7 @@ def _add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     _add_bench_options(
         sweep,
         "the benchmark each layout gets (default: the profile's)",
-        "seconds a benchmark request may wait for its next bytes",
+        "seconds a benchmark request may wait for its next token (as `cockpit bench --timeout`)",
     )
     _add_startup_timeout(sweep, "seconds to wait for each ready")
     sweep.add_argument(
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_options(
         run,
         "benchmark the server once it is ready",
-        "with --bench: seconds a request may wait for its next bytes",
+        "with --bench: seconds a request may wait for its next token (as `cockpit bench --timeout`)",
     )
 
     from cockpit.bench.command import add_bench_parser
@@ -568,7 +568,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.dcgm:
         from cockpit.telemetry.prometheus import PrometheusSource
 
-        source = PrometheusSource(args.dcgm)
+        source = PrometheusSource(args.dcgm, warn=False)
     else:
         from cockpit.lab import gpu_source, simulated_reason
 
@@ -585,7 +585,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     finally:
         source.close()
     if not samples:
-        raise CockpitError(f"no GPUs answered from {source.name}: check the address or the driver")
+        why = f" ({source.last_error})" if source.last_error else ""
+        raise CockpitError(f"no GPUs answered from {source.name}{why}: check the address or the driver")
     print("\n".join(gpu_lines(samples)))
     return 0
 
@@ -618,14 +619,9 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_servers(args: argparse.Namespace) -> int:
-    from cockpit.runner.registry import Registry
+    from cockpit.headless import list_servers
 
-    live = Registry().live()
-    if not live:
-        print("no servers started by cockpit are running")
-    for entry in live:
-        print(entry)
-    return 0
+    return list_servers()
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from cockpit.benchlimits import MAX_CONCURRENCY as MAX_CONCURRENCY  # named here for the profile and tune
+from cockpit.benchlimits import MAX_LAYOUTS, check_whole, typed_real, typed_whole
+from cockpit.benchlimits import check_seconds as check_seconds
+from cockpit.benchlimits import parse_levels as parse_levels
 from cockpit.engines.options import SET_BY_COCKPIT, OptionTable, check_args, corrected_args
 from cockpit.errors import CockpitError, shown
 from cockpit.layout import Layout, parse_layout
@@ -150,18 +154,20 @@ _BENCH_KEYS = {
 }
 _BENCH_WORDS = "c=1,32,64 in=N out=N n=N or t=S, timeout=S"
 
-# Bounds on benchmark sizes, far above any real sweep: a typo (`c=99999999`, `t=1e9`) is refused
-# in one line instead of opening that many connections or running for years.
-MAX_CONCURRENCY = 100_000
-MAX_TOKENS = 10_000_000  # input or output tokens of one request
-MAX_REQUESTS = 10_000_000
-MAX_SECONDS = 7 * 24 * 3600.0  # a week: the longest duration or per-request timeout
-_BENCH_LIMITS = {"input_len": MAX_TOKENS, "output_len": MAX_TOKENS, "requests": MAX_REQUESTS}
+# The bounds on benchmark sizes are cockpit.benchlimits', which `cockpit bench`'s flags read too.
 _SECONDS_FIELDS = ("duration_s", "timeout_s")
+# A prompt line is typed or pasted: longer than this it is a paste gone wrong, refused before
+# any parsing, so a 10 MB paste costs nothing.
+MAX_LINE = 64 * 1024
 
 
 def parse_command(text: str) -> Command:
     """Parse one prompt line; a bad line is a one-line CockpitError with the nearest spelling."""
+    if len(text) > MAX_LINE:
+        raise CockpitError(
+            f"a command is at most {MAX_LINE:,} characters, this one has {len(text):,}: "
+            f"type it again, shorter (it starts {shown(text[:40])})"
+        )
     text = text.strip()
     if not text:
         raise CockpitError("type a command: `try tp4 ep2`, `bench`, `stop`, `help`")
@@ -195,12 +201,12 @@ def parse_command(text: str) -> Command:
         guess = difflib.get_close_matches(word, NAMES, n=1, cutoff=0.6)
         if guess:
             raise CockpitError(
-                f"unknown command '{word}': did you mean '{guess[0]}'? Type `help` for the list"
+                f"unknown command {shown(word)}: did you mean '{guess[0]}'? Type `help` for the list"
             ) from None
         if any(ch.isdigit() for ch in text):
             raise layout_error
         raise CockpitError(
-            f"unknown command '{word}': try `try tp4 ep2`, `bench`, `stop`, or `help`"
+            f"unknown command {shown(word)}: try `try tp4 ep2`, `bench`, `stop`, or `help`"
         ) from None
 
 
@@ -244,42 +250,14 @@ def _use(rest: str) -> Use:
     return Use(rest[: match.start()].strip(), match[1].lower())
 
 
-def parse_levels(text: str, flag: str) -> tuple[int, ...]:
-    """Concurrency levels like ``1,32,64``; ``flag`` names where they were typed, for the error."""
-    try:
-        levels = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise CockpitError(f"{flag} takes concurrency levels like 1,32,64; got {shown(text)}") from None
-    if not levels or min(levels) < 1 or max(levels) > MAX_CONCURRENCY:
-        raise CockpitError(
-            f"{flag}: concurrency levels must be 1 or more and at most {MAX_CONCURRENCY:,}, like 1,32,64; got {shown(text)}"
-        )
-    return levels
-
-
 def check_bench_number(field_name: str, value: object, where: str, fix: str) -> int | float:
-    """A benchmark size (tokens, requests, seconds) from the prompt or a profile: positive and bounded.
+    """A benchmark size (tokens, requests, seconds) from the prompt or a profile: positive and
+    bounded (cockpit.benchlimits, as `cockpit bench`'s flags are).
 
     Seconds may have a fraction; the others are whole numbers. ``where`` names what was typed."""
     if field_name in _SECONDS_FIELDS:
         return check_seconds(value, where, fix)
-    high = _BENCH_LIMITS[field_name]
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= high:
-        raise CockpitError(
-            f"{where} must be a whole number of 1 or more and at most {high:,.0f} (got {shown(value)}): {fix}"
-        )
-    return value
-
-
-def check_seconds(value: object, where: str, fix: str = "give seconds like 600") -> float:
-    """Seconds to run or to wait (a level's duration, a timeout): above 0 and at most a week,
-    because nan, inf or 0 would never end or never start."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
-        # (the comparison also refuses nan and inf)
-        raise CockpitError(
-            f"{where} must be a positive number of seconds, at most {MAX_SECONDS:,.0f} (got {shown(value)}): {fix}"
-        )
-    return float(value)
+    return check_whole(field_name, value, where, fix)
 
 
 def _is_bench_token(token: str) -> bool:
@@ -308,7 +286,13 @@ def _sweep(rest: str) -> Sweep:
             in_knobs = False
     bench_words = [w for w in words if _is_bench_token(w)]
     layout_text = " ".join(w for w in words if not _is_bench_token(w))
-    layouts = tuple(parse_layout(part) for part in _entries(layout_text) if part.strip())
+    parts = [part for part in _entries(layout_text) if part.strip()]
+    if len(parts) > MAX_LAYOUTS:
+        raise CockpitError(
+            f"sweep: at most {MAX_LAYOUTS} layouts in one sweep, got {len(parts):,}: "
+            "split it into several sweeps"
+        )
+    layouts = tuple(parse_layout(part) for part in parts)
     if not layouts:
         raise CockpitError("sweep needs layouts separated by commas: `sweep tp8, pp8, tp8 ep8 c=1,32`")
     return Sweep(layouts, _bench(" ".join(bench_words), command="sweep"))
@@ -317,15 +301,20 @@ def _sweep(rest: str) -> Sweep:
 def _words(text: str) -> list[str]:
     """Words split at the spaces outside quotes, the quotes kept for the layout parser; `c = 1,32`
     outside quotes reads as `c=1,32`."""
-    joined: list[str] = []
+    joined: list[list[str]] = []  # each word's pieces, joined once at the end: linear in the text
     for word in _split_outside(text, str.isspace, brackets=False):
         if not word:
             continue
-        if joined and (word.startswith("=") or joined[-1].endswith("=")) and not joined[-1].startswith("-"):
-            joined[-1] += word  # `c = 1`, `c= 1`, `c =1` -> `c=1`
+        last = joined[-1] if joined else None
+        if (
+            last is not None
+            and (word.startswith("=") or last[-1].endswith("="))
+            and not last[0].startswith("-")
+        ):
+            last.append(word)  # `c = 1`, `c= 1`, `c =1` -> `c=1`
         else:
-            joined.append(word)
-    return joined
+            joined.append([word])
+    return ["".join(pieces) for pieces in joined]
 
 
 def _entries(text: str) -> list[str]:
@@ -374,27 +363,13 @@ def _bench(rest: str, command: str = "bench") -> Bench:
         if field_name == "concurrency":  # its own message, which names the token
             values[field_name] = parse_levels(value, shown(token))
             continue
-        number = _typed_number(value, field_name)
-        if number is None:
-            raise CockpitError(
-                f"{shown(token)}: {key}= needs a positive number, e.g. `{command} c=1,32,64 n=200`"
-            )
+        number = typed_real(value, seconds=True) if field_name in _SECONDS_FIELDS else typed_whole(value)
         values[field_name] = check_bench_number(
             field_name, number, f"{shown(token)}: {key}=", f"e.g. `{command} c=1,32,64 n=200 timeout=600`"
         )
     if "requests" in values and "duration_s" in values:
         raise CockpitError(f"{command} takes n= (requests) or t= (seconds), not both")
     return Bench(**values)
-
-
-def _typed_number(text: str, field_name: str) -> int | float | None:
-    """The number in `n=200` or `t=30s`; None when it is not one."""
-    try:
-        if len(text) > 40:
-            return None
-        return float(text.rstrip("s")) if field_name in _SECONDS_FIELDS else int(text)
-    except ValueError:
-        return None
 
 
 def knob_next_step(table: OptionTable, layout: Layout) -> str:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, request_failures
 from cockpit.commands import Bench, Sweep, Try, check_seconds, parse_command
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.planner import plan_layout
-from cockpit.runner.events import BenchDone, BenchTick, Event, Failed, LogLine, Phase, Ready
+from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event, Failed, LogLine, Phase, Ready
 from cockpit.runner.experiment import Launcher, journal_stopped
 from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
@@ -33,10 +35,14 @@ def tell_learning(lab: Lab, out: Print) -> None:
 
 
 def announce_live_servers(registry: Registry, out: Print) -> None:
-    for entry in registry.live():
+    """Servers left running (and spawns pending) that hold GPUs and ports this run cannot have."""
+    live, pending = registry.listing()
+    for entry in live:
         out(
             f"running   {entry}: `cockpit attach {entry.pid}` to follow it, `cockpit stop {entry.pid}` to stop it"
         )
+    for entry in pending:
+        out(f"pending   {entry}: holds its port and GPUs until it starts or its cockpit is gone")
 
 
 def run_headless(
@@ -193,11 +199,41 @@ def _drive(
 ) -> int:
     previous = raise_on_signals()
     code = 1
+    errors = LoggedErrors()
     try:
-        code = _follow(lab, command, force=force, keep=keep, quiet=quiet, out=Printer(out), bench=bench)
+        with errors.watching():
+            code = _follow(lab, command, force=force, keep=keep, quiet=quiet, out=Printer(out), bench=bench)
+        if code == 0 and errors.count:
+            out(f"error     {errors.count} internal error(s) were logged above: this run is not a success")
+            code = 1
     finally:
         restore_signals(previous, code)
     return code
+
+
+class LoggedErrors(logging.Handler):
+    """Counts the errors the experiment's modules log while a run goes on (a hook that failed
+    after a measurement logs its traceback and goes on): a run with one does not exit 0. The
+    records are still shown as they would be without it. A GPU source that fails (the monitor's
+    own log) is the box's trouble, shown as n/a, not the run's."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if not logging.getLogger().handlers and logging.lastResort is not None:
+            logging.lastResort.handle(record)  # what Python shows when no handler is set
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        logger = logging.getLogger("cockpit.runner")
+        logger.addHandler(self)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
 
 
 def _follow(
@@ -212,6 +248,7 @@ def _follow(
 ) -> int:
     launcher = lab.launcher
     outcome: Event | None = None
+    levels: list[dict] = []  # the bench's levels, as its child reported them
     try:
         for event in launcher.run(command.layout, force=force):
             if not (quiet and isinstance(event, LogLine)):
@@ -222,13 +259,16 @@ def _follow(
             for event in launcher.bench(bench):
                 out(str(event))
                 outcome = event
+                if isinstance(event, BenchLevel):
+                    levels.append(event.result)
+            _say_flaws(levels, out)
             tell_learning(lab, out)
         if isinstance(outcome, BenchDone) and (outcome.error or not outcome.levels):
             _finish(launcher, keep, out)
             return 1
         if isinstance(outcome, (Ready, BenchDone)):
             _finish(launcher, keep, out)
-            return 0
+            return REQUESTS_FAILED_EXIT if request_failures(levels) else 0
         return 1
     except HungUp as exc:
         out.gone = True  # the terminal is gone: nothing more to print
@@ -433,19 +473,34 @@ def _sweep_step(
     outcome = _shown(launcher.run(layout, force=force), verbose, out)
     tell_learning(lab, out)  # the refit after Ready or Failed ran when the launch's events ended
     if isinstance(outcome, Ready):
-        outcome = _shown(launcher.bench(bench), verbose, out)
+        levels: list[dict] = []
+        outcome = _shown(launcher.bench(bench), verbose, out, levels)
+        _say_flaws(levels, out)
         tell_learning(lab, out)
     return outcome
 
 
-def _shown(events: Iterable[Event], verbose: bool, out: Print) -> Event | None:
+def _say_flaws(levels: list[dict], out: Print) -> None:
+    """After a bench: one line naming the levels whose numbers are not clean (failed requests,
+    another client's load), which `cockpit results` marks."""
+    from cockpit.runner.benchrun import bench_flaws
+
+    if flaws := bench_flaws(levels):
+        out(f"bench     {flaws}")
+
+
+def _shown(
+    events: Iterable[Event], verbose: bool, out: Print, levels: list[dict] | None = None
+) -> Event | None:
     """Print each event (the server's log lines, phases and bench ticks only when verbose): one
-    line each, for a log file; the last one back."""
+    line each, for a log file; the last one back. A bench's levels go into ``levels``, if given."""
     last: Event | None = None
     try:
         for event in events:
             if verbose or not isinstance(event, (LogLine, Phase, BenchTick)):
                 out(str(event))
+            if levels is not None and isinstance(event, BenchLevel):
+                levels.append(event.result)
             last = event
     finally:  # a signal here: end the launch's follower or the bench's child now, before the stop
         if isinstance(events, Generator):
@@ -470,26 +525,52 @@ def _show_comparison(lab: Lab, out: Print) -> None:
     out(format_comparison(comparison(lab.journal, name), "table"))
 
 
+def list_servers(out: Print = print) -> int:
+    """`cockpit servers`: the servers cockpit started that run, and the spawns still pending
+    (they hold a port and GPUs until they resolve); a damaged entry is one warning, set aside."""
+    live, pending = Registry().listing()
+    if not live and not pending:
+        out("no servers started by cockpit are running")
+    for entry in live:
+        out(str(entry))
+    for entry in pending:
+        out(f"{entry}: holds its port and GPUs until it starts or its cockpit is gone")
+    return 0
+
+
 def stop_servers(which: str, out: Print = print) -> int:
+    """`cockpit stop PID|all`: each server cockpit verifies it started is stopped and journaled;
+    one it cannot verify is left alone, said in one line (exit 1). 0 when all were stopped."""
     registry = Registry()
-    live = registry.live()
+    live, pending = registry.listing()
     if which != "all":
         try:
             pid = int(which)
         except ValueError:
             raise CockpitError(f"cockpit stop takes a PID or `all`, got '{which}'") from None
-        live = [e for e in live if e.pid == pid]
+        live, pending = [e for e in live if e.pid == pid], []
         if not live:
             raise CockpitError(f"no running server of cockpit has pid {pid}: `cockpit servers` lists them")
-    if not live:
+    if not live and not pending:
         out("no servers started by cockpit are running")
+    for entry in pending:
+        out(
+            f"pending   {entry}: being started, not stopped; `cockpit stop all` again once it "
+            "runs (or its cockpit is gone)"
+        )
     supervisor = Supervisor(registry)
+    code = 1 if pending else 0
     with Journal() as journal:
         for entry in live:
-            how = supervisor.stop(supervisor.attach(entry))
+            try:
+                how = supervisor.stop(supervisor.attach(entry))
+            except CockpitError as exc:  # not verified as cockpit's: never signalled
+                out(f"skipped   {exc}")
+                code = 1
+                continue
             journal_stopped(journal, entry.experiment, entry)
             out(f"stopped   {entry}: {how}")
-    return 0
+    return code
 
 
 def attach_server(pid: int | None, *, profile: str | None, out: Print = print) -> int:

@@ -5,11 +5,17 @@ WAL mode and short transactions let a cockpit and its child `cockpit bench` writ
 This module stores and reads, nothing more: `cockpit.reports.comparison` reads the journal into
 tok/s per layout and concurrency, and `cockpit.reports.results` prints that. A level whose
 requests mostly failed is journaled as failed, with its reason.
+
+A row is checked as it is read back (the file may have been edited by hand): a column of the
+wrong type is made sound where it can be (an optional number that is not one reads as None), and
+a row that cannot be (a tok/s that is not a number) is skipped with one warning naming the file
+and the row, so the rest of the journal still reads.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -18,15 +24,15 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import platformdirs
 
-from cockpit.errors import CockpitError
+from cockpit.errors import CockpitError, shown
 from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, STOPPED, Diagnosis, Outcome
-from cockpit.paths import private_dir
+from cockpit.paths import private_dir, warn_on_stderr
 
 # Each entry takes the file from version i to i + 1; append, never edit, to migrate.
 _MIGRATIONS = [
@@ -127,6 +133,7 @@ _MIGRATIONS = [
     """,
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
+ROWS_TOLD = 5  # damaged rows said one line each; the rest are skipped without a word
 
 
 @dataclass(frozen=True)
@@ -233,6 +240,8 @@ class TuneRecord:
 
 _EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
 _POINT_COLUMNS = tuple(f.name for f in fields(BenchPoint))
+_POINT_READ = ("id", *(name for name in _POINT_COLUMNS if name != "id"))  # the row's id first, to name it
+_Row = TypeVar("_Row")
 _JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra", "facts", "predicted")
 
 
@@ -251,10 +260,12 @@ class Journal:
     (``readonly``), so `cockpit results` works on a copy someone shared read-only.
     """
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_path()
         self._lock = threading.Lock()  # the TUI may write from a worker thread
         self.readonly = False
+        self.warn = warn or warn_on_stderr  # a row skipped as damaged, once each
+        self._told: set[tuple[str, Any]] = set()
         _create_private(self.path)
         self._db = self._open()
 
@@ -487,7 +498,7 @@ class Journal:
             row = self._db.execute(
                 f"SELECT {', '.join(_EXPERIMENT_COLUMNS)} FROM experiments WHERE id = ?", (id,)
             ).fetchone()
-        return _experiment(row) if row else None
+        return self._sound(_experiment, row, "experiment") if row else None
 
     def experiments(self, profile: str | None = None, limit: int | None = None) -> list[Experiment]:
         """Newest first."""
@@ -497,12 +508,15 @@ class Journal:
             sql += " WHERE profile = ?"
             params.append(profile)
         sql += " ORDER BY started DESC, id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        with self._guard():
-            rows = self._db.execute(sql, params).fetchall()
-        return [_experiment(row) for row in rows]
+        found: list[Experiment] = []
+        with self._guard():  # read until ``limit`` sound rows: a damaged newest row is not the end
+            for row in self._db.execute(sql, params):
+                if limit is not None and len(found) >= limit:
+                    break
+                experiment = self._sound(_experiment, row, "experiment")
+                if experiment is not None:
+                    found.append(experiment)
+        return found
 
     # -- tunes ---------------------------------------------------------------------------------
 
@@ -575,25 +589,16 @@ class Journal:
                 params,
             ).fetchall()
         by_tune: dict[int, list[TuneStepRecord]] = {}
-        for tune_id, candidate, experiment, state, goal, level, detail, updated in steps:
-            by_tune.setdefault(tune_id, []).append(
-                TuneStepRecord(candidate, experiment, state, goal, level, _json_dict(detail), updated)
-            )
-        return [
-            TuneRecord(
-                id,
-                started,
-                ended,
-                host,
-                pid,
-                profile_name,
-                _json_dict(spec),
-                state,
-                tuple(by_tune.get(id, ())),
-                _json_dict(result) if result else None,
-            )
-            for id, started, ended, host, pid, profile_name, spec, state, result in rows
-        ]
+        for step in steps:
+            record = self._sound(_tune_step, step, "tune step of tune")
+            if record is not None:
+                by_tune.setdefault(step[0], []).append(record)
+        tunes = []
+        for row in rows:
+            tune = self._sound(_tune, row, "tune")
+            if tune is not None:
+                tunes.append(replace(tune, steps=tuple(by_tune.get(tune.id, ()))))
+        return tunes
 
     def open_tune(self, profile: str) -> TuneRecord | None:
         """This profile's newest tune, if it did not finish (interrupted, or its cockpit died)."""
@@ -617,11 +622,33 @@ class Journal:
         """By concurrency; a level measured twice comes in the order it was measured."""
         with self._guard():
             rows = self._db.execute(
-                f"SELECT {', '.join(_POINT_COLUMNS)} FROM bench_points"
+                f"SELECT {', '.join(_POINT_READ)} FROM bench_points"
                 " WHERE experiment_id = ? ORDER BY concurrency, id",
                 (experiment_id,),
             ).fetchall()
-        return [_point(row) for row in rows]
+        return [p for p in (self._sound(_point, row, "bench point") for row in rows) if p is not None]
+
+    def _sound(self, read: Callable[[Sequence[Any]], _Row], row: Sequence[Any], what: str) -> _Row | None:
+        """``read`` of the row; None, said once per row, for one that cannot be made sound."""
+        try:
+            return read(row)
+        except BadRow as bad:
+            self._skipped(what, row[0], str(bad))
+            return None
+
+    def _skipped(self, what: str, id: Any, why: str) -> None:
+        """One line per damaged row, the first few only: a journal edited wholesale is not a
+        screenful of warnings."""
+        if (what, id) in self._told:
+            return
+        self._told.add((what, id))
+        if len(self._told) > ROWS_TOLD:
+            return
+        self.warn(
+            f"skipped {what} {shown(id)} of the journal {self.path}: {why}; fix or delete that row "
+            f"(sqlite3 {self.path}) to keep it from being skipped"
+            + ("; further damaged rows are skipped without a word" if len(self._told) == ROWS_TOLD else "")
+        )
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -740,26 +767,172 @@ def _dump_peaks(peaks: Mapping[int, int]) -> str:
     return json.dumps({str(gpu): int(used) for gpu, used in sorted(peaks.items(), key=lambda kv: int(kv[0]))})
 
 
+class BadRow(ValueError):
+    """A row that cannot be made sound: which column, and what it holds instead."""
+
+
 def _experiment(row: Sequence[Any]) -> Experiment:
-    """A row as written; a JSON column someone broke reads as empty rather than failing the read."""
+    """A row as written, checked: a JSON column someone broke reads as empty, an optional column
+    of the wrong type as None, text columns as text; a wrong start time or outcome raises BadRow."""
     values = dict(zip(_EXPERIMENT_COLUMNS, row))
-    values["argv"] = tuple(str(a) for a in _json(values["argv"], list))
-    values["gpus"] = tuple(
-        g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool)
+    return Experiment(
+        id=_whole("id", values["id"]),
+        started=_number("started", values["started"]),
+        ended=_maybe_number(values["ended"]),
+        host=_text(values["host"]),
+        profile=_text(values["profile"]),
+        model=_text(values["model"]),
+        engine=_text(values["engine"]),
+        layout=_text(values["layout"]),
+        argv=tuple(str(a) for a in _json(values["argv"], list)),
+        gpus=tuple(g for g in _json(values["gpus"], list) if isinstance(g, int) and not isinstance(g, bool)),
+        outcome=_outcome(values["outcome"]),
+        diagnosis_kind=_maybe_text(values["diagnosis_kind"]),
+        diagnosis=_maybe_text(values["diagnosis"]),
+        next_step=_maybe_text(values["next_step"]),
+        load_seconds=_maybe_number(values["load_seconds"]),
+        peak_memory=_peaks(values["peak_memory"]),
+        log_path=_text(values["log_path"]),
+        pid=_maybe_whole(values["pid"]),
+        port=_maybe_whole(values["port"]),
+        note=_maybe_text(values["note"]),
+        facts=_json(values["facts"], dict),
+        predicted=_json(values["predicted"], dict),
+        gpu_type=_maybe_text(values["gpu_type"]),
+        engine_version=_maybe_text(values["engine_version"]),
+        simulated=_flag("simulated", values["simulated"]),
     )
-    values["peak_memory"] = _peaks(values["peak_memory"])
-    values["facts"] = _json(values["facts"], dict)
-    values["predicted"] = _json(values["predicted"], dict)
-    values["simulated"] = bool(values["simulated"])
-    return Experiment(**values)
+
+
+# A point's metrics a client may not have measured: a value that is not a number reads as None.
+_MAYBE_METRICS = (
+    "duration_s",
+    "request_s",
+    "ttft_ms_p50",
+    "ttft_ms_p90",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "itl_ms_p50",
+    "itl_ms_p90",
+    "itl_ms_p99",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
+)
 
 
 def _point(row: Sequence[Any]) -> BenchPoint:
-    values = dict(zip(_POINT_COLUMNS, row))
-    values["extra"] = _json(values["extra"], dict)
-    values["client_limited"] = bool(values["client_limited"])
-    values["failed"] = bool(values["failed"])
-    return BenchPoint(**values)
+    """A row as written (``_POINT_READ``), checked: what a level is compared by (its concurrency,
+    tok/s, request and error counts, whether it failed) must be sound or the row raises BadRow;
+    a metric that is not a number reads as not measured."""
+    values = dict(zip(_POINT_READ, row))
+    return BenchPoint(
+        concurrency=_whole("concurrency", values["concurrency"], low=1),
+        output_tok_s=_number("output_tok_s", values["output_tok_s"]),
+        requests=_whole("requests", values["requests"]),
+        errors=_whole("errors", values["errors"]),
+        **{name: _maybe_number(values[name]) for name in _MAYBE_METRICS},
+        input_len=_maybe_whole(values["input_len"]),
+        output_len=_maybe_whole(values["output_len"]),
+        client_limited=_flag("client_limited", values["client_limited"]),
+        failed=_flag("failed", values["failed"]),
+        error=_maybe_text(values["error"]),
+        extra=_json(values["extra"], dict),
+        id=_whole("id", values["id"]),
+        experiment_id=_whole("experiment_id", values["experiment_id"]),
+        created=_maybe_number(values["created"]),
+    )
+
+
+def _tune(row: Sequence[Any]) -> TuneRecord:
+    """A tune's row (its steps are added by the caller); a start time or state that is not one
+    raises BadRow."""
+    id, started, ended, host, pid, profile, spec, state, result = row
+    if not isinstance(state, str):
+        raise BadRow(f"its state is {shown(state)}, not a text")
+    return TuneRecord(
+        _whole("id", id),
+        _number("started", started),
+        _maybe_number(ended),
+        _text(host),
+        _maybe_whole(pid),
+        _text(profile),
+        _json_dict(spec),
+        state,
+        (),
+        _json_dict(result) if result else None,
+    )
+
+
+def _tune_step(row: Sequence[Any]) -> TuneStepRecord:
+    """One candidate's step; a candidate or state that is not a text raises BadRow."""
+    _, candidate, experiment, state, goal, level, detail, updated = row
+    for name, value in (("candidate", candidate), ("state", state)):
+        if not isinstance(value, str):
+            raise BadRow(f"its {name} is {shown(value)}, not a text")
+    return TuneStepRecord(
+        candidate,
+        _maybe_whole(experiment),
+        state,
+        _maybe_number(goal),
+        _maybe_number(level),
+        _json_dict(detail),
+        _maybe_number(updated) or 0.0,
+    )
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float that is not negative (bool is not a number here)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _number(name: str, value: Any) -> float:
+    if not _is_number(value):
+        raise BadRow(f"its {name} is {shown(value)}, not a number")
+    return float(value)
+
+
+def _maybe_number(value: Any) -> float | None:
+    return float(value) if _is_number(value) else None
+
+
+def _whole(name: str, value: Any, low: int = 0) -> int:
+    if not _is_number(value) or value != int(value) or value < low:
+        raise BadRow(f"its {name} is {shown(value)}, not a whole number of at least {low}")
+    return int(value)
+
+
+def _maybe_whole(value: Any) -> int | None:
+    return int(value) if _is_number(value) and value == int(value) else None
+
+
+def _flag(name: str, value: Any) -> bool:
+    """0 or 1 as SQLite keeps a bool; anything else raises BadRow (a failed level read as good
+    would replace a clean one)."""
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    raise BadRow(f"its {name} is {shown(value)}, not 0 or 1")
+
+
+def _text(value: Any) -> str:
+    """A text column: numbers as written, bytes decoded, nothing as empty."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return "" if value is None else str(value)
+
+
+def _maybe_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _outcome(value: Any) -> str:
+    if value not in OUTCOMES:
+        raise BadRow(f"its outcome is {shown(value)}, not one of {', '.join(OUTCOMES)}")
+    return str(value)
 
 
 def _json(text: Any, kind: type) -> Any:

@@ -100,6 +100,9 @@ class Lab:
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
     learning_problem: str | None = None  # the last fit that failed, one line
     engine_note: str = ""  # on a real box: the engine version found, the option table in force
+    # Damaged records read back (a registry entry set aside, a journal row skipped), one line
+    # each, for a face that shows them itself: ``Lab.open(..., collect_problems=True)``.
+    problems: list[str] = field(default_factory=list)
     _learning: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _told: set[str] = field(default_factory=set, init=False, repr=False)  # notices already shown
 
@@ -116,12 +119,16 @@ class Lab:
         engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+        collect_problems: bool = False,
     ) -> _L:
         """Resolve the profile (a name or file; None for the demo one) and open its lab.
         ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated).
         ``engine``: run the profile on this engine (its launcher, its arguments; ``notes`` say
-        what was translated)."""
+        what was translated). ``collect_problems``: damaged records go to ``problems`` instead
+        of stderr (a screen owns the terminal)."""
         notes: tuple[str, ...] = ()
+        problems: list[str] = []
+        warn = problems.append if collect_problems else None
         if not isinstance(profile, Profile):
             profile, notes = resolve(SetupOverrides(profile=profile, engine=engine))
         elif engine:
@@ -133,10 +140,10 @@ class Lab:
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
             source = gpu_source(setup.hardware, bool(reason))
             undo.callback(source.close)
-            journal = Journal()
+            journal = Journal(warn=warn)
             undo.callback(journal.close)
             monitor = Monitor(source, interval=interval)
-            registry = Registry()
+            registry = Registry(warn=warn)
             supervisor = Supervisor(registry, source)
             launcher = Launcher(
                 profile,
@@ -160,6 +167,7 @@ class Lab:
             store,
             notes,
             engine_note=engine_note,
+            problems=problems,
         )
         launcher.after_measure = lab.learn
         return lab

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from cockpit.errors import CockpitError, cut
 from cockpit.hardware import MAX_GPUS
+from cockpit.secrets import blanked_options, redact_argv, shown_words
 
 ENGINES = ("vllm", "sglang")
 
@@ -43,7 +44,8 @@ class Layout:
     dpa: bool = False
     # Server arguments typed after the layout words (`tp8 ep --max-num-seqs 512`): added to the
     # profile's for this experiment only, and part of its name, so rows that differ by a knob
-    # stay apart in the journal and the results.
+    # stay apart in the journal and the results. A secret among them (`--api-key V`) is kept
+    # here only, for the engine's argv: every text form of the layout shows it as ***.
     knobs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -81,7 +83,26 @@ class Layout:
             parts.append("dpa")
         if self.expert_parallel:
             parts.append("ep" if self.ep is None else f"ep{self.ep}")
-        return " ".join([" ".join(parts) or "tp1", *map(shlex.quote, self.knobs)])
+        return " ".join([" ".join(parts) or "tp1", *([shown_words(self.knobs)] if self.knobs else [])])
+
+    def __repr__(self) -> str:
+        """As the dataclass says it, with the knobs' secret values blanked (a traceback, a log)."""
+        fields = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in ("tp", "pp", "dp", "ep", "expert_parallel", "dpa")
+        )
+        return f"Layout({fields}, knobs={redact_argv(self.knobs)!r})"
+
+    def unredacted(self) -> str:
+        """The layout's text with its secrets, only to be parsed again into a launch (a
+        profile's layouts said in another engine's words); never shown or stored."""
+        return " ".join([str(self.parallel), *map(shlex.quote, self.knobs)])
+
+    def refuse_blanked(self) -> None:
+        """Text read back from the journal, the registry or the prompt history holds `***`
+        where a secret was: launching it would hand the engine `***` as its key."""
+        blanked = blanked_options(self.knobs)
+        if blanked:
+            raise CockpitError(f"the value of {cut(blanked[0])} was not stored; type it again")
 
     @property
     def parallel(self) -> Layout:
@@ -103,12 +124,19 @@ def split_knobs(text: str) -> tuple[str, tuple[str, ...]]:
     return text[:start].strip(), knobs
 
 
-def parse_layout(text: str) -> Layout:
+def parse_layout(text: str, *, stored: bool = False) -> Layout:
     """Read `tp4 ep2`, `TP8+EP`, `tp=4 ep=2`, `tp8,ep`, `tp4-ep2` ... into a Layout; server
-    arguments after the layout words are its knobs (`tp8 ep --max-num-seqs 512`)."""
+    arguments after the layout words are its knobs (`tp8 ep --max-num-seqs 512`).
+
+    A layout's text is stored with its secrets blanked (`--api-key ***`): typed again, it is
+    refused, since the engine would get `***` as its key. ``stored``: the text was read back
+    from the journal or the registry to be planned or shown, never launched; it is accepted."""
     text, knobs = split_knobs(text)
     if knobs:
-        return replace(parse_layout(text), knobs=knobs)
+        layout = replace(parse_layout(text), knobs=knobs)
+        if not stored:
+            layout.refuse_blanked()
+        return layout
     shown = cut(text.strip())
     lowered = _DPA_ALIAS.sub("dpa", text.strip().lower())
     tokens = [t for t in _SEPARATORS.split(_NAME_THEN_NUMBER.sub(r"\1", lowered)) if t]

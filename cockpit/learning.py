@@ -33,7 +33,7 @@ from cockpit import journal as journal_file
 from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE, fit_parts, replanned
 from cockpit.errors import CockpitError, shown
 from cockpit.journal import BenchPoint, Experiment, Journal
-from cockpit.paths import private_dir
+from cockpit.paths import NotReadable, private_dir, read_small
 from cockpit.perfmodel import Calibration
 from cockpit.planner import Learned, Setup, Verdict
 
@@ -217,21 +217,23 @@ class CalibrationStore:
         """Every entry (reset ones too) and the time of the last reset of all."""
         self.read_problem = None
         try:
-            if not self.path.exists():
+            try:
+                raw = read_small(self.path, MAX_BYTES)  # never a device, a FIFO or a huge file read whole
+            except (
+                FileNotFoundError,
+                NotADirectoryError,
+            ):  # none yet (a folder in its way: the write says so)
                 return [], 0.0
-            if self.path.stat().st_size > MAX_BYTES:
-                raise ValueError(f"{self.path.stat().st_size / 2**20:,.1f} MiB, too big to be one")
-            data = _file(json.loads(self.path.read_text(encoding="utf-8")))
+            data = _file(json.loads(raw.decode("utf-8")))
+        except RecursionError:  # JSON nested thousands deep
+            return self._unreadable("nested too deep to be one")
         except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
             why = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
             )
-            self.read_problem = f"the calibration file {self.path} cannot be read ({_one_line(why)})"
-            self.warning = (
-                f"{self.read_problem}: planning with the defaults; the next launch fits it again from the "
-                f"journal, or {RESET_FIX}"
-            )
-            return [], 0.0
+            if isinstance(exc, NotReadable):
+                why = f"it is {why}"
+            return self._unreadable(why)
         entries, problems = [], []
         for item in data["boxes"]:
             entry, problem = _entry(item)
@@ -249,6 +251,15 @@ class CalibrationStore:
                 f"again from the journal, or {RESET_FIX}"
             )
         return entries, data["forgotten_before"]
+
+    def _unreadable(self, why: str) -> tuple[list[Entry], float]:
+        """A file that cannot be read at all: no entries, and the warning that says what to do."""
+        self.read_problem = f"the calibration file {self.path} cannot be read ({_one_line(why)})"
+        self.warning = (
+            f"{self.read_problem}: planning with the defaults; the next launch fits it again from the "
+            f"journal, or {RESET_FIX}"
+        )
+        return [], 0.0
 
     def _write(self, entries: Sequence[Entry], forgotten_before: float) -> None:
         data = {

@@ -344,8 +344,8 @@ class Verdict:
 
 def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
     """The verdict for one layout: its server arguments first, then engine rules, then memory."""
-    if isinstance(layout, str):
-        layout = parse_layout(layout)
+    if isinstance(layout, str):  # planned, never launched: a blanked secret (`--api-key ***`) plans as any
+        layout = parse_layout(layout, stored=True)
     engine, model, hw = setup.engine, setup.model, setup.hardware
     try:
         server = knob_server_args(setup, layout)

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from cockpit.commands import MAX_CONCURRENCY, check_bench_number
+from cockpit.benchlimits import MAX_CONCURRENCY, MAX_LEVELS
+from cockpit.commands import check_bench_number
 from cockpit.engines import get_engine
 from cockpit.engines.base import server_args
 from cockpit.engines.options import check_args, refuse_owned
@@ -394,6 +395,11 @@ def _levels(value: Any, source: str) -> tuple[int, ...]:
     levels = value if isinstance(value, (list, tuple)) else [value]
     if not levels:
         raise CockpitError(f"{source}: bench.concurrency needs at least one level, like [1, 32, 64]")
+    if len(levels) > MAX_LEVELS:
+        raise CockpitError(
+            f"{source}: bench.concurrency has {len(levels):,} levels, at most {MAX_LEVELS} run in one sweep: "
+            "pick fewer, like [1, 32, 64]"
+        )
     return tuple(
         whole_number(c, f"{source}: bench.concurrency", 1, MAX_CONCURRENCY, "give levels like [1, 32, 64]")
         for c in levels

@@ -115,8 +115,8 @@ def profile_for_engine(profile: Profile, engine_name: str) -> tuple[Profile, tup
         layout = parse_layout(text)
         if layout.knobs:
             knobs, translated = translate_args(layout.knobs, own.name, engine.name)
-            notes += [f"layout `{text}`: {note}" for note in translated]
-            text = str(replace(layout, knobs=knobs))
+            notes += [f"layout `{layout}`: {note}" for note in translated]  # secrets blanked
+            text = replace(layout, knobs=knobs).unredacted()  # parsed again into the launch
         layouts.append(text)
     others = {name: server for name, server in profile.other_engines.items() if name != engine.name}
     others[own.name] = EngineServer(command=profile.command, args=profile.args)

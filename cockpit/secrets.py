@@ -50,7 +50,10 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^\s:/@'\"]*):(?P<pw>
 _QUOTED_ASSIGN = re.compile(
     r"(?P<head>(?P<name>[\w.-]+)['\"]?\s*[:=]\s*(?P<q>['\"]))(?P<value>[^'\"]*)(?P=q)"
 )
-_BARE_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)=)(?P<value>[^\s,;&?='\")\]}]+)")
+# A list of values (vLLM: `non-default args: {'api_key': ['V']}`, `Namespace(api_key=['V1', 'V2'])`).
+_LIST_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)['\"]?\s*[:=]\s*\[)(?P<items>[^\[\]]*)\]")
+_LIST_ITEM = re.compile(r"(?P<lead>\s*)(?P<item>[^,]*?)(?P<trail>\s*)(?=,|$)")
+_BARE_ASSIGN = re.compile(r"(?P<head>(?P<name>[\w.-]+)=)(?P<value>[^\s,;&?='\")\]}\[]+)")
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[^\s'\",;]+)", re.I)
 # An inherited variable is a secret by these endings only: the plain word rule on a whole
 # environment (SSH_AUTH_SOCK, a path in GIT_AUTHOR_*) would blank ordinary words in every line.
@@ -103,6 +106,22 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def blanked_options(argv: Sequence[str]) -> tuple[str, ...]:
+    """The secret options whose value is the mask itself (`--api-key ***`): text read back from
+    where it was stored redacted, which must never reach an engine as its key."""
+    names = []
+    for i, value in _secret_values(argv):
+        if value == MASK:
+            name = argv[i].partition("=")[0] if _option(argv[i]) else _owner(argv, i)
+            names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
+def _owner(argv: Sequence[str], i: int) -> str:
+    """The option a value at ``i`` belongs to: the nearest option before it."""
+    return next((argv[j] for j in range(i - 1, -1, -1) if _option(argv[j])), "")
+
+
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment with secret-named variables blanked and URL passwords cut from the rest."""
     return {k: (MASK if secret_name(k) else redact_text(v)) for k, v in env.items()}
@@ -119,11 +138,27 @@ def _blank_assignment(match: re.Match) -> str:
     return match["head"] + MASK + match[0][len(match["head"]) + len(value) :]
 
 
+def _blank_item(match: re.Match) -> str:
+    """One item of a secret list: its value blanked, its quotes and spacing kept."""
+    item = match["item"]
+    if item in ("", MASK, "None") or item.strip("'\"") == MASK:
+        return match[0]
+    quote = item[0] if item[0] in "'\"" and len(item) > 1 and item[-1] == item[0] else ""
+    return match["lead"] + quote + MASK + quote + match["trail"]
+
+
+def _blank_list(match: re.Match) -> str:
+    if not secret_name(match["name"]):
+        return match[0]
+    return match["head"] + _LIST_ITEM.sub(_blank_item, match["items"]) + "]"
+
+
 def redact_text(text: str) -> str:
     """Free text (a log line, a diagnosis) with URL passwords and secret-named assignments
-    (`api_key='V'`, `"hf_token": "V"`, `HF_TOKEN=V`) blanked."""
+    (`api_key='V'`, `"hf_token": "V"`, `HF_TOKEN=V`, `'api_key': ['V']`) blanked."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
     text = _BEARER.sub(lambda m: m["head"] + MASK if m["value"] != MASK else m[0], text)
+    text = _LIST_ASSIGN.sub(_blank_list, text)
     text = _QUOTED_ASSIGN.sub(_blank_assignment, text)
     return _BARE_ASSIGN.sub(_blank_assignment, text)
 
@@ -131,6 +166,46 @@ def redact_text(text: str) -> str:
 def shell_line(argv: Sequence[str]) -> str:
     """The printed argv: redacted and shell-quoted, so pasting it runs exactly that command."""
     return shlex.join(redact_argv(argv))
+
+
+def _shown_word(word: str) -> str:
+    """A redacted word as the prompt reads it back: a blanked value shows bare (`***`,
+    `--hf-token=***`), anything else shell-quoted."""
+    name, eq, value = word.rpartition("=")
+    if word == MASK or (eq and value == MASK and name and shlex.quote(name) == name):
+        return word
+    return shlex.quote(word)
+
+
+def shown_words(words: Sequence[str]) -> str:
+    """Server arguments as shown and stored (a layout's knobs): secret values blanked, the rest
+    quoted as the prompt splits them, so the text reads back into the same words."""
+    return " ".join(_shown_word(word) for word in redact_argv(words))
+
+
+def redact_line(text: str) -> str:
+    """A typed line (`try tp4 --api-key V`) with its secret values blanked; a line without one
+    is kept exactly as typed. A line the shell rules cannot split is split at spaces."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    if redact_argv(words) == tuple(words):
+        return redact_text(text)
+    return ", ".join(shown_words(group) for group in _comma_groups(words))
+
+
+def _comma_groups(words: Sequence[str]) -> list[list[str]]:
+    """The words of a line in its comma-separated parts (`sweep tp4 --api-key V, tp8`): a key
+    that takes several values ends at the comma, so the next layout is not taken for one."""
+    groups: list[list[str]] = [[]]
+    for word in words:
+        if word.endswith(","):
+            groups[-1] += [word[:-1]] if len(word) > 1 else []
+            groups.append([])
+        else:
+            groups[-1].append(word)
+    return [group for group in groups if group] or [[]]
 
 
 def launch_secrets_env(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
@@ -156,6 +231,11 @@ class Scrubber:
         values += [pw for text in (*argv, *env.values()) for pw in _url_passwords(text)]
         kept = {v for v in values if len(v) >= MIN_SECRET and v != MASK}
         return cls(tuple(sorted(kept, key=len, reverse=True)))  # longest first: no half-blanked secret
+
+    def joined(self, other: Scrubber) -> Scrubber:
+        """The secrets of both: a launcher keeps those of every launch it made."""
+        kept = set(self.secrets) | set(other.secrets)
+        return Scrubber(tuple(sorted(kept, key=len, reverse=True)))
 
     def text(self, line: str) -> str:
         """The line with every known secret value, URL password and secret assignment blanked."""

@@ -410,7 +410,11 @@ class Tuner:
             )
             if not ours:
                 continue
-            supervisor.stop(supervisor.attach(entry))
+            try:
+                supervisor.stop(supervisor.attach(entry))
+            except CockpitError as exc:  # not verifiably cockpit's: left alone, said, the next one stopped
+                self.on_event(TuneNotice(record.id, str(exc)))
+                continue
             journal_stopped(journal, entry.experiment, entry)
             self.on_event(Stopped(entry.experiment, f"left running by the interrupted tune {record.id}"))
 

@@ -54,6 +54,7 @@ class Level:
     client_limited: bool = False
     extra: dict = field(default_factory=dict)
     duration_s: float | None = 10.0
+    errors: int = 0
 
 
 @pytest.fixture(scope="module")
@@ -1054,3 +1055,16 @@ def test_show_dates_a_time_it_cannot_convert_as_unknown():
 
     assert _when(0.0) == "?" and _when(1e20) == "?" and _when(float("nan")) == "?"
     assert _when(1.0e9).startswith("2001-09-")
+
+
+@pytest.mark.parametrize(
+    "level",
+    [
+        Level(8, 400.0, errors=3),
+        Level(8, 400.0, extra={"contended": {"running_peak": 16, "concurrency": 8}}),
+    ],
+    ids=["failed requests", "another client's load"],
+)
+def test_a_level_with_failed_requests_or_another_load_never_teaches(level):
+    assert usable_level(Level(8, 400.0))
+    assert not usable_level(level)

@@ -247,7 +247,7 @@ def test_tab_offers_server_flags_after_a_layout_only():
         (
             "vllm",
             "tp4 --hf-token hf_abcdefgh --max-num-seqz 8",
-            "type `try tp4 --hf-token '***' --max-num-seqs 8`",
+            "type `try tp4 --hf-token *** --max-num-seqs 8`",
         ),
         # gone from vLLM, or nothing close: no line to offer (the error names the help command)
         (

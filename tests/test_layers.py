@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "planner",
             "perfmodel",
             "commands",
+            "benchlimits",
             "secrets",
             "outcome",
             "slo",
@@ -56,7 +57,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("running experiments", {"runner"}),
     ("opening a lab, reports", {"lab", "reports", "tuner"}),
     ("the faces", {"headless", "tui", "webserve"}),
-    ("the command line", {"cli"}),
+    ("the command line", {"cli", "entry", "__main__"}),
 ]
 
 CORE = LAYERS[0][1]

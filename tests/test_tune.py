@@ -69,7 +69,7 @@ def test_defaults_spaces_and_rates():
         ("goal=fast", "goal=tok/s or goal=tok/s/gpu"),
         ("c=0,4", "concurrency levels must be 1 or more"),
         ("c=4 rate=2", "c= (closed loop) or rate= (open loop)"),
-        ("rate=-1", "rates are requests per second"),
+        ("rate=-1", "must be requests per second from 0.001"),
         ("n=0", "n= is how many launches"),
         ("budget=soon", "like budget=30m"),
         ("in=zero", "in="),

@@ -72,7 +72,7 @@ class AiohttpTransport:
     async def request(self, body: bytes, record: RequestRecord | None = None) -> RequestRecord:
         """Send ``body`` and read its stream into ``record`` (see ``transport.Transport``)."""
         record = record if record is not None else RequestRecord()
-        record.start = perf_counter()
+        record.start = sent = perf_counter()
         try:
             async with self.session.post(
                 self.url, data=body, headers=self.headers, timeout=self.client_timeout
@@ -81,7 +81,7 @@ class AiohttpTransport:
                 if resp.status != 200:
                     raise RequestFailed(http_error(resp.status, await _error_message(resp)))
                 check_event_stream(resp.headers.get("Content-Type", ""))
-                await self._read_stream(resp, record)
+                await self._read_stream(resp, record, sent)
         except asyncio.CancelledError:
             record.cancelled = True
             raise
@@ -93,11 +93,22 @@ class AiohttpTransport:
             record.end = perf_counter()
         return record
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord, sent: float) -> None:
+        """The stream into ``record``. aiohttp's own read timeout restarts with any byte, so
+        after each read the request's own bounds are checked too (``Timeouts.silent``): a server
+        that only pings fails at its first ping past them."""
         reader = SseReader(record, self.progress)
         feed = reader.feed
+        timeouts = self.timeouts
+        check_at = timeouts.next_check(sent, record)
         async for data in resp.content.iter_any():
-            feed(data, perf_counter())  # stamped before any parsing: every event of this read arrived now
+            now = perf_counter()  # stamped before any parsing: every event of this read arrived now
+            feed(data, now)
+            if now >= check_at:
+                why = timeouts.silent(sent, record, now, now)
+                if why is not None:
+                    raise RequestFailed(why)
+                check_at = timeouts.next_check(sent, record)
         reader.finish()
 
     def _reason(self, exc: Exception, record: RequestRecord) -> str:
@@ -108,6 +119,8 @@ class AiohttpTransport:
             return self.timeouts.no_bytes()
         if isinstance(exc, asyncio.TimeoutError):
             return self.timeouts.request_limit()
+        if isinstance(exc, aiohttp.ClientSSLError):  # its errno is the TLS library's, not the OS's
+            return f"cannot connect: TLS failed ({first_line(str(getattr(exc, 'os_error', '') or exc), 120)})"
         if isinstance(exc, aiohttp.ClientConnectorError):
             return cannot_connect(exc.os_error)
         if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionError)):

@@ -14,10 +14,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, contention_note, request_failures
+from cockpit.benchlimits import (
+    MAX_PROMPTS_BYTES,
+    TOKEN_PACE_S,
+    check_rate,
+    check_seconds,
+    check_whole,
+    check_workers,
+    mib,
+    parse_levels,
+    request_deadline_s,
+    typed_real,
+    typed_whole,
+)
 from cockpit.children import python_module
-from cockpit.commands import check_seconds, parse_levels
-from cockpit.errors import CockpitError
+from cockpit.errors import CockpitError, cut
+from cockpit.secrets import redact_text
 from cockpit.slo import EXAMPLE, Slo, parse_slo
 
 Print = Callable[[str], None]
@@ -27,23 +42,29 @@ PARENT_POLL_S = 0.5
 
 def add_bench_parser(commands) -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="a concurrency sweep against an OpenAI-compatible server")
-    bench.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    bench.add_argument(
+        "--url",
+        required=True,
+        help="the server, e.g. http://127.0.0.1:8000 (a password in it is never shown; an API key "
+        "goes in OPENAI_API_KEY)",
+    )
     bench.add_argument("--model", help="the served model id (default: the first of /v1/models)")
     bench.add_argument(
         "-c", "--concurrency", default="1,32,64", metavar="C,C,...", help="levels (default 1,32,64)"
     )
-    bench.add_argument(
-        "--input-len", type=int, default=1024, metavar="N", help="prompt tokens (default 1024)"
-    )
-    bench.add_argument(
-        "--output-len", type=int, default=1024, metavar="N", help="output tokens (default 1024)"
-    )
+    # The numbers are read as text and checked by cockpit.benchlimits, as the prompt's words are:
+    # the same spellings, the same bounds, the same one line.
+    bench.add_argument("--input-len", default="1024", metavar="N", help="prompt tokens (default 1024)")
+    bench.add_argument("--output-len", default="1024", metavar="N", help="output tokens (default 1024)")
     size = bench.add_mutually_exclusive_group()
-    size.add_argument("--requests", type=int, metavar="N", help="measured requests per level")
-    size.add_argument("--duration", type=float, metavar="S", help="measured seconds per level")
-    bench.add_argument("--rate", type=float, metavar="R", help="open loop: Poisson arrivals at R requests/s")
+    size.add_argument("--requests", metavar="N", help="measured requests per level")
+    size.add_argument("--duration", metavar="S", help="measured seconds per level")
+    bench.add_argument("--rate", metavar="R", help="open loop: Poisson arrivals at R requests/s")
     bench.add_argument(
-        "--prompts", metavar="FILE", help='a JSONL file of prompts ({"prompt": ...} or {"messages": [...]})'
+        "--prompts",
+        metavar="FILE",
+        help='a JSONL file of prompts ({"prompt": ...} or {"messages": [...]}), at most '
+        f"{mib(MAX_PROMPTS_BYTES)}",
     )
     bench.add_argument(
         "--chat", action="store_true", help="use /v1/chat/completions instead of /v1/completions"
@@ -67,62 +88,100 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--timeout",
-        type=float,
-        default=600.0,
+        default="600",
         metavar="S",
-        help="give up on a request after S seconds without a byte: connecting, "
-        "waiting for the answer, or mid-stream (default 600)",
+        help="give up on a request after S seconds without a token: connecting and the first token "
+        "included, SSE comments and keep-alives not counted; after its first S seconds a request "
+        f"must also average a token every {TOKEN_PACE_S:g} s, and at most S + {TOKEN_PACE_S:g} s "
+        "per output token asked (default 600)",
     )
     return bench
 
 
 def config_from_args(args: argparse.Namespace):
+    """The sweep the flags ask for, every value checked against cockpit.benchlimits before
+    anything is sent; a bad one is one line naming its flag."""
     from cockpit.bench.loadgen import BenchConfig
 
-    for name in ("input_len", "output_len", "requests"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise CockpitError(f"--{name.replace('_', '-')} must be 1 or more, got {value}")
+    url = check_url(args.url)
+    sizes = {
+        name: check_whole(name, typed_whole(text), _flag(name), _FIXES[name])
+        for name in ("input_len", "output_len", "requests")
+        if (text := getattr(args, name)) is not None
+    }
+    duration = None
     if args.duration is not None:
-        check_seconds(args.duration, "--duration")
-    if args.rate is not None and args.rate <= 0:
-        raise CockpitError(f"--rate must be a positive number of requests per second, got {args.rate}")
-    check_seconds(args.timeout, "--timeout")
+        duration = check_seconds(typed_real(args.duration, seconds=True), "--duration", "like --duration 60")
+    rate = check_rate(typed_real(args.rate), "--rate", "like --rate 4") if args.rate is not None else None
+    timeout = check_seconds(typed_real(args.timeout, seconds=True), "--timeout", "like --timeout 600")
+    levels = parse_levels(args.concurrency, "-c")
     workers = _workers(args.workers)
     slo = parse_slo(args.goodput, "--goodput") if args.goodput is not None else None
-    if not args.url.startswith(("http://", "https://")):
-        raise CockpitError(f"--url must start with http:// or https://, got '{args.url}'")
+    if args.prompts is not None:
+        check_prompts_file(args.prompts)
+    output_len = sizes["output_len"]
     return BenchConfig(
-        url=args.url.rstrip("/"),
+        url=url,
         model=args.model,
         endpoint="chat" if args.chat else "completions",
-        concurrency=parse_levels(args.concurrency, "-c"),
-        input_len=args.input_len,
-        output_len=args.output_len,
-        requests=args.requests,
-        duration_s=args.duration,
-        rate=args.rate,
+        concurrency=levels,
+        input_len=sizes["input_len"],
+        output_len=output_len,
+        requests=sizes.get("requests"),
+        duration_s=duration,
+        rate=rate,
         jsonl=args.prompts,
         api_key=os.environ.get("OPENAI_API_KEY") or None,  # never on argv, where `ps` shows it
-        timeout=args.timeout,
+        timeout=timeout,
+        # A prompts file's lines may ask for other lengths: the transports' pace bounds those.
+        request_timeout_s=None if args.prompts else request_deadline_s(timeout, output_len),
         workers=workers,
         slo=slo,
     )
+
+
+_FIXES = {
+    "input_len": "like --input-len 1024",
+    "output_len": "like --output-len 256",
+    "requests": "like --requests 200",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_url(text: str) -> str:
+    """``--url`` as a URL a transport can open: http(s), a host, a port that is one; the text
+    shown in the error has its password blanked."""
+    seen = cut(redact_text(text), 80)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - reading it checks it: "Port out of range", "could not be cast"
+    except ValueError as err:
+        raise CockpitError(
+            f"--url {seen!r} is not a URL: {redact_text(str(err))}: give one like http://127.0.0.1:8000"
+        ) from None
+    if parts.scheme not in ("http", "https"):
+        raise CockpitError(f"--url must start with http:// or https://, got {seen!r}")
+    if not parts.hostname:
+        raise CockpitError(f"--url {seen!r} names no host: give one like http://127.0.0.1:8000")
+    return text.rstrip("/")
+
+
+def check_prompts_file(path: str) -> None:
+    """``--prompts`` before anything is sent: a regular file within the size bound (a FIFO, a
+    device or a folder is refused without being opened); its lines are checked as they are read."""
+    from cockpit.bench.workload import check_prompts_path
+
+    check_prompts_path(path)
 
 
 def _workers(text: str) -> int | None:
     """``--workers``: a whole number from 1, or ``auto`` (None)."""
     if text.strip().lower() == "auto":
         return None
-    from cockpit.bench.loadgen import MAX_WORKERS
-
-    try:
-        workers = int(text)
-    except ValueError:
-        raise CockpitError(f"--workers must be a number of processes or 'auto', got '{text}'") from None
-    if not 1 <= workers <= MAX_WORKERS:
-        raise CockpitError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
-    return workers
+    return check_workers(typed_whole(text), "--workers")
 
 
 def describe_level(result) -> str:
@@ -141,6 +200,8 @@ def describe_level(result) -> str:
         line += f" ({count}x {reason})"
     if data.get("failed"):
         line += "  FAILED: not comparable"
+    if note := contention_note(data):
+        line += f"  [{note}]"
     if data.get("goodput_tok_s") is not None:
         line += f"  {_goodput(data)}"
     if (data.get("workers") or 1) > 1:
@@ -165,7 +226,15 @@ def _ms(data: dict, metric: str, stat: str) -> str:
 
 
 def run_bench(args: argparse.Namespace, out: Print = print) -> int:
-    from cockpit.bench.loadgen import LevelDone, run, run_sweep
+    """`cockpit bench`; any error it ends with has the URL's password blanked."""
+    try:
+        return _run_bench(args, out)
+    except CockpitError as err:
+        raise CockpitError(redact_text(str(err))) from None
+
+
+def _run_bench(args: argparse.Namespace, out: Print) -> int:
+    from cockpit.bench.loadgen import Busy, LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
     # The parent names itself: a parent that died while we imported would be missed by getppid().
@@ -193,7 +262,9 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
         if args.jsonl:
             out(json.dumps(event.to_json()))
         elif isinstance(event, LevelDone):
-            out(describe_level(event.result))
+            out(redact_text(describe_level(event.result)))
+        elif isinstance(event, Busy):
+            print(f"cockpit bench: {event.message}", file=sys.stderr)
         sys.stdout.flush()
 
     try:
@@ -209,16 +280,26 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
 
 
 def _exit_code(done: Sequence) -> int:
-    """1 with one line naming the failed levels, when any failed; they are journaled as failed."""
+    """1 with one line naming the failed levels, when any failed; they are journaled as failed.
+    REQUESTS_FAILED_EXIT with one line naming the levels where some requests failed: journaled
+    as measured, marked, and never in place of a clean level in `cockpit results`."""
     failed = [r for r in done if r.failed]
+    partly = redact_text(request_failures(r.to_json() for r in done))
     if not failed:
-        return 0
+        if not partly:
+            return 0
+        print(
+            f"cockpit bench: {partly}: those levels are marked, never in place of a clean run",
+            file=sys.stderr,
+        )
+        return REQUESTS_FAILED_EXIT
     levels = ", ".join(f"C={r.concurrency}" for r in failed)
-    reason = failed[0].error or "no cause recorded"
+    reason = redact_text(failed[0].error or "no cause recorded")
     if not any(r.output_tok_s > 0 for r in done):
         print(f"cockpit bench: no level got a token back ({levels} failed: {reason})", file=sys.stderr)
     else:
-        print(f"cockpit bench: {levels} failed ({reason}): see the errors above", file=sys.stderr)
+        also = f"; {partly}" if partly else ""
+        print(f"cockpit bench: {levels} failed ({reason}){also}: see the errors above", file=sys.stderr)
     return 1
 
 

@@ -9,6 +9,12 @@ flight is then cancelled (its connection closed, the engine aborts it), so no dr
 fewer than C in flight ever counts. Open loop (``rate``): Poisson arrivals, at most C in flight;
 an arrival waiting for a slot keeps its due time, and the wait is reported as client queueing.
 
+Another client's load on the same server skews every number, so the engine's /metrics are read
+before each level: requests it already runs or queues, when this bench sends none, are another
+client's, and a ``Busy`` event says so. A level whose window saw the engine hold more requests
+than the level sends is marked ``contended`` (``LevelResult.contended``, journaled in ``extra``),
+never compared as clean.
+
 Each finished level is delivered through ``on_event`` before the next starts, so a Ctrl-C
 (the caller's task cancelled) loses only the level it interrupts; connections close on the way
 out.
@@ -25,7 +31,7 @@ import gc
 import itertools
 import math
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields, replace
 from time import perf_counter
@@ -37,18 +43,20 @@ from cockpit.bench.load import LocalSource, OnDone, ProcessHealth
 from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
 from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
+from cockpit.benchlimits import MAX_CONCURRENCY, MAX_WORKERS, check_rate
 from cockpit.errors import CockpitError
 from cockpit.eventloop import run as run  # the bench's loop: uvloop where installed
+from cockpit.secrets import redact_text
 from cockpit.slo import Slo
-from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineWindow
+from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineMetrics, EngineWindow
 
 TICK_S = 1.0
+BUSY_SCRAPES = 3  # reads of /metrics before a level that must all show load for it to be another's
+BUSY_PAUSE_S = 0.5  # between them: the last level's cancelled requests take a moment to be aborted
 ENGINE_TIMEOUT_S = 2.0  # a /metrics slower than this gives no figures for that scrape
 GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
 DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
 MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
-MAX_CONCURRENCY = 65536
-MAX_WORKERS = 256
 LEVEL_GC_YOUNG = 100_000  # allocations between two collections while a level runs (no_gc_pauses)
 TRANSPORTS = ("auto", "aiohttp", "raw")
 T = TypeVar("T")
@@ -116,6 +124,8 @@ class BenchConfig:
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup" else 1):
                 raise CockpitError(f"{name} must be 1 or more, got {value}")
+        if self.rate is not None:
+            check_rate(self.rate, "rate")  # inf or 1e-300: arrivals that overflow or never come
         for name in ("duration_s", "rate", "timeout", "request_timeout_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -229,6 +239,9 @@ class LevelResult:
     cancelled: int = 0  # in flight when the level ended: neither completed nor errors
     failed: bool = False  # errors > half of the requests that ended, or no token came back
     error: str | None = None  # why it failed, one line
+    # Another client's load seen at this level (``contention``): the engine's peaks of running and
+    # waiting requests in the window, and/or the requests it ran before the level; None: none seen.
+    contended: dict[str, int] | None = None
     # The engine's own figures over the window (EngineWindow.summary): running, waiting and KV
     # usage averages and peaks, preemptions, prefix hit rate, the engine's generated tok/s
     # (gen_tok_s, beside output_tok_s); {} when it serves no /metrics.
@@ -288,7 +301,30 @@ class LevelResult:
 
 
 _OMITTED_WHEN_EMPTY = ("engine", "worker_cpu_cores", "worker_loop_lag_p99_ms")
-_OMITTED_WHEN_NONE = ("slo", "good_requests", "goodput_tok_s", "goodput_request_s")
+_OMITTED_WHEN_NONE = ("slo", "good_requests", "goodput_tok_s", "goodput_request_s", "contended")
+
+
+@dataclass(frozen=True)
+class Busy:
+    """Before a level: the server already runs (or queues) requests this bench did not send."""
+
+    concurrency: int
+    requests: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"the server already runs {self.requests} requests not from this bench: "
+            f"numbers at C={self.concurrency} are contended"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "busy",
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True)
@@ -307,7 +343,7 @@ class SweepDone:
         return {"type": "sweep_done", "results": [r.to_json() for r in self.results]}
 
 
-Event = LevelStart | Tick | LevelDone | SweepDone
+Event = LevelStart | Busy | Tick | LevelDone | SweepDone
 
 
 # -- the sweep ------------------------------------------------------------------------------------
@@ -337,11 +373,14 @@ async def run_sweep(
         ):
             for concurrency in cfg.concurrency:
                 on_event(LevelStart(concurrency))
+                busy = await busy_requests(engine)
+                if busy:
+                    on_event(Busy(concurrency, busy))
                 workers = plan_workers(cfg, concurrency, results[-1] if results else None)
                 source: LevelSource = (
                     await pool.source(workers) if workers > 1 else LocalSource(transport, workload, indices)
                 )
-                level = _Level(cfg, concurrency, source, on_event, model, engine)
+                level = _Level(cfg, concurrency, source, on_event, model, engine, busy_before=busy or 0)
                 with no_gc_pauses():
                     result = await level.run()
                 if keep_records:
@@ -352,6 +391,58 @@ async def run_sweep(
         await engine.aclose()
     on_event(SweepDone(tuple(results)))
     return results
+
+
+async def busy_requests(
+    engine: AsyncEngineScraper, scrapes: int = BUSY_SCRAPES, pause_s: float = BUSY_PAUSE_S
+) -> int | None:
+    """Requests the engine runs or queues while this bench sends none: another client's. The
+    least of up to ``scrapes`` reads ``pause_s`` apart, so the last level's cancelled requests,
+    still being aborted, are not taken for another's; an idle server costs one read. None when
+    the server serves no running or waiting figures."""
+    seen: list[int] = []
+    for attempt in range(scrapes):
+        if attempt:
+            await asyncio.sleep(pause_s)
+        held = _held(await engine.scrape())
+        if held is None:
+            break
+        seen.append(held)
+        if held == 0:
+            break
+    return min(seen) if seen else None
+
+
+def _held(metrics: EngineMetrics | None) -> int | None:
+    """Running plus waiting requests in one scrape; None when it has neither figure."""
+    if metrics is None or (metrics.running is None and metrics.waiting is None):
+        return None
+    return round((metrics.running or 0) + (metrics.waiting or 0))
+
+
+def contention(
+    samples: Sequence[EngineMetrics], concurrency: int, busy_before: int = 0
+) -> dict[str, int] | None:
+    """Another client's load at a level, from the engine's scrapes over its window: at some
+    scrape it held (ran or queued) more requests than the level keeps in flight, which only
+    another client's requests can make (a closed loop holds at most C, an open loop caps at C).
+    Without a scrape in the window, requests seen before the level (``busy_before``) say it.
+    None when nothing says so."""
+    held = [h for m in samples if (h := _held(m)) is not None]
+    if held and max(held) > concurrency:
+        seen = {
+            "requests_peak": max(held),
+            "running_peak": max((round(m.running) for m in samples if m.running is not None), default=0),
+            "waiting_peak": max((round(m.waiting) for m in samples if m.waiting is not None), default=0),
+            "concurrency": concurrency,
+        }
+    elif not held and busy_before > 0:
+        seen = {"concurrency": concurrency}
+    else:
+        return None
+    if busy_before > 0:
+        seen["busy_before"] = busy_before
+    return seen
 
 
 @asynccontextmanager
@@ -404,10 +495,11 @@ async def discover_model(base_url: str, api_key: str | None = None, *, timeout: 
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    where = f"{base_url}/v1/models"
+    url = f"{base_url}/v1/models"
+    where = redact_text(url)  # what messages say: a URL's password is never shown
     try:
         async with httpx.AsyncClient(timeout=min(timeout, 30.0)) as http:
-            response = await http.get(where, headers=headers)
+            response = await http.get(url, headers=headers)
     except httpx.HTTPError as err:
         raise CockpitError(
             f"cannot reach {where} ({type(err).__name__}): is the server up? Or pass --model"
@@ -479,9 +571,12 @@ class _Level:
         on_event: Callable[[object], None],
         model: str = "",
         engine: AsyncEngineScraper | None = None,
+        *,
+        busy_before: int = 0,
     ) -> None:
         self.cfg = cfg
         self.engine = engine
+        self.busy_before = busy_before  # requests not ours the engine held as the level began
         self.engine_window = EngineWindow()
         self.model = model
         self.concurrency = concurrency
@@ -687,6 +782,7 @@ class _Level:
             cancelled=sum(r.cancelled for r in records),
             failed=failure is not None,
             error=failure,
+            contended=contention(self.engine_window.samples, self.concurrency, self.busy_before),
             engine=self.engine_window.summary(),
             workers=len(processes),
             worker_cpu_cores=[p.cpu_cores for p in processes] if spread else [],

@@ -163,9 +163,10 @@ class _Conn(asyncio.Protocol):
         self.error_body: bytes | None = None  # collecting an error response's body
         self.timeouts = timeouts
         self.deadline = deadline
-        self.last_read = perf_counter()
+        self.sent = perf_counter()
+        self.body_at = 0.0  # when bytes of the response's body last came: tokens, pings, anything
         self.loop = loop
-        self._arm(min(self.last_read + timeouts.read_s, deadline))
+        self._arm(min(timeouts.next_check(self.sent, record), deadline))
         assert self.transport is not None
         self.transport.write(request)
         return self.waiter
@@ -175,17 +176,21 @@ class _Conn(asyncio.Protocol):
         self.timer = self.loop.call_later(max(0.0, at - perf_counter()), self._on_timer)
 
     def _on_timer(self) -> None:
+        """The request's bounds, checked when one may have run out: never on the hot path, as
+        tokens only move the next check later (``Timeouts.silent``)."""
         self.timer = None
         if self.waiter is None or self.waiter.done():
             return
         now = perf_counter()
-        read_s = self.timeouts.read_s
+        timeouts = self.timeouts
         if now >= self.deadline:
-            self._fail(RequestFailed(self.timeouts.request_limit()))
-        elif now - self.last_read >= read_s:
-            self._fail(RequestFailed(self.timeouts.no_bytes()))
+            self._fail(RequestFailed(timeouts.request_limit()))
+            return
+        why = timeouts.silent(self.sent, self.record, self.body_at, now)
+        if why is not None:
+            self._fail(RequestFailed(why))
         else:
-            self._arm(min(self.last_read + read_s, self.deadline))
+            self._arm(min(timeouts.next_check(self.sent, self.record), self.deadline))
 
     def _fail(self, exc: BaseException) -> None:
         self.close()
@@ -214,7 +219,6 @@ class _Conn(asyncio.Protocol):
         if self.waiter is None or self.waiter.done():
             self.close()  # bytes with no request: the connection is out of step
             return
-        self.last_read = now
         self.got_bytes = True
         try:
             if self.phase == _HEADERS:
@@ -356,6 +360,7 @@ class _Conn(asyncio.Protocol):
             self._body(out[0] if len(out) == 1 else b"".join(out), now)
 
     def _body(self, data: bytes, now: float) -> None:
+        self.body_at = now
         if self.error_body is not None:
             self.error_body += data
             if len(self.error_body) >= ERROR_BODY_LIMIT:

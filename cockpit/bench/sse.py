@@ -14,6 +14,7 @@ import re
 from array import array
 
 from cockpit.bench.transport import Progress, RequestFailed, RequestRecord, error_message
+from cockpit.benchlimits import MAX_EVENT_BYTES, mib
 
 
 class SseReader:
@@ -21,16 +22,22 @@ class SseReader:
 
     ``feed`` takes one read's bytes and the time they arrived (taken before any parsing);
     ``finish`` checks the stream ended cleanly. Both raise ``RequestFailed`` with a one-line reason.
+
+    The bytes of an event not ended yet are kept as pieces, joined once when its end comes, so
+    an event read in many pieces costs time linear in its size; an event over
+    ``MAX_EVENT_BYTES`` (a server that never sends the blank line) fails the request.
     """
 
-    __slots__ = ("record", "progress", "stream", "pending", "crlf")
+    __slots__ = ("record", "progress", "stream", "pending", "pending_bytes", "crlf", "cr")
 
     def __init__(self, record: RequestRecord, progress: Progress) -> None:
         self.record = record
         self.progress = progress
         self.stream = _Stream(record)
-        self.pending = b""
+        self.pending: list[bytes] = []  # the unfinished event's pieces, none empty
+        self.pending_bytes = 0
         self.crlf = False
+        self.cr = False  # the last read ended in a \r: the next may start with its \n
 
     def feed(self, data: bytes, now: float) -> None:
         record = self.record
@@ -38,12 +45,18 @@ class SseReader:
         record.reads += 1
         progress.reads += 1
         if self.crlf or b"\r" in data:
-            self.crlf = True
-            data = data.replace(b"\r\n", b"\n")
+            data = self._lf(data)
         if self.pending:
-            data = self.pending + data
+            pending = self.pending
+            if b"\n\n" not in data and not (data[:1] == b"\n" and pending[-1][-1:] == b"\n"):
+                self._hold(data)  # still inside the event: no join, no split
+                return
+            data = b"".join(pending) + data
+            self.pending, self.pending_bytes = [], 0
         events = data.split(b"\n\n")
-        self.pending = events.pop()
+        rest = events.pop()
+        if rest:
+            self._hold(rest)
         if not events:
             return
         progress.events += len(events)
@@ -61,6 +74,8 @@ class SseReader:
                     if record.tokens_in_chunk is not None:
                         record.tokens_in_chunk.append(-1)
                     continue
+            if len(event) > MAX_EVENT_BYTES:
+                raise RequestFailed(_too_long())
             payload: bytes | None
             if event[:6] == b"data: " and b"\n" not in event:
                 payload = event[6:]
@@ -75,6 +90,25 @@ class SseReader:
             progress.tokens += tokens
             record.last_token = now
 
+    def _lf(self, data: bytes) -> bytes:
+        """CRLF line ends as LF, a CRLF split between two reads included."""
+        self.crlf = True
+        if self.cr:
+            data = b"\r" + data
+        self.cr = data[-1:] == b"\r"
+        if self.cr:
+            data = data[:-1]
+        return data.replace(b"\r\n", b"\n")
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep a piece of the event not ended yet; past the bound, fail the request."""
+        if not piece:
+            return
+        self.pending.append(piece)
+        self.pending_bytes += len(piece)
+        if self.pending_bytes > MAX_EVENT_BYTES:
+            raise RequestFailed(_too_long(ended=False))
+
     def token_frame(self) -> tuple[bytes, bytes] | None:
         """The bytes around the text of a whole plain token event, ``data: `` and the blank line
         included, while the reader stands between two events with a template learned; None
@@ -82,7 +116,7 @@ class SseReader:
         ASCII text free of quotes and backslashes (``NOT_PLAIN_ASCII`` finds nothing in it),
         records them with ``add_tokens`` and skips ``feed``: the same result, less work."""
         stream = self.stream
-        if self.pending or stream.event_head is None:
+        if self.pending or self.cr or stream.event_head is None:
             return None
         return stream.event_head, stream.event_tail
 
@@ -107,7 +141,7 @@ class SseReader:
 
     def finish(self) -> None:
         record = self.record
-        if self.pending.strip():
+        if b"".join(self.pending).strip():
             raise RequestFailed(f"stream ended inside an event after {record.chunks} chunks")
         if not self.stream.done:
             raise RequestFailed("stream ended without [DONE]")
@@ -323,6 +357,12 @@ def _data_field(event: bytes) -> bytes | None:
     """The data of a general SSE event: its ``data:`` lines joined; None if it has none."""
     lines = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
+
+
+def _too_long(*, ended: bool = True) -> str:
+    """One line for an SSE event over the bound (not its size: the same reason counts once)."""
+    where = "an SSE event" if ended else "an SSE event without its end (a blank line)"
+    return f"{where} over {mib(MAX_EVENT_BYTES)}: the server's stream is malformed"
 
 
 def _clip(payload: bytes, limit: int = 60) -> str:

@@ -21,6 +21,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cockpit.benchlimits import TOKEN_PACE_S
+from cockpit.secrets import redact_text
+
 TIMED_OUT = "timed out after "  # how every timeout's reason starts
 ERROR_BODY_LIMIT = 64 * 1024  # the most of an error response's body that is read
 
@@ -113,12 +116,17 @@ class Timeouts:
     """The bounds on one request, in seconds, and the reason each gives when it runs out.
 
     ``connect_s`` bounds connecting (a listen queue that never accepts); ``read_s`` any wait for
-    bytes, the response headers included; ``request_s`` the whole request, connecting included.
+    a token once the request is sent: the first one, and each gap after it. Bytes that carry no
+    token (SSE comments, keep-alives, empty events) do not reset it, so a server that only pings
+    still fails in ``read_s``. Beyond its first ``read_s``, a request must also keep up with one
+    token every ``pace_s`` on average (a stream that trickles ends too), and ``request_s`` bounds
+    the whole of it, connecting included.
     """
 
     request_s: float = 3600.0
     read_s: float = 600.0
     connect_s: float = 600.0
+    pace_s: float = TOKEN_PACE_S
 
     def __post_init__(self) -> None:  # connecting can never outlast the whole request
         object.__setattr__(self, "connect_s", min(self.connect_s, self.request_s))
@@ -133,6 +141,32 @@ class Timeouts:
 
     def no_bytes(self) -> str:
         return f"{TIMED_OUT}{self.read_s:g} s (no bytes)"
+
+    def no_token(self) -> str:
+        """Bytes came, but none was a token: pings and comments do not keep a request alive."""
+        return f"{TIMED_OUT}{self.read_s:g} s (no token, only keep-alives)"
+
+    def too_slow(self) -> str:
+        return f"{TIMED_OUT}{self.read_s:g} s + {self.pace_s:g} s a token (the stream fell behind)"
+
+    def paced_until(self, sent: float, tokens: int) -> float:
+        """When a request sent at ``sent`` that has ``tokens`` so far is too slow."""
+        return sent + self.read_s + self.pace_s * tokens
+
+    def silent(self, sent: float, record: RequestRecord, body_at: float, now: float) -> str | None:
+        """Why the request must end at ``now`` for lack of tokens; None while it may go on.
+        ``body_at``: when bytes of the response body last came (pings and comments too)."""
+        progress = max(sent, record.last_token or 0.0)
+        if now - progress >= self.read_s:
+            return self.no_token() if body_at > progress else self.no_bytes()
+        if now >= self.paced_until(sent, record.chunks):
+            return self.too_slow()
+        return None
+
+    def next_check(self, sent: float, record: RequestRecord) -> float:
+        """The next instant ``silent`` may say to stop, if no token comes before it."""
+        progress = max(sent, record.last_token or 0.0)
+        return min(progress + self.read_s, self.paced_until(sent, record.chunks))
 
     def request_limit(self) -> str:
         return f"{TIMED_OUT}{self.request_s:g} s (request limit)"
@@ -204,5 +238,9 @@ def error_message(obj: object) -> str:
 
 
 def first_line(text: str, limit: int = 200) -> str:
+    """The first line of a failure's text, cut, with any URL password or bearer token in it
+    blanked: a reason is printed and journaled."""
+    text = text[: 16 * limit]
     line = text.strip().splitlines()[0] if text.strip() else ""
+    line = redact_text(line)
     return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -44,7 +44,6 @@ from urllib.parse import urlsplit
 from cockpit.bench.health import MAX_CPU_CORES, MAX_LOOP_LAG_MS, CpuMeter, LoopLag
 from cockpit.bench.load import Load, OnDone, ProcessHealth
 from cockpit.bench.loadgen import (
-    MAX_WORKERS,
     BenchConfig,
     LevelResult,
     no_gc_pauses,
@@ -55,6 +54,7 @@ from cockpit.bench.loadgen import (
 )
 from cockpit.bench.transport import Progress, RequestRecord, Transport
 from cockpit.bench.workload import Workload
+from cockpit.benchlimits import MAX_WORKERS
 from cockpit.children import python_module
 from cockpit.errors import CockpitError
 

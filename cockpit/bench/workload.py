@@ -10,16 +10,20 @@ and real tokenizers land near that for English words.
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.errors import CockpitError
+from cockpit.benchlimits import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
+from cockpit.errors import CockpitError, shown
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CHARS_PER_TOKEN = 4
 POOL = 64  # distinct random prompts; the per-request tag keeps every request unique anyway
+POOL_BYTES = 256 << 20  # ...fewer when they are so long that 64 would not fit in this
 TAG_WIDTH = 7  # "%07x " is two tokens, counted inside input_len
 _HOLE = "\x00cockpit-tag\x00"
 
@@ -274,7 +278,7 @@ def random_workload(
     rng = random.Random(seed)
     chars = max(0, input_len * CHARS_PER_TOKEN - (TAG_WIDTH + 1))
     bodies = []
-    for _ in range(POOL):
+    for _ in range(max(1, min(POOL, POOL_BYTES // max(1, chars)))):
         text = _HOLE + random_prompt(rng, chars)
         bodies.append(_split(_request(endpoint, model, text, None, output_len), tagged=True))
     return Workload(endpoint, tuple(bodies))
@@ -290,14 +294,8 @@ def jsonl_workload(
     """
     _check_endpoint(endpoint)
     path = Path(path).expanduser()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise CockpitError(f"the prompts file {path} is not UTF-8 text") from None
     bodies = []
-    for number, line in enumerate(lines, 1):
+    for number, line in _prompt_lines(path):
         if line.strip():
             bodies.append(
                 _split(_jsonl_request(path, number, line, model, endpoint, output_len), tagged=False)
@@ -305,6 +303,81 @@ def jsonl_workload(
     if not bodies:
         raise CockpitError(f"the prompts file {path} has no prompts: write one JSON object a line")
     return Workload(endpoint, tuple(bodies), tagged=False)
+
+
+def check_prompts_path(path: str | Path) -> Path:
+    """A prompts file that can be read whole: a regular file (a FIFO would hang the read, a
+    device like /dev/zero never end it), at most ``MAX_PROMPTS_BYTES``. Only stat()ed: a FIFO
+    is never opened."""
+    path = Path(path).expanduser()
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
+    _check_kind(path, info)
+    return path
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+def _check_kind(path: Path, info: os.stat_result) -> None:
+    """A regular file within the size bound, else one line saying what it is."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+        raise CockpitError(
+            f"the prompts file {path} is {kind}, not a regular file: give a JSONL file, one prompt a line"
+        )
+    if info.st_size > MAX_PROMPTS_BYTES:
+        raise CockpitError(
+            f"the prompts file {path} holds {info.st_size / (1 << 20):,.0f} MiB, more than the "
+            f"{mib(MAX_PROMPTS_BYTES)} a prompts file may: give fewer prompts"
+        )
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, checked on the open file itself (it may have changed since it was
+    stat()ed): opened without blocking, so a FIFO put there meanwhile is refused, not waited on;
+    read up to the bound, so a file that grows (or lies about its size) is cut short and refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        _check_kind(path, os.fstat(fd))
+        try:
+            data = file.read(MAX_PROMPTS_BYTES + 1)
+        except OSError as err:
+            raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
+    if len(data) > MAX_PROMPTS_BYTES:
+        raise CockpitError(
+            f"the prompts file {path} holds more than the {mib(MAX_PROMPTS_BYTES)} a prompts file may: "
+            "give fewer prompts"
+        )
+    return data
+
+
+def _prompt_lines(path: Path) -> list[tuple[int, str]]:
+    """(number, text) of each line of a prompts file; a line over ``MAX_PROMPT_LINE_BYTES`` or
+    not UTF-8 is one error naming it. Lines end at newlines only: a JSON string may hold U+2028."""
+    lines = []
+    for number, raw in enumerate(_read_bounded(path).split(b"\n"), 1):
+        if len(raw) > MAX_PROMPT_LINE_BYTES:
+            raise CockpitError(
+                f"{path}, line {number}: longer than {mib(MAX_PROMPT_LINE_BYTES)}; "
+                f"one prompt a line, each at most {mib(MAX_PROMPT_LINE_BYTES)}"
+            )
+        try:
+            lines.append((number, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise CockpitError(f"the prompts file {path} is not UTF-8 text (line {number})") from None
+    return lines
 
 
 def _jsonl_request(
@@ -318,8 +391,11 @@ def _jsonl_request(
     if not isinstance(row, dict):
         raise CockpitError(f'{where}: expected an object like {{"prompt": "..."}}')
     max_tokens = row.get("max_tokens", output_len)
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise CockpitError(f"{where}: max_tokens must be a whole number of 1 or more, got {max_tokens!r}")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 0 < max_tokens <= MAX_TOKENS:
+        raise CockpitError(
+            f"{where}: max_tokens must be a whole number of 1 or more and at most {MAX_TOKENS:,}, "
+            f"got {shown(max_tokens)}"
+        )
     prompt, messages = row.get("prompt"), row.get("messages")
     if isinstance(prompt, str) and prompt:
         text = prompt

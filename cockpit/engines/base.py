@@ -127,7 +127,9 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
         out["gpu_memory_utilization"] = _fraction(
             "--gpu-memory-utilization", get("gpu_memory_utilization", 0.92)
         )
-        out["max_model_len"] = _tokens("--max-model-len", values.get("max_model_len"))
+        # vLLM reads `--max-model-len auto` as -1: fit the context to the KV cache
+        # (vllm/engine/arg_utils.py human_readable_int_or_auto); no other count has an auto
+        out["max_model_len"] = _tokens("--max-model-len", values.get("max_model_len"), auto=True)
         out["max_num_seqs"] = _tokens("--max-num-seqs", values.get("max_num_seqs"))
         out["max_num_batched_tokens"] = _tokens(
             "--max-num-batched-tokens", values.get("max_num_batched_tokens")
@@ -186,16 +188,17 @@ def api_keys(engine: str, args: Sequence[str], env: Mapping[str, str]) -> tuple[
     """The keys a server will require of its clients, read as the engines read them:
     `--api-key K [K ...]` or `--api-key=K` (vLLM takes several, SGLang one); else, for vLLM,
     VLLM_API_KEY (vllm/entrypoints/openai/api_server.py: `args.api_key or envs.VLLM_API_KEY`).
-    Empty: the server is open."""
+    Given twice (the profile's args, then a layout's knobs), the last one counts, as argparse
+    reads it. Empty: the server is open."""
     args = list(args)
     keys: list[str] = []
     for i, arg in enumerate(args):
         if arg.startswith("--api-key="):
-            keys.append(arg.split("=", 1)[1])
+            keys = [arg.split("=", 1)[1]]
         elif arg == "--api-key":
             values = args[i + 1 :]
             end = next((j for j, value in enumerate(values) if value.startswith("-")), len(values))
-            keys.extend(values[: end if engine == "vllm" else min(end, 1)])
+            keys = values[: end if engine == "vllm" else min(end, 1)]
     if engine == "vllm" and not keys:
         keys = [env.get("VLLM_API_KEY", "")]
     return tuple(k for k in keys if k)
@@ -211,9 +214,10 @@ def _fraction(name: str, value: object) -> float:
     return float(value)
 
 
-def _tokens(name: str, value: object) -> int | None:
-    """A token or request count; None (or vLLM's -1 / auto) leaves it to the engine."""
-    if value is None or value == -1:
+def _tokens(name: str, value: object, *, auto: bool = False) -> int | None:
+    """A token or request count; None (or, where the engine has one, -1 for auto) leaves it to
+    the engine. -1 anywhere else is refused as 0 is: `--max-num-seqs -1` would not start."""
+    if value is None or (auto and value == -1):
         return None
     if not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_ARG:
         raise CockpitError(

@@ -4,13 +4,19 @@ Only like is compared with like: levels measured with other request lengths, sen
 rate, or on the simulated box rather than GPUs are in a table of their own, each with its own
 best (a layout's knobs already make a row of their own). A level whose requests mostly failed is
 kept, with its reason, and never wins over a good measurement of the same layout and level. A
-layout that never served shows its latest failure, as long as no later launch of it went better.
+level that is not clean (some of its requests failed, or another client's load shared the
+server) is flawed: it never replaces a clean one of the same layout and level, is shown only
+where no clean one exists, marked (`level_mark`), and is never a column's best or the table's
+best peak. A layout that never served shows its latest failure, as long as no later launch of it
+went better.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cockpit.calibrate import open_loop
 from cockpit.engines import ENGINES
@@ -60,14 +66,16 @@ class ComparisonRow:
     experiment: int
     engine: str
     outcome: str  # as the journal holds it: one of cockpit.outcome.OUTCOMES
-    cells: dict[int, BenchPoint]  # concurrency -> the good point measured there
-    peak: BenchPoint | None  # the best tok/s of the row, with its concurrency
+    cells: dict[int, BenchPoint]  # concurrency -> the good point measured there (clean if any is)
+    peak: BenchPoint | None  # the best tok/s of the row, with its concurrency (clean if any level is)
     diagnosis: str = ""  # the one-line cause, for a row without numbers
     # levels with only failed points: .error says why
     failed: dict[int, BenchPoint] = field(default_factory=dict)
     # the journal's records of the experiments the row's points came from (and of the row's own),
     # by id: what was predicted for each and what its engine logged (cockpit.reports.measured)
     sources: dict[int, Experiment] = field(default_factory=dict)
+    # levels where a newer flawed point was set aside for an older clean one: the newest of them
+    set_aside: dict[int, BenchPoint] = field(default_factory=dict)
 
     def source(self, point: BenchPoint | None = None) -> Experiment | None:
         """The experiment a point was measured in; without a point, the row's own."""
@@ -199,10 +207,14 @@ def _table(profile: str | None, key: Key, by_layout: Mapping[str, Runs]) -> Comp
     best = {}
     for level in levels:
         measured = [row for row in ordered if level in row.cells]
-        if len(measured) > 1:
-            best[level] = max(measured, key=lambda row: row.cells[level].output_tok_s).layout
-    peaks = {row.layout: row.peak.output_tok_s for row in ordered if row.peak is not None}  # in row order
-    best_peak = max(peaks, key=peaks.__getitem__) if len(peaks) > 1 else None
+        clean = [row for row in measured if is_clean(row.cells[level])]
+        if len(measured) > 1 and clean:  # a flawed level competes, but is never crowned
+            best[level] = max(clean, key=lambda row: row.cells[level].output_tok_s).layout
+    peaked = [row for row in ordered if row.peak is not None]
+    peaks = {
+        row.layout: row.peak.output_tok_s for row in peaked if row.peak is not None and is_clean(row.peak)
+    }
+    best_peak = max(peaks, key=peaks.__getitem__) if len(peaked) > 1 and peaks else None  # in row order
     workload, simulated, engine = key
     return Comparison(profile, levels, ordered, best, best_peak, workload, simulated, engine=engine)
 
@@ -224,28 +236,39 @@ def _all_points(rows: Iterable[ComparisonRow]) -> list[BenchPoint]:
 def _layout_row(runs: Sequence[tuple[Experiment, list[BenchPoint]]]) -> tuple[Experiment, ComparisonRow]:
     """One layout's row from its benchmarked experiments, newest first.
 
-    The row is the newest experiment with a good point (else the newest one). It shows the
-    levels that experiment and any newer one measured; each level takes the newest good point
-    of the layout (an older experiment's, if the newer ones failed there), else stays failed.
+    The row is the newest experiment with a clean point (else with a good one, else the newest).
+    It shows the levels that experiment and any newer one measured; each level takes the newest
+    clean point of the layout (an older experiment's, if the newer ones were flawed or failed
+    there), else the newest good one, marked, else stays failed. The peak is the best clean level,
+    or the best flawed one of a row that has no clean level.
     """
-    base = next((i for i, (_, points) in enumerate(runs) if any(not p.failed for p in points)), 0)
+    base = next((i for i, (_, points) in enumerate(runs) if any(is_clean(p) for p in points)), None)
+    if base is None:
+        base = next((i for i, (_, points) in enumerate(runs) if any(not p.failed for p in points)), 0)
     exp = runs[base][0]
     levels = {p.concurrency for _, points in runs[: base + 1] for p in points}
     newest_first = [p for _, points in runs for p in reversed(points)]  # points() is oldest first per level
     cells: dict[int, BenchPoint] = {}
     failed: dict[int, BenchPoint] = {}
+    set_aside: dict[int, BenchPoint] = {}
     for level in sorted(levels):
         at_level = [p for p in newest_first if p.concurrency == level]
-        good = next((p for p in at_level if not p.failed), None)
-        if good is not None:
-            cells[level] = good
-        else:
+        good = next((p for p in at_level if is_clean(p)), None) or next(
+            (p for p in at_level if not p.failed), None
+        )
+        if good is None:
             failed[level] = at_level[0]
-    peak = max(cells.values(), key=lambda p: p.output_tok_s) if cells else None
+            continue
+        cells[level] = good
+        newer = at_level[: at_level.index(good)]
+        if flawed := next((p for p in newer if not p.failed), None):
+            set_aside[level] = flawed
+    clean = [p for p in cells.values() if is_clean(p)]
+    peak = max(clean or cells.values(), key=lambda p: p.output_tok_s) if cells else None
     diagnosis = "" if cells else _bench_failure(failed)
     sources = {run.id: run for run, _ in runs}
     return exp, ComparisonRow(
-        exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed, sources
+        exp.layout, exp.id, exp.engine, exp.outcome, cells, peak, diagnosis, failed, sources, set_aside
     )
 
 
@@ -254,3 +277,62 @@ def _bench_failure(failed: Mapping[int, BenchPoint]) -> str:
     levels = ", ".join(f"C={c}" for c in sorted(failed))
     reason = next((p.error for _, p in sorted(failed.items()) if p.error), None) or "no cause recorded"
     return f"benchmark at {levels}: {reason}"
+
+
+# -- flawed levels ---------------------------------------------------------------------------------
+
+
+def _count(value: Any) -> int:
+    """A whole count from a journal field; anything else (a bad row) counts as none."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))
+
+
+def contention(point: BenchPoint) -> dict[str, int] | None:
+    """What the bench saw of another client's load at this level (``extra["contended"]``: the
+    engine's running and waiting peak over the level's concurrency), None when it saw none."""
+    seen = point.extra.get("contended")
+    if not seen:
+        return None
+    if not isinstance(seen, dict):
+        return {}
+    return {str(k): _count(v) for k, v in seen.items() if not isinstance(v, (dict, list, str))}
+
+
+def is_clean(point: BenchPoint) -> bool:
+    """A level to compare as it stands: not failed, no request failed, no other load seen."""
+    return not point.failed and _count(point.errors) == 0 and contention(point) is None
+
+
+def error_share(point: BenchPoint) -> str:
+    """`3/9`: failed requests of those that ended in the level's window; "" when none failed."""
+    errors = _count(point.errors)
+    return f"{errors}/{errors + _count(point.requests)}" if errors else ""
+
+
+def level_mark(point: BenchPoint) -> str:
+    """What keeps a good level from being clean, in a few words for a table cell: `3/9 err`,
+    `contended`, or both; "" for a clean one."""
+    marks = [f"{share} err"] if (share := error_share(point)) else []
+    if contention(point) is not None:
+        marks.append("contended")
+    return ", ".join(marks)
+
+
+def mark_detail(point: BenchPoint) -> str:
+    """The same in words, for a legend or a detail line: `3 of 9 requests failed`, `the engine
+    held 16 requests at C=8: another client's load`."""
+    parts = []
+    if errors := _count(point.errors):
+        parts.append(f"{errors} of {errors + _count(point.requests)} requests failed")
+    seen = contention(point)
+    if seen is not None:
+        peak = seen.get("requests_peak") or seen.get("running_peak")
+        if peak:
+            parts.append(f"the engine held {peak} requests at C={point.concurrency}: another client's load")
+        elif seen.get("busy_before"):
+            parts.append(f"the server already ran {seen['busy_before']} requests not from this bench")
+        else:
+            parts.append("another client's load shared the server")
+    return "; ".join(parts)

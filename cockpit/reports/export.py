@@ -3,7 +3,9 @@
 Made for an issue or a chat, where the reader has no journal and no profile: the model, the
 engine, the GPUs, the request lengths and the date come with the numbers, a simulated box says
 so under the title, and each workload (request lengths, open-loop rate) keeps its own tables,
-newest first, so nothing measured earlier is dropped and nothing unlike is compared.
+newest first, so nothing measured earlier is dropped and nothing unlike is compared. A level
+that is not clean (some requests failed, another client's load) is marked as `cockpit results`
+marks it, with the same legend under the tables.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ from typing import TypedDict
 
 from cockpit.journal import BenchPoint, Experiment
 from cockpit.planner import Setup
-from cockpit.reports.comparison import SIMULATED_SUFFIX, Comparison
+from cockpit.reports.comparison import SIMULATED_SUFFIX, Comparison, level_mark
 from cockpit.reports.numbers import format_ms, format_tok_s
-from cockpit.reports.results import PREDICTED_NOTE, failed_launches, has_prediction, labelled, markdown_table
+from cockpit.reports.results import (
+    PREDICTED_NOTE,
+    failed_launches,
+    has_prediction,
+    labelled,
+    mark_notes,
+    markdown_table,
+)
 from cockpit.reports.tune import tune_markdown
 from cockpit.secrets import redact_text
 from cockpit.tune.events import TuneResult
@@ -220,6 +229,9 @@ def _tables(comp: Comparison, predicted: bool) -> list[str]:
         lines += [f"### Output tok/s{suffix}", "", markdown_table(table, predicted)]
         if any(row.cells for row in table.rows):
             lines += ["", f"### Latency (ms){suffix}", "", latency_table(table)]
+    if notes := mark_notes(comp):
+        for note in notes:  # each its own paragraph
+            lines += ["", f"_{note}_"]
     if predicted and has_prediction(comp):
         lines += ["", f"_{PREDICTED_NOTE}_"]
     return lines
@@ -287,7 +299,8 @@ def _tokens(values: Sequence[int]) -> str:
 
 
 def latency_table(comp: Comparison) -> str:
-    """One row per layout and concurrency: tok/s with TTFT and ITL at p50 and p99."""
+    """One row per layout and concurrency: tok/s (marked as in the tok/s table) with TTFT and ITL
+    at p50 and p99."""
     lines = [
         "| Layout | C | tok/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -295,7 +308,9 @@ def latency_table(comp: Comparison) -> str:
     for row in comp.rows:
         for level in sorted(row.cells):
             p = row.cells[level]
-            cells = [row.layout.replace("|", "\\|"), str(level), format_tok_s(p.output_tok_s)]
+            mark = level_mark(p)
+            tok_s = format_tok_s(p.output_tok_s) + (f" [{mark}]" if mark else "")
+            cells = [row.layout.replace("|", "\\|"), str(level), tok_s]
             cells += [format_ms(v) for v in (p.ttft_ms_p50, p.ttft_ms_p99, p.itl_ms_p50, p.itl_ms_p99)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -94,7 +94,7 @@ def replicas(layout: str) -> int:
     """The attention replicas of a journaled layout: its data-parallel size on both engines
     (cockpit.engines vllm/sglang placements); 1 for a layout this cockpit no longer reads."""
     try:
-        return parse_layout(layout).dp
+        return parse_layout(layout, stored=True).dp
     except CockpitError:
         return 1
 
@@ -238,7 +238,7 @@ def last_measured(journal: Journal, box: Box) -> dict[str, LastMeasured]:
         if exp.layout not in memory and measured_memory(exp).known:
             memory[exp.layout] = exp
         if exp.layout not in benched:
-            good = {p.concurrency: p for p in journal.points(exp.id) if not p.failed}  # the last of a level
+            good = _last_per_level(journal.points(exp.id))
             if good:
                 benched[exp.layout] = (exp.id, good)
     out = {}
@@ -286,3 +286,20 @@ def _number(value: object) -> float | None:
 
 def _round(value: float | None) -> float | None:
     return round(value, 2) if value is not None else None
+
+
+def _last_per_level(points: list[BenchPoint]) -> dict[int, BenchPoint]:
+    """Each level's last point that did not fail; one with failed requests or another client's
+    load only where the level has no clean one."""
+    kept: dict[int, BenchPoint] = {}
+    for point in points:  # oldest first
+        if point.failed:
+            continue
+        old = kept.get(point.concurrency)
+        if old is None or not _flawed(point) or _flawed(old):
+            kept[point.concurrency] = point
+    return kept
+
+
+def _flawed(point: BenchPoint) -> bool:
+    return bool(point.errors) or bool(point.extra.get("contended"))

@@ -2,7 +2,9 @@
 
 The table and markdown show tok/s per layout and concurrency, the best of each column marked,
 one table per workload (request lengths, open-loop rate) and box (simulated or not), each headed
-by what it was measured with; csv and json hold one record per layout and concurrency with every
+by what it was measured with; a level that is not clean (some requests failed, another client's
+load shared the server) is marked `[3/9 err]` or `[contended]`, with a legend under the tables,
+and named when a clean one is shown in its place; csv and json hold one record per layout and concurrency with every
 metric the client measured, its lengths and whether the box was simulated, so nothing mixes
 silently. json also sets each record's measurement beside what was predicted at launch (tok/s of
 the level, memory of the launch: cockpit.reports.measured); the others show the predicted tok/s
@@ -22,7 +24,14 @@ from typing import Any
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint
 from cockpit.planner import FITS, TIGHT, Setup, Verdict, plan_all, plan_layout
-from cockpit.reports.comparison import Comparison, ComparisonRow
+from cockpit.reports.comparison import (
+    Comparison,
+    ComparisonRow,
+    contention,
+    is_clean,
+    level_mark,
+    mark_detail,
+)
 from cockpit.reports.measured import (
     learned_runs,
     measured_memory,
@@ -47,12 +56,18 @@ _RECORD_FIELDS = [
     "diagnosis",
     "simulated",
     *METRICS,
+    "clean",
+    "contended",
     "rate",
     "best",
 ]
 _PREDICTED_FIELDS = ["predicted_tok_s", "measured_over_predicted"]  # csv, with predicted=True
 PREDICTED_NOTE = "In parentheses: the tok/s predicted for that level when the layout was launched."
 BEST_NOTE = "* most tok/s at that concurrency"
+MARK_NOTE = (
+    "[k/n err]: k of the level's n requests failed; [contended]: another client's load shared the "
+    "server. A marked level is shown only where no clean run of it exists, and is never the best."
+)
 
 
 def format_comparison(comp: Comparison, fmt: str, predicted: bool = False, hint: str | None = None) -> str:
@@ -76,6 +91,8 @@ def format_comparison(comp: Comparison, fmt: str, predicted: bool = False, hint:
     )
     if fmt == "table" and any(table.best or table.best_peak for table in tables):
         text += "\n" + BEST_NOTE + (", within its table" if len(tables) > 1 else "")
+    if notes := mark_notes(comp):
+        text += _notes(notes, fmt)
     if predicted and has_prediction(comp):
         text += "\n\n" + (f"_{PREDICTED_NOTE}_" if fmt == "markdown" else PREDICTED_NOTE)
     return text
@@ -116,6 +133,27 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def mark_notes(comp: Comparison) -> list[str]:
+    """The lines under the tables about levels that are not clean: the legend of the marks, when a
+    cell has one, and each level where a newer flawed run was set aside for a clean one (it is
+    still in the journal: nothing measured is lost)."""
+    rows = [row for table in comp.tables for row in table.rows]
+    notes = [MARK_NOTE] if any(not is_clean(p) for row in rows for p in row.cells.values()) else []
+    for row in rows:
+        for level, point in sorted(row.set_aside.items()):
+            notes.append(
+                f"{row.layout} C={level}: a newer run ({mark_detail(point)}) is set aside for the clean one shown"
+            )
+    return notes
+
+
+def _notes(notes: Sequence[str], fmt: str) -> str:
+    """Lines under the tables; in markdown each its own paragraph (lines in a row run together)."""
+    if fmt == "markdown":
+        return "\n\n" + "\n\n".join(f"_{note}_" for note in notes)
+    return "\n" + "\n".join(notes)
+
+
 def _csv(comp: Comparison, predicted: bool) -> str:
     fieldnames = (
         _RECORD_FIELDS[:-1] + _PREDICTED_FIELDS + _RECORD_FIELDS[-1:] if predicted else _RECORD_FIELDS
@@ -129,6 +167,8 @@ def _csv(comp: Comparison, predicted: bool) -> str:
                 "predicted_tok_s": record["predicted"]["tok_s"],
                 "measured_over_predicted": record["measured_over_predicted"]["tok_s"],
             }
+        if record.get("contended") is not None:  # one cell: the engine's peaks and the level, as JSON
+            record["contended"] = json.dumps(record["contended"], sort_keys=True)
         writer.writerow({k: int(v) if isinstance(v, bool) else v for k, v in record.items()})
     return out.getvalue().rstrip("\n")
 
@@ -146,8 +186,9 @@ def _prediction(row: ComparisonRow, level: int) -> float | None:
 
 
 def _measured_text(row: ComparisonRow, level: int, predicted: bool) -> str:
-    """A good level's tok/s; with `predicted`, the prediction after it in parentheses."""
-    text = format_tok_s(row.cells[level].output_tok_s)
+    """A good level's tok/s, marked if it is not clean (`118.6 [3/9 err]`); with `predicted`, the
+    prediction after it in parentheses."""
+    text = _marked(row.cells[level])
     guess = _prediction(row, level) if predicted else None
     return f"{text} ({format_tok_s(guess)})" if guess is not None else text
 
@@ -156,8 +197,14 @@ def _headers(comp: Comparison) -> list[str]:
     return [f"C={c}" + (" tok/s" if i == 0 else "") for i, c in enumerate(comp.levels)]
 
 
+def _marked(point: BenchPoint) -> str:
+    """A good level's tok/s with what keeps it from being clean: `118.6 [3/9 err]`, `458.0`."""
+    mark = level_mark(point)
+    return format_tok_s(point.output_tok_s) + (f" [{mark}]" if mark else "")
+
+
 def _peak_text(peak: BenchPoint) -> str:
-    return f"{format_tok_s(peak.output_tok_s)} (C={peak.concurrency})"
+    return f"{_marked(peak)} (C={peak.concurrency})"
 
 
 def _missing(row: ComparisonRow, level: int) -> str:
@@ -209,7 +256,7 @@ def _table(comp: Comparison, predicted: bool = False) -> str:
             ]
             grid[row.layout] = [
                 *cells,
-                mark(format_tok_s(row.peak.output_tok_s), comp.best_peak == row.layout),
+                mark(_marked(row.peak), comp.best_peak == row.layout),
             ]
     first = max(len(text) for text in ["layout", *(row.layout for row in comp.rows)])
     widths = [max([len(h), *(len(cells[i]) for cells in grid.values())]) for i, h in enumerate(headers)]
@@ -247,15 +294,16 @@ def _records(comp: Comparison) -> list[dict[str, Any]]:
                 records.append(
                     head
                     | {name: None for name in METRICS}
-                    | {"rate": None, "best": False}
+                    | {"clean": None, "contended": None, "rate": None, "best": False}
                     | _against(row, None)
                 )
                 continue
             for level, point in sorted({**row.failed, **row.cells}.items()):
                 metrics = {name: getattr(point, name) for name in METRICS}
                 best = table.best.get(level) == row.layout and level in row.cells
+                flaws = {"clean": is_clean(point), "contended": contention(point)}
                 tail = {"rate": table.workload.rate, "best": best, "extra": point.extra}
-                records.append(head | metrics | tail | _against(row, point))
+                records.append(head | metrics | flaws | tail | _against(row, point))
     return records
 
 

@@ -2,7 +2,8 @@
 
 A child process keeps the load generator's event loop free of anything the caller does (printing,
 drawing); it writes each finished level to the journal itself, so an interrupted sweep keeps
-the levels it finished.
+the levels it finished. A child that ends with ``REQUESTS_FAILED_EXIT`` measured every level,
+some with failed requests: its levels say so (marked in the journal); the bench did not fail.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from cockpit.bench.command import PARENT_ENV, bench_argv, describe_level
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, contention_note, request_failures
 from cockpit.commands import Bench
 from cockpit.profile import Profile
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event
@@ -27,6 +30,21 @@ class _Result:
 
     def to_json(self) -> dict:
         return self.data
+
+
+def bench_flaws(levels: Iterable[Mapping[str, Any]]) -> str:
+    """One line after a bench whose levels are not all clean, from their JSON (``BenchLevel.result``):
+    `C=8 had 3/9 requests fail (HTTP 500); contended: the engine held 16 requests at C=32: those
+    levels are marked ...`; "" when every level is clean (or failed, which its own line says)."""
+    levels = list(levels)
+    parts = [
+        request_failures(levels),
+        *(contention_note(level) for level in levels if not level.get("failed")),
+    ]
+    text = "; ".join(part for part in parts if part)
+    if not text:
+        return ""
+    return f"{text}: those levels are marked in `cockpit results`, and a clean run of them replaces them"
 
 
 def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, experiment: int) -> list[str]:
@@ -88,7 +106,7 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
                 )
         code = child.wait()
         error = ""
-        if code not in (0, 130):
+        if code not in (0, 130, REQUESTS_FAILED_EXIT):
             lines = (stderr.read() or "").strip().splitlines()
             error = lines[-1] if lines else f"cockpit bench exited with code {code}"
         yield BenchDone(experiment, levels, interrupted=code == 130, error=error)

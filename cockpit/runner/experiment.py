@@ -15,11 +15,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import psutil
+
 from cockpit.commands import Bench, knob_next_step
 from cockpit.engines import api_keys
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
-from cockpit.layout import Layout
+from cockpit.layout import Layout, parse_layout
 from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
@@ -131,7 +133,7 @@ class Launcher:
     # that makes a stop and such an end exclude each other: the end is said once, by one of them
     _ended: dict[int, str] = field(default_factory=dict, repr=False)
     _end_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _scrubber: Scrubber | None = field(default=None, repr=False)
+    _scrubber: Scrubber | None = field(default=None, repr=False)  # every launch's secret values
     cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
     # Told the experiment's id when something new was measured (a launch came up, a bench ended):
     # the lab learns from the journal there. What it raises is logged, never passed on.
@@ -164,10 +166,27 @@ class Launcher:
         names = [f"`{x}`" for x in layouts if str(x) in fitting] or [f"`{x}`" for x in layouts]
         return "try " + " or ".join(names[:3]) if names else ""
 
-    def api_key(self) -> str | None:
-        """The key the server wants from clients (readiness probe, benchmark), if it was given one."""
-        keys = api_keys(self.setup.engine.name, self.profile.args, {**os.environ, **self.profile.env})
+    def api_key(self, handle: ServerHandle | None = None) -> str | None:
+        """The key the server wants from clients (readiness probe, benchmark), if it was given
+        one: read from the argv the engine got, so a key typed as a knob counts as well as the
+        profile's (``handle``: that server; by default the one followed now)."""
+        argv = self._server_argv(handle or self.handle)
+        keys = api_keys(self.setup.engine.name, argv, {**os.environ, **self.profile.env})
         return keys[0] if keys else None
+
+    def _server_argv(self, handle: ServerHandle | None) -> Sequence[str]:
+        """The whole argv of the server (profile's args and the layout's knobs): ours from its
+        spawn; a re-attached one from its process, once the registry vouches it is that process
+        (journal and registry hold it redacted); else the profile's own."""
+        spawned = handle.popen.args if handle is not None and handle.popen is not None else None
+        if isinstance(spawned, list):  # the supervisor spawns an argv list
+            return [str(arg) for arg in spawned]
+        if handle is not None and handle.entry.alive():
+            with contextlib.suppress(psutil.Error):
+                argv = psutil.Process(handle.pid).cmdline()
+                self._learn_secrets(argv)
+                return argv
+        return [*(self.profile.command or ()), *self.profile.args]
 
     def environment(self, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(self.profile.env)
@@ -188,8 +207,10 @@ class Launcher:
     def run(self, layout: Layout, *, force: bool = False, since: int | None = None) -> Iterator[Event]:
         """Plan, launch and follow one layout; the last event is Ready or Failed. ``since``: the
         value of ``cancels`` when the launch was asked for; a stop after that cancels it."""
+        layout.refuse_blanked()  # `--api-key ***` read back from stored text: never an engine's key
         setup = self.setup  # one setup for the plan and the predictions journaled with it
         verdict = plan_layout(setup, layout)
+        self._learn_secrets(verdict.argv)  # before any line of this launch is shown or stored
         used = verdict.placement.gpus_used if verdict.placement else 0
         allowed = (
             list(self.profile.gpu_ids)
@@ -244,7 +265,8 @@ class Launcher:
             gpus,
         )
         failure = refusal or failure
-        if failure is not None:
+        if failure is not None:  # its words may quote the knobs (an engine's refusal of a value)
+            failure = self._scrubbed_diagnosis(failure)
             self.journal.set_outcome(exp, FAILED, diagnosis=failure)
             yield Failed(exp, failure)
             return
@@ -318,7 +340,7 @@ class Launcher:
         exp = handle.entry.experiment
         ready_paths = self.setup.engine.ready_paths
         events = self.supervisor.follow(
-            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key()
+            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key(handle)
         )
         for event in map(self._scrubbed, events):
             if isinstance(event, Failed) and exp in self._stopping:
@@ -361,7 +383,7 @@ class Launcher:
         self._predict_bench(exp, handle.entry.layout, bench)
         argv = bench_child(handle.url, None, bench, self.profile, exp)
         troubled = False  # a level met errors: the server may have ended under it
-        for event in run_bench_child(argv, exp, self.api_key()):
+        for event in run_bench_child(argv, exp, self.api_key(handle)):
             if isinstance(event, BenchLevel):
                 troubled = troubled or bool(event.result.get("errors") or event.result.get("failed"))
             if isinstance(event, BenchDone) and not event.interrupted:
@@ -387,7 +409,7 @@ class Launcher:
 
     def _answers(self, handle: ServerHandle) -> bool:
         """Whether the server answers its health check now (then it did not end)."""
-        return self.supervisor.answers(handle, self.setup.engine.ready_paths, self.api_key())
+        return self.supervisor.answers(handle, self.setup.engine.ready_paths, self.api_key(handle))
 
     def stop(self, reason: str = "stopped by the user") -> Stopped | None:
         handle = self.handle
@@ -418,7 +440,7 @@ class Launcher:
         unregistered and journaled; an end cockpit caused comes as nothing (``stop`` says it)."""
         exp = handle.entry.experiment
         watched = self.supervisor.watch(
-            handle, quit=quit, health_paths=self.setup.engine.ready_paths, api_key=self.api_key()
+            handle, quit=quit, health_paths=self.setup.engine.ready_paths, api_key=self.api_key(handle)
         )
         for item in watched:
             if isinstance(item, LogLine):
@@ -470,27 +492,33 @@ class Launcher:
     def _scrubbed(self, event: Event) -> Event:
         """The engine prints its own arguments (vLLM: `non-default args: {'hf_token': ...}`): its
         lines are diagnosed as written, then shown and journaled with the secrets blanked."""
-        scrub = self._scrub
         if isinstance(event, LogLine):
-            return replace(event, text=scrub(event.text))
+            return replace(event, text=self._scrub(event.text))
         if isinstance(event, Failed):
-            d = event.diagnosis
-            return replace(
-                event,
-                diagnosis=replace(
-                    d, cause=scrub(d.cause), next_step=scrub(d.next_step) if d.next_step else d.next_step
-                ),
-            )
+            return replace(event, diagnosis=self._scrubbed_diagnosis(event.diagnosis))
         return event
 
+    def _scrubbed_diagnosis(self, d: Diagnosis) -> Diagnosis:
+        """A diagnosis quotes the engine's lines (and a refusal its knobs): shown and journaled blanked."""
+        scrub = self._scrub
+        return replace(d, cause=scrub(d.cause), next_step=scrub(d.next_step) if d.next_step else d.next_step)
+
     def _scrub(self, text: str) -> str:
-        """The text with the launch's secrets blanked."""
+        """The text with the secrets of every launch so far blanked."""
         if self._scrubber is None:
-            self._scrubber = Scrubber.from_launch(
-                [*(self.profile.command or ()), *self.profile.args],
-                launch_secrets_env(self.profile.env, os.environ),
-            )
+            self._learn_secrets([*(self.profile.command or ()), *self.profile.args])
+        assert self._scrubber is not None
         return self._scrubber.text(text)
+
+    def _learn_secrets(self, argv: Sequence[str]) -> None:
+        """Know the secret values of a launch's whole argv (profile's args and the layout's
+        knobs), its environment and inherited credentials: the engine prints them in words no
+        name rule foresees (vLLM: `non-default args: {'api_key': ['V']}`)."""
+        found = Scrubber.from_launch(
+            [*(self.profile.command or ()), *self.profile.args, *argv],
+            launch_secrets_env(self.profile.env, os.environ),
+        )
+        self._scrubber = found if self._scrubber is None else self._scrubber.joined(found)
 
     def _forget(self, handle: ServerHandle) -> None:
         """The server is gone: no handle, no peaks tracked for it."""
@@ -542,7 +570,10 @@ class Launcher:
         """Put the layouts that fit in front of a failure a different layout can cure."""
         if diagnosis.kind not in _LAYOUT_KINDS or not layout:
             return diagnosis
-        suggestion = self.suggest(plan_layout(self.setup, layout))
+        try:  # the registry's text: its secrets blanked, or written by another cockpit's version
+            suggestion = self.suggest(plan_layout(self.setup, parse_layout(layout, stored=True)))
+        except (CockpitError, ValueError):
+            return diagnosis
         if not suggestion:
             return diagnosis
         return replace(
@@ -559,7 +590,7 @@ class Launcher:
         input_len = bench.input_len or defaults.input_len
         output_len = bench.output_len or defaults.output_len
         try:
-            verdict = plan_layout(setup, layout)
+            verdict = plan_layout(setup, parse_layout(layout, stored=True))  # its secrets blanked
         except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
             log.warning("no tok/s prediction for experiment %s (%s): %s", exp, layout, exc)
             return

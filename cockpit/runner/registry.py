@@ -13,6 +13,11 @@ finding the process that carries its token.
 Choosing GPUs and registering a server happen under one lock (``launch_lock``), an ``flock``
 on a file in the state folder that every cockpit on the box shares: two cockpits never pick the
 same GPUs.
+
+Nothing read back is trusted: an entry is checked field by field (types, ranges, a bounded size)
+before it is used, and one that fails is set aside under ``<name>.bad`` with one line that names
+it, so it neither blocks a launch nor turns into a signal; cockpit.runner.supervisor checks a
+listed server is the one cockpit started before it signals it.
 """
 
 from __future__ import annotations
@@ -21,18 +26,21 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import re
+import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from cockpit.errors import CockpitError
-from cockpit.paths import private_dir, state_dir
+from cockpit.errors import CockpitError, shown
+from cockpit.paths import NotReadable, existing_folder, private_dir, read_small, state_dir, warn_on_stderr
 
 CREATE_TIME_TOLERANCE_S = 0.5
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
@@ -41,6 +49,19 @@ STALE_TMP_S = 60.0  # a half-written entry older than this was left by a killed 
 # Between fork and exec the engine does not carry its token yet: a pending entry whose owner
 # died is kept this long before it is taken for a spawn that never happened.
 PENDING_GRACE_S = 10.0
+# What an entry can hold: cockpit writes a few hundred bytes; a file past these was not written by it.
+MAX_ENTRY_BYTES = 64 * 2**10
+MAX_TEXT = 16 * 2**10  # one string field (a path, the layout with its knobs, one argument)
+PID_MAX = 2**22  # Linux's highest pid_max
+MAX_GPUS = 1024
+MAX_EXPERIMENT = 2**63 - 1  # SQLite's row ids
+FUTURE_TOLERANCE_S = 60.0  # a clock stepped back this far does not make a fresh entry damaged
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{0,64}")  # it names the pending entry's file
+BAD_SUFFIX = ".bad"
+
+
+class BadEntry(ValueError):
+    """An entry that is not what cockpit writes: the field and what is wrong with it."""
 
 
 @dataclass(frozen=True)
@@ -82,24 +103,119 @@ class ServerEntry:
         return {**asdict(self), "argv": list(self.argv), "gpus": list(self.gpus)}
 
     @classmethod
-    def from_json(cls, data: dict) -> ServerEntry:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        entry = cls(**{**known, "argv": tuple(known.get("argv", ())), "gpus": tuple(known.get("gpus", ()))})
-        if not isinstance(entry.pid, int) or not isinstance(entry.experiment, int):
-            raise TypeError("pid and experiment must be integers")
+    def from_json(cls, data: Any, now: float | None = None) -> ServerEntry:
+        """An entry as cockpit wrote it; ``BadEntry`` (naming the field) for anything else: a
+        wrong type, a number out of range, a time not finite or in the future (``now``)."""
+        if not isinstance(data, dict):
+            raise BadEntry(f"it holds {type(data).__name__}, not an object")
+        now = time.time() if now is None else now
+        values: dict[str, Any] = {}
+        for name, check in _FIELDS.items():
+            if name in data:
+                values[name] = check(name, data[name], now)
+            elif name in _REQUIRED:
+                raise BadEntry(f"it has no {name}")
+        entry = cls(**values)
+        if entry.pending and not entry.token:
+            raise BadEntry("it is pending (pid 0) without a token")
         return entry
 
     def __str__(self) -> str:
         gpus = f" GPUs {','.join(map(str, self.gpus))}" if self.gpus else ""
+        who = f"pending (being started by cockpit pid {self.owner})" if self.pending else f"pid {self.pid}"
         return (
-            f"pid {self.pid}: {self.layout or '?'} on {self.engine or '?'} port {self.port}{gpus} "
+            f"{who}: {self.layout or '?'} on {self.engine or '?'} port {self.port}{gpus} "
             f"(experiment {self.experiment}, log {self.log_path})"
         )
 
 
+def _int(low: int, high: int) -> Callable[[str, Any, float], int]:
+    def check(name: str, value: Any, now: float) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise BadEntry(f"its {name} is {shown(value)}, not a whole number from {low} to {high}")
+        return value
+
+    return check
+
+
+def _time(name: str, value: Any, now: float) -> float:
+    """Seconds since the epoch: finite, not before it, not (beyond a clock's step) after ``now``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+        raise BadEntry(f"its {name} is {shown(value)}, not a time")
+    if not 0 <= value <= now + FUTURE_TOLERANCE_S:
+        raise BadEntry(f"its {name} {value:.0f} is {'in the future' if value > now else 'before 1970'}")
+    return float(value)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int of hundreds of digits
+        return False
+
+
+def _text(name: str, value: Any, now: float) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise BadEntry(f"its {name} is {shown(value)}, not a text of at most {MAX_TEXT} characters")
+    return value
+
+
+def _token(name: str, value: Any, now: float) -> str:
+    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
+        raise BadEntry(f"its {name} is {shown(value)}, not letters and digits")
+    return value
+
+
+def _argv(name: str, value: Any, now: float) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) and len(a) <= MAX_TEXT for a in value):
+        raise BadEntry(f"its {name} is {shown(value)}, not a list of texts")
+    return tuple(value)
+
+
+def _gpus(name: str, value: Any, now: float) -> tuple[int, ...]:
+    check = _int(0, MAX_GPUS - 1)
+    if not isinstance(value, list) or len(value) > MAX_GPUS:
+        raise BadEntry(f"its {name} is {shown(value)}, not a list of GPU indices")
+    return tuple(check(name, gpu, now) for gpu in value)
+
+
+def _flag(name: str, value: Any, now: float) -> bool:
+    if not isinstance(value, bool):
+        raise BadEntry(f"its {name} is {shown(value)}, not true or false")
+    return value
+
+
+# Each field of an entry and how it is checked on read; the first six every entry has.
+_FIELDS: dict[str, Callable[[str, Any, float], Any]] = {
+    "pid": _int(0, PID_MAX),
+    "pgid": _int(0, PID_MAX),
+    "argv": _argv,
+    "port": _int(1, 65535),
+    "log_path": _text,
+    "experiment": _int(0, MAX_EXPERIMENT),
+    "engine": _text,
+    "profile": _text,
+    "layout": _text,
+    "url": _text,
+    "started": _time,
+    "create_time": _time,
+    "gpus": _gpus,
+    "token": _token,
+    "owner": _int(0, PID_MAX),
+    "simulated": _flag,
+}
+_REQUIRED = ("pid", "pgid", "argv", "port", "log_path", "experiment")
+
+
 class Registry:
-    def __init__(self, folder: Path | None = None):
+    def __init__(self, folder: Path | None = None, warn: Callable[[str], None] | None = None):
         self.folder = folder or state_dir() / "servers"
+        self.warn = warn or warn_on_stderr  # one line per damaged entry, set aside
+        self._told: set[str] = set()
+
+    def path_of(self, entry: ServerEntry) -> Path:
+        """The file that holds ``entry``."""
+        return self._pending_path(entry.token) if entry.pending else self._path(entry.pid)
 
     def _path(self, pid: int) -> Path:
         return self.folder / f"{pid}.json"
@@ -139,12 +255,25 @@ class Registry:
         self._path(pid).unlink(missing_ok=True)
 
     def _write(self, path: Path, entry: ServerEntry) -> None:
-        """Atomically, 0600: a reader sees the old file or the new one, never half of one."""
+        """Atomically, 0600: a reader sees the old file or the new one, never half of one. An
+        entry that would not be read back (too big: a layout of huge knobs) is refused here,
+        before the spawn, rather than leave a server its registry does not list."""
+        text = json.dumps(entry.to_json())
+        try:
+            if len(text.encode()) > MAX_ENTRY_BYTES:
+                raise BadEntry(
+                    f"{len(text.encode()) // 1024} KiB, more than the {MAX_ENTRY_BYTES // 1024} KiB"
+                )
+            ServerEntry.from_json(entry.to_json())
+        except BadEntry as bad:
+            raise CockpitError(
+                f"the server's registry entry would not read back ({bad}): shorten the layout's knobs"
+            ) from None
         private_dir(self.folder)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{os.getpid()}-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(entry.to_json(), f)
+                f.write(text)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -154,23 +283,87 @@ class Registry:
     # -- reading ----------------------------------------------------------------------------
 
     def entries(self) -> list[ServerEntry]:
+        """Every entry that reads as cockpit wrote it; a damaged one is set aside and said once."""
+        if not existing_folder(self.folder):
+            return []
         found = []
+        now = time.time()
         for path in sorted(self.folder.glob("*.json")):
             try:
-                found.append(ServerEntry.from_json(json.loads(path.read_text())))
-            except (OSError, ValueError, TypeError, AttributeError):
-                continue  # a foreign or damaged file: not ours to trust
+                entry = self._read(path, now)
+            except FileNotFoundError:
+                continue  # removed by another cockpit since the listing
+            except OSError as err:
+                self._tell(
+                    path, f"the server entry {path} cannot be read ({err.strerror}): skipped; remove it"
+                )
+                continue
+            except BadEntry as bad:
+                self._set_aside(path, str(bad))
+                continue
+            found.append(entry)
         return found
 
+    def _read(self, path: Path, now: float) -> ServerEntry:
+        """One entry file, checked: its size, its JSON, its fields, its name (``<pid>.json`` or
+        ``pending-<token>.json``, so that removing it by its PID or token removes this file)."""
+        try:
+            data = json.loads(read_small(path, MAX_ENTRY_BYTES))
+        except NotReadable as exc:
+            raise BadEntry(f"it is {exc}") from None
+        except (ValueError, RecursionError):
+            raise BadEntry("it is not JSON") from None
+        entry = ServerEntry.from_json(data, now)
+        if path.name != self.path_of(entry).name:
+            raise BadEntry(
+                f"it names {'a pending server' if entry.pending else f'pid {entry.pid}'}, not its file's"
+            )
+        return entry
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        """Move a damaged entry to ``<name>.bad`` (said once, then never read again); where it
+        cannot be moved, it is skipped and said once per registry."""
+        aside = path.with_name(path.name + BAD_SUFFIX)
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            return  # another cockpit set it aside just now, and said so
+        except OSError as err:
+            self._tell(
+                path, f"the server entry {path} is damaged ({why}): skipped; remove it ({err.strerror} here)"
+            )
+            return
+        self._tell(
+            path,
+            f"the server entry {path} is damaged ({why}): moved to {aside.name}; "
+            "if a server of it still runs, stop it by hand",
+        )
+
+    def _tell(self, path: Path, line: str) -> None:
+        if str(path) not in self._told:
+            self._told.add(str(path))
+            self.warn(line)
+
     def live(self) -> list[ServerEntry]:
-        """Servers that still run (pending entries resolved); entries of dead ones are removed."""
-        return self._scan()[0]
+        """Servers that still run (pending entries resolved); entries of dead ones are removed.
+        A folder that cannot be read (a file in its place) is a warning and no servers: a screen
+        that opens must not fail on it; a launch (``claims``) and `cockpit servers` still refuse."""
+        try:
+            return self._scan()[0]
+        except CockpitError as err:
+            self._tell(self.folder, str(err))
+            return []
 
     def claims(self) -> list[ServerEntry]:
         """Everything that holds GPUs and a port: servers that run and spawns not yet resolved
         (a loading engine is not in NVML's view yet, and one being forked has no PID yet)."""
         running, unresolved = self._scan()
         return running + unresolved
+
+    def listing(self) -> tuple[list[ServerEntry], list[ServerEntry]]:
+        """What `cockpit servers` shows: the servers that run, and the spawns still pending
+        (each holds its port and GPUs until it is resolved or its grace ends)."""
+        return self._scan()
 
     def _scan(self) -> tuple[list[ServerEntry], list[ServerEntry]]:
         """One read of the folder: (servers that run, by PID; pending entries still unresolved)."""
@@ -207,6 +400,8 @@ class Registry:
 
     def _sweep_tmp(self) -> None:
         """Remove half-written entries whose writer was killed (kill -9 between write and rename)."""
+        if not existing_folder(self.folder):
+            return
         now = time.time()
         for tmp in self.folder.glob(".*.tmp"):
             writer = tmp.name[1:].split("-", 1)[0]
@@ -226,7 +421,7 @@ class Registry:
     def launch_lock(self, wait: float = LOCK_WAIT_S) -> Iterator[None]:
         """Hold the box-wide launch lock: choose GPUs and register a server as one step."""
         path = private_dir(self.folder) / ".launch.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _open_lock(path)
         try:
             deadline = time.monotonic() + wait
             while True:
@@ -248,6 +443,22 @@ class Registry:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+
+def _open_lock(path: Path) -> int:
+    """The launch lock's descriptor; what stands in its place (a folder, a link, a device) is one line."""
+    fix = "set COCKPIT_STATE_DIR to another folder"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except IsADirectoryError:
+        raise CockpitError(f"{path} is a folder, not a file: remove it (rmdir) or {fix}") from None
+    except OSError as err:
+        what = "a link, not a file: remove it" if err.errno == errno.ELOOP else err.strerror
+        raise CockpitError(f"cannot open the launch lock {path} ({what}); {fix}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CockpitError(f"{path} is not a plain file: remove it or {fix}")
+    return fd
 
 
 def find_tokens(tokens: set[str]) -> dict[str, int]:

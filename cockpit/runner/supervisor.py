@@ -8,6 +8,7 @@ Following a server yields events (log lines, phases) and ends with ``Ready`` or 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import secrets
@@ -27,7 +28,7 @@ from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.launchfacts import LaunchFacts
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
+from cockpit.runner.registry import CREATE_TIME_TOLERANCE_S, TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
 from cockpit.secrets import redact_argv
 from cockpit.telemetry.base import GpuSource
@@ -373,6 +374,19 @@ class Supervisor:
         KV cache) and end a moment after the API server that leads them; a launch that came
         before they were gone would find the box still busy (seen with the real engine)."""
         pgid = handle.entry.pgid
+        if not handle.ours:  # re-attached from the registry: signalled only once verified
+            problem = unverified(handle.entry)
+            if problem == ENDED:
+                self.registry.remove(handle.pid)
+                return "exited"
+            if problem is not None:
+                raise CockpitError(
+                    f"left pid {handle.pid} alone: {problem}, so it may not be the server cockpit "
+                    f"started; see what it is (ps -o pid,pgid,args -p {handle.pid}), then remove "
+                    f"{self.registry.path_of(handle.entry)}"
+                )
+        elif pgid != handle.pid:  # our child leads its own group (start_new_session): never another
+            pgid = handle.pid
         members = set(_group_members(pgid)) | {handle.pid}
         how = "exited"
         if handle.returncode() is None:
@@ -498,8 +512,55 @@ def _wait_group_gone(pgid: int, seconds: float) -> bool:
     return True
 
 
+ENDED = "its server ended"  # unverified(): nothing of it left to signal
+
+
+def unverified(entry: ServerEntry) -> str | None:
+    """Why a signal to the entry's process group could reach a process cockpit did not start
+    (``ENDED`` when the server is gone and left nothing); None when it is cockpit's server.
+
+    Cockpit starts every engine as the leader of its own session and process group, with the
+    entry's token in its environment: so the entry's pid must be its pgid and lead that group,
+    started when the entry says, carrying the token. A leader that exited leaves its group
+    verified only by a member that carries the token (the workers it left behind)."""
+    pid, pgid = entry.pid, entry.pgid
+    if pid <= 0 or pgid != pid:
+        return f"its process group {pgid} is not its own"
+    try:
+        proc = psutil.Process(pid)
+        leads = proc.status() != psutil.STATUS_ZOMBIE and (
+            abs(proc.create_time() - entry.create_time) <= CREATE_TIME_TOLERANCE_S
+        )
+    except psutil.NoSuchProcess:
+        leads = False
+    except psutil.AccessDenied:
+        return f"pid {pid} cannot be inspected (permission denied)"
+    if not leads:
+        return None if entry.token and _group_carries(pgid, entry.token) else ENDED
+    try:
+        if os.getpgid(pid) != pgid:
+            return f"pid {pid} is in process group {os.getpgid(pid)}, not {pgid}"
+        if entry.token and proc.environ().get(TOKEN_ENV) != entry.token:
+            return f"pid {pid} does not carry the server's token in its environment"
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return ENDED
+    except (psutil.AccessDenied, PermissionError):
+        return f"pid {pid}'s environment cannot be read (permission denied)"
+    return None
+
+
+def _group_carries(pgid: int, token: str) -> bool:
+    """Whether a live member of the group carries ``token`` (what a server left behind)."""
+    for pid in _group_members(pgid):
+        with contextlib.suppress(psutil.Error, OSError):
+            if psutil.Process(pid).environ().get(TOKEN_ENV) == token:
+                return True
+    return False
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    if pgid <= 0:  # not known yet: 0 would be cockpit's own group
+    """``sig`` to a server's group; 0 (cockpit's own group) and negative numbers never reach killpg."""
+    if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 0:
         return
     try:
         os.killpg(pgid, sig)

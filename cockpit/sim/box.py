@@ -34,8 +34,10 @@ import psutil
 
 from cockpit.errors import CockpitError
 from cockpit.hardware import CATALOG, GIB, Hardware, parse_box
+from cockpit.paths import private_dir
 
 DEFAULT_BOX = "8xrtx-pro-6000"
+SIM_STATE_FIX = "set COCKPIT_SIM_STATE to a writable folder"
 
 # Power and temperature model, as fractions of the board's power limit
 # (docs/simulator.md#the-simulated-box).
@@ -161,8 +163,9 @@ class SimBox:
         return int(self.hardware.memory_gib * GIB)
 
     def create(self) -> SimBox:
-        """Make the folder and write box.json; running it again changes nothing."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """Make the folder (0700, as every folder cockpit makes) and write box.json; running it
+        again changes nothing."""
+        private_dir(self.folder, fix=SIM_STATE_FIX)
         spec = {
             "gpu": self.hardware.gpu.key,
             "name": self.hardware.gpu.name,
@@ -244,7 +247,7 @@ class Publisher:
                     f"GPU {index} load {load} is impossible: "
                     "give used_bytes >= 0, utilization 0-100 and power_w >= 0."
                 )
-        self.box.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.box.folder, fix=SIM_STATE_FIX)
         _write_json(
             self.path,
             {

@@ -52,6 +52,7 @@ class GpuSource(ABC):
     """Where GPU samples come from. Screens poll `sample()` and never see which source it is."""
 
     name: str
+    last_error: str | None = None  # why the last sample came back empty, in words, if known
 
     @abstractmethod
     def sample(self) -> list[GpuSample]:

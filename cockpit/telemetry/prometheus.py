@@ -13,11 +13,14 @@ import time
 
 import httpx
 
+from cockpit.errors import CockpitError
+from cockpit.secrets import redact_text
 from cockpit.telemetry.base import NA_NAME, GpuSample, GpuSource, unknown_sample
 
 log = logging.getLogger(__name__)
 
 MIB = 2**20
+MAX_REPLY_BYTES = 16 * MIB  # an exporter's page for 8 GPUs is ~100 KiB; more is not an exporter
 
 # dcgm-exporter metric -> what it measures here. Memory is in MiB, power in W, temperature in C.
 _METRICS = {
@@ -142,23 +145,26 @@ class PrometheusSource(GpuSource):
         timeout: float = 2.0,
         client: httpx.Client | None = None,
         host_label: str | None = None,
+        warn: bool = True,
     ) -> None:
-        self.url = url
-        self.name = url
+        """``warn``: log a warning when the endpoint stops answering (a live screen); a one-shot
+        reader says ``last_error`` itself instead."""
+        self.warn = warn
+        self.url = check_url(url)
+        self.name = redact_text(url)  # shown on screen and in errors: never a password
         self.timeout = timeout
         self.host_label = host_label
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client(timeout=timeout)
         self._known: list[tuple[int, str]] = []
         self._reachable = True
+        self.last_error: str | None = None  # why the last sample came back empty, in words
 
     def sample(self) -> list[GpuSample]:
         try:
-            response = self._client.get(self.url, timeout=self.timeout)
-            response.raise_for_status()
-            samples = parse_dcgm(response.text, self.host_label)
+            samples = parse_dcgm(self._page(), self.host_label)
         except Exception as error:  # httpx.HTTPError, a bad encoding, anything: n/a, not a crash
-            return self._unreachable(repr(error))
+            return self._unreachable(_words(error))
         if not samples:
             return self._unreachable("the reply holds no DCGM GPU metrics")
         if not self._reachable:
@@ -167,9 +173,24 @@ class PrometheusSource(GpuSource):
         self._known = [(sample.index, sample.name) for sample in samples]
         return samples
 
+    def _page(self) -> str:
+        """The exporter's page, read up to MAX_REPLY_BYTES: an endpoint that streams without end
+        is cut there, not read into memory whole."""
+        with self._client.stream("GET", self.url, timeout=self.timeout) as response:
+            response.raise_for_status()
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_REPLY_BYTES:
+                    raise ValueError(
+                        f"the reply is over {MAX_REPLY_BYTES // MIB} MiB: not a dcgm-exporter page"
+                    )
+        return body.decode("utf-8", errors="replace")
+
     def _unreachable(self, why: str) -> list[GpuSample]:
-        if self._reachable:  # once per outage, not once per poll
-            log.warning("%s: no GPU metrics (%s); showing n/a", self.url, why)
+        self.last_error = why
+        if self._reachable and self.warn:  # once per outage, not once per poll
+            log.warning("%s: no GPU metrics (%s); showing n/a", self.name, why)
             self._reachable = False
         now = time.time()
         return [unknown_sample(index, name, now) for index, name in self._known]
@@ -177,3 +198,25 @@ class PrometheusSource(GpuSource):
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+
+def check_url(url: str) -> str:
+    """An exporter's address, refused in one line before any request when it is not an http(s) URL."""
+    try:
+        parsed = httpx.URL(url)
+        ok = parsed.scheme in ("http", "https") and bool(parsed.host)
+    except (httpx.InvalidURL, TypeError, ValueError) as err:
+        raise CockpitError(
+            f"{redact_text(url)[:200]} is not a URL ({err}): give one like http://node1:9400/metrics"
+        ) from None
+    if not ok:
+        raise CockpitError(
+            f"{redact_text(url)[:200]} is not an http(s) URL: give one like http://node1:9400/metrics"
+        )
+    return url
+
+
+def _words(error: BaseException) -> str:
+    """An error in a few words: httpx's own sentence, without the exception's class and repr."""
+    text = str(error) or type(error).__name__
+    return redact_text(text.splitlines()[0] if text.strip() else type(error).__name__)[:200]

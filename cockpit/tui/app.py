@@ -223,6 +223,7 @@ class CockpitApp(App[None]):
         elif self.session.engine_note:
             self.main.say(self.session.engine_note)
         self._tell_learning()  # a calibration file that could not be read: after, so it stays in sight
+        self._tell_problems()
 
     def on_unmount(self) -> None:
         self.control.close()
@@ -332,6 +333,18 @@ class CockpitApp(App[None]):
     def _tick_header(self) -> None:
         if self.server.state == READY:  # only "ready 2m13s" moves with the clock
             self.refresh_header()
+        self._tell_problems()
+
+    def _tell_problems(self) -> None:
+        """Damaged records read back since the last tick (an entry set aside, a journal row
+        skipped), each said once; threads append them, the loop says them."""
+        problems = self.session.problems
+        while problems:
+            try:
+                self.main.say(problems[0], error=True)
+            except NoMatches:  # the screen is built or torn down: said on the next tick
+                return
+            problems.pop(0)
 
     def refresh_header(self) -> None:
         try:

@@ -271,7 +271,11 @@ class Control:
         def job() -> None:
             supervisor = self.launcher.supervisor
             for entry in entries:
-                how = supervisor.stop(supervisor.attach(entry))
+                try:
+                    how = supervisor.stop(supervisor.attach(entry))
+                except CockpitError as exc:  # not verifiably cockpit's: left alone, the others stopped
+                    self.on_job(Notice(f"stop: {exc}", error=True))
+                    continue
                 journal_stopped(self.session.journal, entry.experiment, entry)
                 self.on_job(Notice(f"✓ stopped {entry}: {how}"))
 

@@ -16,9 +16,11 @@ from functools import cached_property
 from pathlib import Path
 
 from cockpit.engines.options import SET_BY_COCKPIT
+from cockpit.errors import CockpitError
 from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.outcome import LAUNCHING, READY
+from cockpit.paths import private_dir
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, FITS, TIGHT, Learned, Setup, Verdict, plan_layout
 from cockpit.profile import Profile, profile_names
@@ -65,10 +67,17 @@ class Session(Lab):
         engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
+        collect_problems: bool = True,
     ) -> Session:
-        """Open the profile's lab and plan every layout; the monitor is not started yet."""
+        """Open the profile's lab and plan every layout; the monitor is not started yet. Damaged
+        records read back are collected for the screen to say (it owns the terminal)."""
         session = super().open(
-            profile, sim=sim, engine=engine, interval=interval, startup_timeout=startup_timeout
+            profile,
+            sim=sim,
+            engine=engine,
+            interval=interval,
+            startup_timeout=startup_timeout,
+            collect_problems=collect_problems,
         )
         try:
             session.planned = session._plan(session.setup)
@@ -282,14 +291,14 @@ class Session(Lab):
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         name = f"cockpit-{self.profile.name}-{stamp}.{EXPORT_SUFFIX[fmt]}"
         folders = [folder] if folder is not None else [Path.cwd(), _data_dir() / "exports"]
-        error: OSError | None = None
+        error: OSError | CockpitError | None = None
         for where in folders:
             try:
-                where.mkdir(parents=True, exist_ok=True)
+                private_dir(where, fix="export from a writable folder")  # 0700 whatever the umask
                 path = where / name
                 path.write_text(text)
                 return path
-            except OSError as exc:
+            except (OSError, CockpitError) as exc:
                 error = exc
         assert error is not None
         raise error

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from cockpit.commands import MAX_CONCURRENCY, check_bench_number, check_seconds, parse_levels
+from cockpit.benchlimits import MAX_LEVELS, check_rate
+from cockpit.commands import check_bench_number, check_seconds, parse_levels
 from cockpit.errors import CockpitError, shown
 
 Goal = Literal["tok/s", "tok/s/gpu"]
@@ -247,8 +248,12 @@ def _rates(word: str, value: str) -> dict:
         rates = tuple(sorted({float(x) for x in value.split(",") if x}))
     except ValueError:
         rates = ()
-    if not rates or not all(0 < r <= MAX_CONCURRENCY and math.isfinite(r) for r in rates):
-        raise CockpitError(f"tune: {shown(word)}: rates are requests per second above 0, like rate=2,4,8")
+    if not rates or len(rates) > MAX_LEVELS:
+        raise CockpitError(
+            f"tune: {shown(word)}: rates are 1 to {MAX_LEVELS} numbers of requests per second, like rate=2,4,8"
+        )
+    for rate in rates:
+        check_rate(rate, f"tune: {shown(word)}", "like rate=2,4,8")
     return {"rates": rates}
 
 

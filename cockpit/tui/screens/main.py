@@ -68,6 +68,8 @@ class MainScreen(Screen):
         for name, title in VIEWS.items():
             self.query_one(f"#view-{name}").border_title = title
         self.watch_view(self.view)
+        if self._history.problem:  # a history that is not text was skipped: the screen opens all the same
+            self.say(self._history.problem, error=True)
 
     # -- parts ------------------------------------------------------------------------------
 

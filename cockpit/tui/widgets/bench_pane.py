@@ -12,12 +12,20 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from cockpit.reports.comparison import Comparison, ComparisonRow
+from cockpit.reports.comparison import (
+    BenchPoint,
+    Comparison,
+    ComparisonRow,
+    is_clean,
+    level_mark,
+    mark_detail,
+)
 from cockpit.reports.numbers import format_ms, format_tok_s
 from cockpit.tui.chart import render_chart
 from cockpit.tui.state import BenchView
 
 BEST = " ★"  # the best of a column: a mark, not only a colour
+FLAWED = "yellow"  # a level that is not clean: its mark says why (`[3/9 err]`), the colour too
 CAUSE_WIDTH = 18
 
 
@@ -123,8 +131,9 @@ class BenchPane(Vertical):
 
 
 def result_cells(row: ComparisonRow, comp: Comparison) -> list:
-    """One layout's cells: tok/s per level (the best marked ★ as well as coloured) and its peak;
-    a layout that never served shows its cause, cut by rule (the detail line has it whole)."""
+    """One layout's cells: tok/s per level (the best marked ★ as well as coloured; a level that is
+    not clean marked `[3/9 err]` or `[contended]`, in yellow) and its peak; a layout that never
+    served shows its cause, cut by rule (the detail line has it whole)."""
     if row.peak is None:
         cause = _clip(row.diagnosis or "no cause recorded", CAUSE_WIDTH)
         failed = [Text("✗ failed", style="red"), *([""] * (len(comp.levels) - 1))] if comp.levels else []
@@ -136,15 +145,23 @@ def result_cells(row: ComparisonRow, comp: Comparison) -> list:
             cells.append("-")
             continue
         best = comp.best.get(level) == row.layout
-        cells.append(
-            Text(
-                format_tok_s(point.output_tok_s) + (BEST if best else ""), style="bold green" if best else ""
-            )
-        )
+        cells.append(Text(_tok_s(point) + (BEST if best else ""), style=_style(point, best)))
     best_peak = comp.best_peak == row.layout
-    peak = f"{format_tok_s(row.peak.output_tok_s)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
-    cells.append(Text(peak, style="bold green" if best_peak else ""))
+    peak = f"{_tok_s(row.peak)} @C={row.peak.concurrency}" + (BEST if best_peak else "")
+    cells.append(Text(peak, style=_style(row.peak, best_peak)))
     return cells
+
+
+def _tok_s(point: BenchPoint) -> str:
+    """`118.6`, or `118.6 [3/9 err]` for a level that is not clean."""
+    mark = level_mark(point)
+    return format_tok_s(point.output_tok_s) + (f" [{mark}]" if mark else "")
+
+
+def _style(point: BenchPoint, best: bool) -> str:
+    if best:
+        return "bold green"
+    return "" if is_clean(point) else FLAWED
 
 
 def row_detail(row: ComparisonRow) -> str:
@@ -155,7 +172,10 @@ def row_detail(row: ComparisonRow) -> str:
     latency = ""
     if point.ttft_ms_p50 is not None or point.itl_ms_p50 is not None:
         latency = f" · TTFT p50 {format_ms(point.ttft_ms_p50)} p99 {format_ms(point.ttft_ms_p99)} ms · ITL p50 {format_ms(point.itl_ms_p50)} p99 {format_ms(point.itl_ms_p99)} ms"
-    return f"{row.layout} (experiment {row.experiment}): peak {format_tok_s(point.output_tok_s)} tok/s at C={point.concurrency}{latency}"
+    flawed = [f"C={c}: {mark_detail(p)}" for c, p in sorted(row.cells.items()) if not is_clean(p)]
+    aside = [f"C={c}: a newer run ({mark_detail(p)}) set aside" for c, p in sorted(row.set_aside.items())]
+    notes = "".join(f" · {note}" for note in (*flawed, *aside))
+    return f"{row.layout} (experiment {row.experiment}): peak {format_tok_s(point.output_tok_s)} tok/s at C={point.concurrency}{latency}{notes}"
 
 
 def workload_line(comp: Comparison) -> str:
