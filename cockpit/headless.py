@@ -42,7 +42,7 @@ def announce_live_servers(registry: Registry, out: Print) -> None:
             f"running   {entry}: `cockpit attach {entry.pid}` to follow it, `cockpit stop {entry.pid}` to stop it"
         )
     for entry in pending:
-        out(f"pending   {entry}: holds its port and GPUs until it starts or its cockpit is gone")
+        out(f"pending   {_holds(entry)}")
 
 
 def run_headless(
@@ -534,15 +534,22 @@ def list_servers(out: Print = print) -> int:
     for entry in live:
         out(str(entry))
     for entry in pending:
-        out(f"{entry}: holds its port and GPUs until it starts or its cockpit is gone")
+        out(_holds(entry))
     return 0
+
+
+def _holds(pending: ServerEntry) -> str:
+    """A spawn not resolved yet, as `servers` and `run` list it."""
+    return f"{pending}: holds its port and GPUs until it starts or its cockpit is gone"
 
 
 def stop_servers(which: str, out: Print = print) -> int:
     """`cockpit stop PID|all`: each server cockpit verifies it started is stopped and journaled;
     one it cannot verify is left alone, said in one line (exit 1). 0 when all were stopped."""
     registry = Registry()
-    live, pending = registry.listing()
+    # A spawn whose cockpit was killed mid-launch may still turn into an engine: waited out, so
+    # that `stop all` stops it (or finds it never started) instead of leaving it for later.
+    live, pending = registry.settled() if which == "all" else registry.listing()
     if which != "all":
         try:
             pid = int(which)

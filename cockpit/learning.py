@@ -33,9 +33,10 @@ from cockpit import journal as journal_file
 from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE, fit_parts, replanned
 from cockpit.errors import CockpitError, shown
 from cockpit.journal import BenchPoint, Experiment, Journal
-from cockpit.paths import NotReadable, private_dir, read_small
+from cockpit.paths import private_dir
 from cockpit.perfmodel import Calibration
 from cockpit.planner import Learned, Setup, Verdict
+from cockpit.textfile import NotReadable, read_bounded
 
 ENV = "COCKPIT_CALIBRATION"
 FORMAT = 2  # the file's layout; another (1: memory per box, before it was per model) is read as damaged
@@ -218,7 +219,7 @@ class CalibrationStore:
         self.read_problem = None
         try:
             try:
-                raw = read_small(self.path, MAX_BYTES)  # never a device, a FIFO or a huge file read whole
+                raw = read_bounded(self.path, MAX_BYTES)  # never a device, a FIFO or a huge file read whole
             except (
                 FileNotFoundError,
                 NotADirectoryError,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import sys
 import warnings
 from pathlib import Path
@@ -59,53 +58,6 @@ def existing_folder(folder: Path, fix: str = "set COCKPIT_STATE_DIR to another f
     if not folder.is_dir():
         raise CockpitError(f"{folder} is a file, not a folder: remove it or {fix}")
     return True
-
-
-class NotReadable(ValueError):
-    """A file of cockpit's that is not what cockpit writes there: a folder, a device, too big."""
-
-
-def read_small(path: Path, limit: int) -> bytes:
-    """The bytes of a plain file of at most ``limit`` bytes. Never blocks on a FIFO nor reads a
-    device or a huge file whole: ``NotReadable`` says what it is instead; ``OSError`` when it
-    cannot be opened (FileNotFoundError when it is gone)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotReadable(f"{_kind(info.st_mode)}, not a file")
-        if info.st_size > limit:
-            raise NotReadable(f"{_size(info.st_size)}, more than the {_size(limit)} it can be")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:  # it grew while read
-            raise NotReadable(f"more than the {_size(limit)} it can be")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    """What stands where a file should be."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device"
-
-
-def _size(count: int) -> str:
-    """A byte count in the unit a person reads it in."""
-    if count < 2**20:
-        return f"{count / 2**10:,.0f} KiB"
-    return f"{count / 2**20:,.1f} MiB"
 
 
 def warn_on_stderr(line: str) -> None:

@@ -29,9 +29,9 @@ import psutil
 import pytest
 
 from cockpit.cli import main
-from cockpit.headless import list_servers
+from cockpit.headless import list_servers, stop_servers
 from cockpit.journal import BenchPoint, Journal
-from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
+from cockpit.runner.registry import PENDING_GRACE_S, TOKEN_ENV, Registry, ServerEntry
 
 CLI = [sys.executable, "-m", "cockpit"]  # the console script's path: entry.main, then cli.main
 
@@ -367,6 +367,32 @@ def test_a_pending_entry_that_holds_a_port_is_shown_by_servers_and_stop_all(cock
     assert "port 45020" in line and "not stopped" in line
     assert result.returncode == 1 and f"stopped   {entry}" in result.stdout
     assert registry.path_of(pending).exists()  # left for its cockpit to resolve
+
+
+def test_stop_all_waits_out_a_spawn_whose_cockpit_was_killed(registry):
+    """A cockpit killed between writing its pending entry and the engine's exec leaves an entry
+    that may still become an engine for a moment: `stop all` waits it out (the grace), so that
+    it stops that engine or finds it never started, instead of leaving it for a second stop."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    pending = registry.add_pending(
+        ServerEntry(
+            0,
+            0,
+            ("vllm",),
+            45021,
+            "/tmp/p.log",
+            6,
+            layout="tp2",
+            started=time.time() - PENDING_GRACE_S + 0.5,  # its grace ends in half a second
+            token="q" * 16,
+            owner=dead.pid,
+        )
+    )
+    said: list[str] = []
+    assert stop_servers("all", out=said.append) == 0
+    assert said == ["no servers started by cockpit are running"]
+    assert not registry.path_of(pending).exists()
 
 
 # -- what stands where a folder or the lock should be ------------------------------------------------

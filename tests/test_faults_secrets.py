@@ -361,9 +361,9 @@ READ_BACK = [
         lambda e: len(e) == 500 and e[-1] == "try tp8 --max-num-seqs 199999",
     ),
     ("binary", _binary, "skipped: it is not text", lambda e: e == []),
-    ("fifo", _fifo, "skipped: cannot read it (it is not a regular file)", lambda e: e == []),
-    ("/dev/zero", _device, "skipped: cannot read it (it is not a regular file)", lambda e: e == []),
-    ("a folder", _folder, "skipped: cannot read it", lambda e: e == []),
+    ("fifo", _fifo, "skipped: it is a FIFO, not a file", lambda e: e == []),
+    ("/dev/zero", _device, "skipped: it is a device, not a file", lambda e: e == []),
+    ("a folder", _folder, "skipped: it is a folder, not a file", lambda e: e == []),
     ("a 100 kB line", _long_line, "", lambda e: e == ["try tp4", "bench c=1"]),
 ]
 

@@ -6,6 +6,7 @@ traceback, no second line)."""
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
 import sys
 import threading
@@ -13,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.errors import CockpitError
+from cockpit.modelfiles import MAX_CONFIG_BYTES, read_config
+from cockpit.textfile import NotReadable, read_bounded
 from tests.simproc import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,3 +133,47 @@ def test_an_exporter_page_without_end_is_cut_not_read_whole(endless_exporter):
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1
     assert "MiB: not a dcgm-exporter page" in run.stderr
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.symlink_to("/dev/zero")  # never written: a symlink to the device, read only
+
+
+def _grown(path: Path) -> None:
+    with open(path, "wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk spent
+
+
+# (id, what stands where a config.json should be, the words of its one line)
+CONFIG_FAULTS = [
+    ("fifo", _fifo, "is a FIFO, not a file"),
+    ("device", _device, "is a device, not a file"),
+    ("too big", _grown, "MiB, more than the"),
+]
+
+
+@pytest.mark.parametrize("case", CONFIG_FAULTS, ids=[c[0] for c in CONFIG_FAULTS])
+def test_a_file_read_as_text_is_read_bounded_never_waited_on(tmp_path, case):
+    """``read_text`` (a config.json, a profile, a safetensors index) used to stat, then read
+    whole: a FIFO hung the read, /dev/zero filled memory. The one bounded reader refuses both, and
+    a file over its bound, in one line naming the file and what to do."""
+    _, make, words = case
+    config = tmp_path / "config.json"
+    make(config)
+    with pytest.raises(CockpitError) as err:
+        read_config(config)
+    line = str(err.value)
+    assert "\n" not in line and words in line and str(config) in line
+    assert line.endswith("point --model at the model's config.json")
+
+
+def test_the_bounded_reader_gives_a_files_end_whatever_its_size(tmp_path):
+    path = tmp_path / "history"
+    path.write_bytes(b"a" * 100 + b"tail")
+    assert read_bounded(path, 4, tail=True) == b"tail"
+    with pytest.raises(NotReadable, match="more than the 0 KiB it can be"):
+        read_bounded(path, 4)

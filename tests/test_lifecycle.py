@@ -160,8 +160,9 @@ def _interrupt_trial(root: Path, sig: signal.Signals, offset_ms: float) -> tuple
     out, err = run.communicate(timeout=60)
     time.sleep(0.3)  # a child forked but not yet exec'd becomes the engine now
     left, listed = box.engines(), box.listed()
+    said: list[str] = []
     with _env(box.env):  # `cockpit stop all`, in this process: every listed engine is stoppable
-        assert stop_servers("all", out=lambda line: None) == 0
+        assert stop_servers("all", out=said.append) == 0, said
     _wait_for(lambda: not box.engines(), timeout=20)
     return left, listed, out + err
 

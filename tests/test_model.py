@@ -204,7 +204,7 @@ def test_model_prints_one_line(minimax):
 def test_unreadable_config_is_one_line(tmp_path):
     folder = tmp_path / "odd.json"
     folder.mkdir()
-    with pytest.raises(CockpitError, match="cannot read"):
+    with pytest.raises(CockpitError, match="odd.json is a folder, not a file: point --model"):
         read_config(folder)
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cockpit.benchlimits import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
 from cockpit.errors import CockpitError, shown
+from cockpit.textfile import NotReadable, file_kind, read_bounded
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CHARS_PER_TOKEN = 4
@@ -318,19 +318,10 @@ def check_prompts_path(path: str | Path) -> Path:
     return path
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
-)
-
-
 def _check_kind(path: Path, info: os.stat_result) -> None:
     """A regular file within the size bound, else one line saying what it is."""
-    if not stat.S_ISREG(info.st_mode):
-        kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+    kind = file_kind(info.st_mode)
+    if kind is not None:
         raise CockpitError(
             f"the prompts file {path} is {kind}, not a regular file: give a JSONL file, one prompt a line"
         )
@@ -342,25 +333,17 @@ def _check_kind(path: Path, info: os.stat_result) -> None:
 
 
 def _read_bounded(path: Path) -> bytes:
-    """The file's bytes, checked on the open file itself (it may have changed since it was
-    stat()ed): opened without blocking, so a FIFO put there meanwhile is refused, not waited on;
-    read up to the bound, so a file that grows (or lies about its size) is cut short and refused."""
+    """The file's bytes: stat()ed first for the words of its error, then read by the bounded
+    reader, which checks the open file again (it may have changed since)."""
+    check_prompts_path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        return read_bounded(path, MAX_PROMPTS_BYTES)
+    except NotReadable as err:
+        raise CockpitError(
+            f"the prompts file {path} is {err}: give a JSONL file of at most {mib(MAX_PROMPTS_BYTES)}"
+        ) from None
     except OSError as err:
         raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
-    with os.fdopen(fd, "rb") as file:
-        _check_kind(path, os.fstat(fd))
-        try:
-            data = file.read(MAX_PROMPTS_BYTES + 1)
-        except OSError as err:
-            raise CockpitError(f"cannot read the prompts file {path}: {err.strerror}") from None
-    if len(data) > MAX_PROMPTS_BYTES:
-        raise CockpitError(
-            f"the prompts file {path} holds more than the {mib(MAX_PROMPTS_BYTES)} a prompts file may: "
-            "give fewer prompts"
-        )
-    return data
 
 
 def _prompt_lines(path: Path) -> list[tuple[int, str]]:

@@ -283,7 +283,8 @@ def _bench_failure(failed: Mapping[int, BenchPoint]) -> str:
 
 
 def _count(value: Any) -> int:
-    """A whole count from a journal field; anything else (a bad row) counts as none."""
+    """A whole count from ``extra["contended"]`` (JSON the bench wrote, not a checked column);
+    anything else counts as none."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return 0
     return max(0, int(value))
@@ -302,13 +303,13 @@ def contention(point: BenchPoint) -> dict[str, int] | None:
 
 def is_clean(point: BenchPoint) -> bool:
     """A level to compare as it stands: not failed, no request failed, no other load seen."""
-    return not point.failed and _count(point.errors) == 0 and contention(point) is None
+    return not point.failed and point.errors == 0 and contention(point) is None
 
 
 def error_share(point: BenchPoint) -> str:
     """`3/9`: failed requests of those that ended in the level's window; "" when none failed."""
-    errors = _count(point.errors)
-    return f"{errors}/{errors + _count(point.requests)}" if errors else ""
+    errors = point.errors  # the journal reads it back checked: a whole number of at least 0
+    return f"{errors}/{errors + point.requests}" if errors else ""
 
 
 def level_mark(point: BenchPoint) -> str:
@@ -324,8 +325,8 @@ def mark_detail(point: BenchPoint) -> str:
     """The same in words, for a legend or a detail line: `3 of 9 requests failed`, `the engine
     held 16 requests at C=8: another client's load`."""
     parts = []
-    if errors := _count(point.errors):
-        parts.append(f"{errors} of {errors + _count(point.requests)} requests failed")
+    if errors := point.errors:
+        parts.append(f"{errors} of {errors + point.requests} requests failed")
     seen = contention(point)
     if seen is not None:
         peak = seen.get("requests_peak") or seen.get("running_peak")

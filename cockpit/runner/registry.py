@@ -40,7 +40,8 @@ from typing import Any
 import psutil
 
 from cockpit.errors import CockpitError, shown
-from cockpit.paths import NotReadable, existing_folder, private_dir, read_small, state_dir, warn_on_stderr
+from cockpit.paths import existing_folder, private_dir, state_dir, warn_on_stderr
+from cockpit.textfile import NotReadable, read_bounded
 
 CREATE_TIME_TOLERANCE_S = 0.5
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
@@ -308,7 +309,7 @@ class Registry:
         """One entry file, checked: its size, its JSON, its fields, its name (``<pid>.json`` or
         ``pending-<token>.json``, so that removing it by its PID or token removes this file)."""
         try:
-            data = json.loads(read_small(path, MAX_ENTRY_BYTES))
+            data = json.loads(read_bounded(path, MAX_ENTRY_BYTES))
         except NotReadable as exc:
             raise BadEntry(f"it is {exc}") from None
         except (ValueError, RecursionError):
@@ -364,6 +365,17 @@ class Registry:
         """What `cockpit servers` shows: the servers that run, and the spawns still pending
         (each holds its port and GPUs until it is resolved or its grace ends)."""
         return self._scan()
+
+    def settled(self, poll: float = 0.1) -> tuple[list[ServerEntry], list[ServerEntry]]:
+        """``listing()``, once every pending entry whose cockpit died has settled: it became the
+        engine that carries its token, or its grace ended and it was dropped (at most
+        ``PENDING_GRACE_S``). What is still pending then has a live cockpit starting it."""
+        deadline = time.monotonic() + PENDING_GRACE_S + 1.0
+        while True:
+            live, pending = self._scan()
+            if all(_process_alive(e.owner) for e in pending) or time.monotonic() > deadline:
+                return live, pending
+            time.sleep(poll)
 
     def _scan(self) -> tuple[list[ServerEntry], list[ServerEntry]]:
         """One read of the folder: (servers that run, by PID; pending entries still unresolved)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from cockpit.errors import CockpitError
 from cockpit.paths import private_dir, state_dir
 from cockpit.secrets import redact_line
+from cockpit.textfile import NotReadable, read_bounded
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,11 @@ class PromptHistory:
         """The last ``limit`` lines of the file; nothing (and ``problem`` set) for one that
         is not a readable text file."""
         try:
-            data = _tail(self.path, MAX_READ)
+            data = read_bounded(self.path, MAX_READ, tail=True)
         except FileNotFoundError:
             return []
+        except NotReadable as err:
+            return self._skip(f"it is {err}")
         except OSError as err:
             return self._skip(f"cannot read it ({err.strerror or err})")
         if b"\0" in data:
@@ -115,18 +118,6 @@ class PromptHistory:
             return None
         self._cursor += 1
         return self._draft if self._cursor == len(self.entries) else self.entries[self._cursor]
-
-
-def _tail(path: Path, limit: int) -> bytes:
-    """At most the last ``limit`` bytes of a regular file (a FIFO or a device is refused:
-    reading one could block or never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(0, "it is not a regular file")
-        f.seek(max(0, info.st_size - limit))
-        return f.read(limit)
 
 
 def _write(path: Path, text: str, *, append: bool) -> None:
