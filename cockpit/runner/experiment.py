@@ -21,7 +21,7 @@ from cockpit.commands import Bench, knob_next_step
 from cockpit.engines import api_keys
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
-from cockpit.layout import Layout, parse_layout
+from cockpit.layout import Layout
 from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
@@ -571,7 +571,7 @@ class Launcher:
         if diagnosis.kind not in _LAYOUT_KINDS or not layout:
             return diagnosis
         try:  # the registry's text: its secrets blanked, or written by another cockpit's version
-            suggestion = self.suggest(plan_layout(self.setup, parse_layout(layout, stored=True)))
+            suggestion = self.suggest(plan_layout(self.setup, layout))
         except (CockpitError, ValueError):
             return diagnosis
         if not suggestion:
@@ -590,7 +590,7 @@ class Launcher:
         input_len = bench.input_len or defaults.input_len
         output_len = bench.output_len or defaults.output_len
         try:
-            verdict = plan_layout(setup, parse_layout(layout, stored=True))  # its secrets blanked
+            verdict = plan_layout(setup, layout)  # its secrets blanked: planned, never launched
         except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
             log.warning("no tok/s prediction for experiment %s (%s): %s", exp, layout, exc)
             return
