@@ -472,6 +472,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     profile, notes = resolve(_overrides(args))
     setup = setup_for(profile)
+    notes += tuple(f"model: {note}" for note in setup.model.notes)
     # What it learned and measured is the simulated box's with --sim or where no driver is found
     # (where `cockpit run` would launch the simulator), else the GPUs'.
     simulated = bool(simulated_reason(getattr(args, "sim", False), setup.hardware))

@@ -83,13 +83,28 @@ class MoeDims:
     shared_intermediate: int = 0  # total width of the shared expert(s) in one layer
 
 
+# Kinds of state layer, each sized by its own MambaStateShapeCalculator method
+# (vllm/model_executor/layers/mamba/mamba_utils.py).
+GATED_DELTANET = "gated-deltanet"  # Qwen3-Next, Qwen3.5: gated_delta_net_state_shape
+KIMI_DELTA = "kda"  # Kimi Linear's Kimi Delta Attention: kda_state_shape
+MAMBA2 = "mamba2"  # Nemotron-H: mamba2_state_shape
+
+
 @dataclass(frozen=True)
 class LinearAttention:
-    """Linear-attention layers (Gated DeltaNet in Qwen3-Next): each keeps a fixed-size state per
-    request (a short convolution window and a recurrent matrix per value head) instead of per-token
-    KV. Shapes as vLLM sizes them: MambaStateShapeCalculator.gated_delta_net_state_shape
-    (vllm/model_executor/layers/mamba/mamba_utils.py); SGLang's Mamba2StateShape agrees
-    (sglang/srt/configs/mamba_utils.py)."""
+    """Layers that keep a fixed-size state per request instead of per-token KV: a short
+    convolution window and a recurrent matrix per head, whatever the request's length.
+
+    One shape covers the three kinds cockpit plans, as vLLM sizes them (MambaStateShapeCalculator,
+    vllm/model_executor/layers/mamba/mamba_utils.py; SGLang's sglang/srt/configs/mamba_utils.py
+    agrees): the convolution runs over ``2 x key_heads x key_head_dim + value_heads x
+    value_head_dim`` channels and the recurrent state is ``value_heads x value_head_dim x
+    key_head_dim``.
+    - Gated DeltaNet: key and value heads as the config names them.
+    - KDA: key_heads = value_heads = the KDA heads, both dims the KDA head dim.
+    - Mamba-2: key_heads = n_groups, key_head_dim = ssm_state_size, value_heads = mamba heads,
+      value_head_dim = mamba head dim (the convolution's intermediate size + 2 x groups x state).
+    """
 
     layers: int  # how many of the model's layers are linear attention
     key_heads: int
@@ -98,15 +113,35 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
     dtype_bytes: int = 2  # the model's dtype, which vLLM's "auto" state dtype follows
+    kind: str = GATED_DELTANET
+    # Parameters of one such layer as its family counts them; 0: Gated DeltaNet's own formula.
+    layer_params: int = 0
+    # The recurrent state's dtype when vLLM's "auto" does not follow the model's: the model's
+    # config (Nemotron-H's mamba_ssm_cache_dtype, Qwen3.5's mamba_ssm_dtype, float32 by default:
+    # vllm/model_executor/models/config.py) or the kind itself (KDA: kda_state_dtype, float32).
+    # 0: the convolution's dtype.
+    ssm_dtype_bytes: int = 0
 
     @property
     def conv_dim(self) -> int:
         """Channels of the short convolution: queries, keys and values side by side."""
         return 2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
 
+    def sharded_conv_dim(self, attn_tp: int) -> int:
+        """Convolution channels on one rank. Mamba-2 repeats its groups until every rank holds
+        the groups its heads read (extra_groups_for_head_shards, mamba_utils.py)."""
+        key_heads = self.key_heads
+        if self.kind == MAMBA2 and key_heads % attn_tp:
+            key_heads = attn_tp
+        channels = 2 * key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
+        return -(-channels // attn_tp)
+
     def params_per_layer(self, hidden: int) -> int:
         """in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log and out_proj, all split over attention
-        TP (Qwen3NextGatedDeltaNet, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py)."""
+        TP (Qwen3NextGatedDeltaNet, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py);
+        another kind's count as its family gave it."""
+        if self.layer_params:
+            return self.layer_params
         key_dim, value_dim = self.key_heads * self.key_head_dim, self.value_heads * self.value_head_dim
         in_proj = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * self.value_heads
         return in_proj + self.conv_dim * self.conv_kernel + 2 * self.value_heads + value_dim * hidden
@@ -115,9 +150,33 @@ class LinearAttention:
         """One layer's state for one request on one attention rank: the convolution window
         (conv_dim / TP channels x kernel - 1 steps) and the recurrent state (value heads / TP x
         value head dim x key head dim)."""
-        conv = -(-self.conv_dim // attn_tp) * (self.conv_kernel - 1) * conv_bytes
+        conv = self.sharded_conv_dim(attn_tp) * (self.conv_kernel - 1) * conv_bytes
         ssm = -(-self.value_heads // attn_tp) * self.value_head_dim * self.key_head_dim * ssm_bytes
         return conv + ssm
+
+
+SLIDING = "sliding"  # sliding-window attention: gpt-oss, Gemma 3, DeepSeek-V4's local layers
+CHUNKED = "chunked"  # chunked local attention: Llama 4's RoPE layers
+
+
+@dataclass(frozen=True)
+class WindowedLayers:
+    """Attention layers that look back only ``window`` tokens, so a request keeps at most about a
+    window of KV in each, however long it grows. The engines give such layers their own share of
+    the cache: vLLM's SlidingWindowSpec and ChunkedLocalAttentionSpec (vllm/v1/kv_cache_interface.py)
+    in KV cache groups of their own, SGLang a sliding-window pool beside the full one
+    (sglang/srt/model_executor/pool_configurator.py)."""
+
+    kind: str  # SLIDING or CHUNKED
+    layers: int
+    window: int  # the sliding window or the attention chunk, in tokens
+
+    def tokens_held(self, tokens: int, in_flight: int = 0) -> int:
+        """Tokens one layer keeps for a request of ``tokens``: vLLM keeps the window (window - 1
+        for a sliding window) plus the tokens scheduled but not yet settled
+        (max_admission_blocks_per_request), never more than the request."""
+        reach = self.window - 1 if self.kind == SLIDING else self.window
+        return min(tokens, reach + in_flight)
 
 
 @dataclass(frozen=True)
@@ -143,7 +202,19 @@ class ModelArch:
     moe: MoeDims | None = None
     params: Mapping[str, int] = field(default_factory=dict)
     linear_attention: LinearAttention | None = None  # hybrid models: layers with a state, no KV
+    windowed: WindowedLayers | None = None  # layers that keep only a window of KV per request
+    # Bytes per token per full-attention layer kept beside the KV in a fixed dtype: the DSA
+    # indexer's key cache (DeepSeek-V3.2, GLM-5), which no --kv-cache-dtype changes.
+    index_bytes_per_token: float = 0.0
     notes: tuple[str, ...] = ()  # what was inferred rather than read (a checkpoint's top-k, ...)
+    # Layers of the MoE (empty: the last moe.moe_layers layers, dense ones first), for families
+    # that interleave them (Llama 4 Maverick, Nemotron-H); a pipeline stage holds its own.
+    moe_layer_ids: tuple[int, ...] = ()
+    # Layers with no token mixer at all, so neither KV nor state (Nemotron-H's MoE and MLP layers).
+    mixer_free_layers: int = 0
+    # True when the family is not one cockpit knows and its shapes were read from the common
+    # config names; ``notes`` then says what was assumed.
+    approximate: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -177,20 +248,57 @@ class ModelArch:
         full-attention layers keep per-token KV: a hybrid model's linear-attention layers keep
         ``state_bytes_per_request`` instead.
         """
-        n_layers = self.full_attention_layers(layers)
+        return self.kv_layers(layers) * self.kv_bytes_per_layer_token(kv_dtype_bytes, attn_tp) + (
+            self.full_attention_layers(layers) * self.index_bytes_per_token
+        )
+
+    def kv_bytes_per_layer_token(self, kv_dtype_bytes: float, attn_tp: int = 1) -> float:
+        """One token's KV in one attention layer on one attention rank (the indexer's cache apart)."""
         if self.mla is not None:
-            return n_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * kv_dtype_bytes
+            return (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * kv_dtype_bytes
         heads_per_rank = max(1, -(-self.kv_heads // attn_tp))
-        return n_layers * 2 * heads_per_rank * self.head_dim * kv_dtype_bytes
+        return 2 * heads_per_rank * self.head_dim * kv_dtype_bytes
+
+    def kv_bytes_per_request(
+        self,
+        tokens: int,
+        kv_dtype_bytes: float,
+        attn_tp: int = 1,
+        layers: int | None = None,
+        in_flight: int = 0,
+    ) -> float:
+        """KV one request of ``tokens`` holds on one attention rank: every token in full-attention
+        layers, at most a window (and the tokens in flight) in windowed ones."""
+        per_layer = self.kv_bytes_per_layer_token(kv_dtype_bytes, attn_tp)
+        full = self.full_attention_layers(layers)
+        held = full * tokens * (per_layer + self.index_bytes_per_token)
+        if self.windowed is not None:
+            held += self.windowed_layers(layers) * self.windowed.tokens_held(tokens, in_flight) * per_layer
+        return held
+
+    def layer_share(self, count: int, layers: int | None) -> int:
+        """A stage's share of ``count`` layers of one kind: the kinds interleave evenly
+        (Qwen3-Next: every fourth layer is full attention), so a stage of ``layers`` holds its
+        share of each, rounded up."""
+        if layers is None or layers == self.layers:
+            return count
+        return -(-layers * count // self.layers)
+
+    def kv_layers(self, layers: int | None = None) -> int:
+        """Layers with per-token KV (full or windowed) among ``layers`` (a pipeline stage's count;
+        all by default)."""
+        state = self.linear_attention.layers if self.linear_attention else 0
+        return self.layer_share(self.layers - state - self.mixer_free_layers, layers)
+
+    def windowed_layers(self, layers: int | None = None) -> int:
+        """Windowed attention layers among ``layers``."""
+        return self.layer_share(self.windowed.layers, layers) if self.windowed else 0
 
     def full_attention_layers(self, layers: int | None = None) -> int:
-        """Layers with per-token KV among ``layers`` (a pipeline stage's count; all by default).
-        A hybrid model interleaves its kinds evenly (Qwen3-Next: every fourth layer is full
-        attention), so a stage holds its share of each, rounded up."""
-        n_layers = self.layers if layers is None else layers
-        if self.linear_attention is None:
-            return n_layers
-        return -(-n_layers * (self.layers - self.linear_attention.layers) // self.layers)
+        """Layers that keep every token's KV among ``layers``."""
+        state = self.linear_attention.layers if self.linear_attention else 0
+        window = self.windowed.layers if self.windowed else 0
+        return self.layer_share(self.layers - state - window - self.mixer_free_layers, layers)
 
     def state_bytes_per_request(
         self,
@@ -212,12 +320,11 @@ class ModelArch:
         linear = self.linear_attention
         if linear is None:
             return 0.0
-        n_layers = self.layers if layers is None else layers
-        n_linear = -(-n_layers * linear.layers // self.layers)
+        n_linear = self.layer_share(linear.layers, layers)
         per_layer = linear.state_bytes(
             attn_tp,
             linear.dtype_bytes if conv_bytes is None else conv_bytes,
-            linear.dtype_bytes if ssm_bytes is None else ssm_bytes,
+            (linear.ssm_dtype_bytes or linear.dtype_bytes) if ssm_bytes is None else ssm_bytes,
         )
         return n_linear * per_layer
 
@@ -226,9 +333,10 @@ class ModelArch:
         moe = ""
         if self.moe:
             moe = f", {self.moe.experts} experts top-{self.moe.experts_per_token}"
-        if self.linear_attention:
+        if self.linear_attention or self.windowed:
             moe += f", {self.full_attention_layers()} of {self.layers} layers full attention"
-        return f"{self.name} ({self.family}, {size:,.1f}B params{moe}, {self.quant.label})"
+        approximate = ", approximate" if self.approximate else ""
+        return f"{self.name} ({self.family}, {size:,.1f}B params{moe}, {self.quant.label}{approximate})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,28 +467,65 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "
         return _parse_config(raw, source, name)
 
 
-def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
+@dataclass(frozen=True)
+class ConfigText:
+    """A config.json as a family reader gets it: the language model's settings (``cfg``, under
+    ``text_config`` for multimodal wrappers) and what every family reads alike."""
+
+    cfg: ModelConfig
+    raw: Mapping[str, Any]  # the whole file
+    name: str
+    model_type: str
+    architecture: str
+    dtype_bytes: int
+    quant_raw: Any
+
+    @property
+    def source(self) -> str:
+        return self.cfg.source
+
+
+@dataclass(frozen=True)
+class CommonDims:
+    """The settings every transformer's config.json spells alike."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    max_context: int
+
+
+def read_config_text(raw: Mapping[str, Any], source: str, name: str) -> ConfigText:
+    """Unwrap a multimodal wrapper (Kimi-K2.5, Qwen3.5, Llama 4 nest the language model under
+    text_config) and read the family-independent facts."""
     model_type = raw.get("model_type")
     quant_raw = raw.get("quantization_config")
     text = raw
-    # Multimodal wrappers (Kimi-K2.5/K2.6) nest the language model under text_config.
     if isinstance(raw.get("text_config"), dict) and raw["text_config"].get("model_type"):
         text = raw["text_config"]
         quant_raw = quant_raw or text.get("quantization_config")
         model_type = text["model_type"]
-    family = _FAMILIES.get(str(model_type))
-    if family is None:
-        known = ", ".join(sorted(set(_FAMILIES)))
-        raise NeedsCheckpoint(
-            f"{source}: model_type {shown(str(model_type))} is not a family cockpit knows ({known}) "
-            "and its config.json alone does not say how its weights split"
-        )
-    cfg = ModelConfig(text, source, family)
-    arch = architecture_name(text.get("architectures") or raw.get("architectures"))
     dtype_bytes = dtype_size(
         text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
     )
+    return ConfigText(
+        cfg=ModelConfig(text, source, str(model_type)),
+        raw=raw,
+        name=name,
+        model_type=str(model_type),
+        architecture=architecture_name(raw.get("architectures") or text.get("architectures")),
+        dtype_bytes=dtype_bytes,
+        quant_raw=quant_raw,
+    )
 
+
+def common_dims(cfg: ModelConfig, head_dim_keys: tuple[str, ...] = ("head_dim",)) -> CommonDims:
+    """Layers, widths, heads, vocabulary and context, each checked."""
+    source = cfg.source
     layers = cfg.count("num_hidden_layers", high=MAX_LAYERS)
     hidden = cfg.count("hidden_size", high=MAX_HIDDEN)
     heads = cfg.count("num_attention_heads", high=MAX_HEADS)
@@ -390,19 +535,50 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
             f"{source}: num_key_value_heads ({kv_heads}) is more than num_attention_heads ({heads}); "
             "every KV head serves one or more query heads: fix the config.json"
         )
-    if cfg.get("head_dim") is None and hidden < heads:
+    if all(cfg.get(k) is None for k in head_dim_keys) and hidden < heads:
         raise CockpitError(
             f"{source}: hidden_size ({hidden}) is smaller than num_attention_heads ({heads}), so a head has no width: "
             "fix the config.json or give head_dim"
         )
-    head_dim = cfg.count("head_dim", high=MAX_WIDTH, default=hidden // heads)
-    vocab = cfg.count("vocab_size", high=MAX_VOCAB)
-    tied = bool(text.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
-    max_context = cfg.count("max_position_embeddings", low=0, high=MAX_CONTEXT, default=0) or 4096
+    head_dim = cfg.count(*head_dim_keys, high=MAX_WIDTH, default=hidden // heads)
+    return CommonDims(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=cfg.count("vocab_size", high=MAX_VOCAB),
+        tied=bool(cfg.data.get("tie_word_embeddings", False)),
+        max_context=cfg.count("max_position_embeddings", low=0, high=MAX_CONTEXT, default=0) or 4096,
+    )
+
+
+def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
+    text = read_config_text(raw, source, name)
+    model_type = text.model_type
+    family = _FAMILIES.get(model_type)
+    if family is None:
+        from cockpit.archs import read_family  # the newer families, each in a module of its own
+
+        return read_family(text)
+    cfg = ModelConfig(text.cfg.data, source, family)
+    arch = text.architecture
+    dtype_bytes = text.dtype_bytes
+    dims = common_dims(cfg)
+    layers, hidden, heads, kv_heads, head_dim = (
+        dims.layers,
+        dims.hidden,
+        dims.heads,
+        dims.kv_heads,
+        dims.head_dim,
+    )
+    vocab, max_context = dims.vocab, dims.max_context
+    tied = bool(cfg.data.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
 
     mla = _mla_dims(cfg) if family == "deepseek-v3" else None
     moe, dense_layers, dense_intermediate = _moe_dims(cfg, family, layers)
     linear = _linear_attention(cfg, layers, dtype_bytes) if family == "qwen3-next" else None
+    windowed = sliding_window_layers(cfg, layers) if family == "gpt-oss" else None
 
     params = _count_params(
         layers=layers,
@@ -426,7 +602,7 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         router_bias=family != "qwen3-next",  # Qwen3-Next's gate is a bare Linear (GateLinear, no bias)
     )
     quant = read_quantization(
-        quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0)
+        text.quant_raw, dtype_bytes, source, first_moe_layer=layers - (moe.moe_layers if moe else 0)
     )
     return ModelArch(
         name=name,
@@ -448,7 +624,28 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         moe=moe,
         params=params,
         linear_attention=linear,
+        windowed=windowed,
     )
+
+
+def sliding_window_layers(cfg: ModelConfig, layers: int) -> WindowedLayers | None:
+    """Sliding-window layers as ``layer_types`` lists them (gpt-oss alternates
+    "sliding_attention" and "full_attention"; transformers' GptOssConfig, read by vLLM's
+    GptOssAttention, vllm/model_executor/models/gpt_oss.py), with the window of ``sliding_window``.
+    None when the config has no window."""
+    window = cfg.count("sliding_window", low=0, high=MAX_CONTEXT, default=0)
+    if not window:
+        return None
+    kinds = cfg.get("layer_types")
+    if kinds is None:
+        return None
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise CockpitError(
+            f"{cfg.source}: layer_types must list one kind per layer ({layers}; got {shown(kinds)}): "
+            "fix the config.json"
+        )
+    count = sum(1 for kind in kinds if kind == "sliding_attention")
+    return WindowedLayers(SLIDING, count, window) if count else None
 
 
 def architecture_name(value: Any) -> str:
@@ -463,6 +660,11 @@ def dtype_size(dtype: Any) -> int:
     return 4 if str(dtype) in ("float32", "torch.float32") else 2
 
 
+def mla_dims(cfg: ModelConfig) -> MlaDims:
+    """MLA's ranks and head widths (DeepSeek-V3 and the families built on it)."""
+    return _mla_dims(cfg)
+
+
 def _mla_dims(cfg: ModelConfig) -> MlaDims:
     q_lora = cfg.count("q_lora_rank", low=0, high=MAX_WIDTH, default=0)
     return MlaDims(
@@ -472,6 +674,13 @@ def _mla_dims(cfg: ModelConfig) -> MlaDims:
         qk_rope_head_dim=cfg.count("qk_rope_head_dim", low=0, high=MAX_WIDTH),
         v_head_dim=cfg.count("v_head_dim", high=MAX_WIDTH),
     )
+
+
+def routed_experts(
+    cfg: ModelConfig, experts_keys: str | tuple[str, ...], *top_k_keys: str
+) -> tuple[int, int]:
+    """(routed experts, experts per token), top-k checked against the count."""
+    return _experts(cfg, experts_keys, *top_k_keys)
 
 
 def _experts(cfg: ModelConfig, experts_keys: str | tuple[str, ...], *top_k_keys: str) -> tuple[int, int]:
@@ -583,6 +792,11 @@ def _linear_attention(cfg: ModelConfig, layers: int, dtype_bytes: int) -> Linear
     )
 
 
+def layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
+    """A checked list of layer indices (mlp_only_layers, ...)."""
+    return _layer_list(cfg, key, layers)
+
+
 def _layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
     """A list of layer indices such as mlp_only_layers."""
     value = cfg.get(key, [])
@@ -591,6 +805,11 @@ def _layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
             f"{cfg.source}: {key} must be a list of layer numbers (got {shown(value)}): fix the config.json"
         )
     return {cfg.check(key, i, 0, max(0, layers - 1)) for i in value}
+
+
+def count_params(**kwargs: Any) -> dict[str, int]:
+    """Parameters by tensor class of a GQA or MLA transformer (see ``_count_params``)."""
+    return _count_params(**kwargs)
 
 
 def _count_params(

@@ -2,8 +2,11 @@
 
 The edge of `cockpit.model` and `cockpit.checkpoint`, which turn the parsed settings into an architecture
 and read no files.
-A config cockpit cannot size alone (a family it does not know) is planned from the checkpoint beside
-it, read by `cockpit.safetensors` (docs/placement.md#models-cockpit-reads-from-their-checkpoint).
+A config cockpit cannot size alone (a family it does not know, whose config lacks the common names)
+is planned from the checkpoint beside it, read by `cockpit.safetensors`
+(docs/placement.md#models-cockpit-reads-from-their-checkpoint). A config of such a family that does
+use the common names gets an approximate plan, unless the checkpoint lies beside it: its tensors are
+exact, so they win.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,16 @@ _BUNDLED_ALIASES = {
     "meta-llama/meta-llama-3.1-70b": "llama-3.1-70b",
     "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b",
     "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b-v0.1",
+    # Same structure as V3.2 (https://huggingface.co/deepseek-ai/DeepSeek-V3.2, model card).
+    "deepseek-ai/deepseek-v3.2-exp": "deepseek-v3.2",
+    "meta-llama/llama-4-scout-17b-16e-instruct": "llama-4-scout-17b-16e",
+    "meta-llama/llama-4-scout-17b-16e": "llama-4-scout-17b-16e",
+    "meta-llama/llama-4-maverick-17b-128e-instruct": "llama-4-maverick-17b-128e",
+    "meta-llama/llama-4-maverick-17b-128e": "llama-4-maverick-17b-128e",
+    "nvidia/nvidia-nemotron-3-nano-30b-a3b-bf16": "nemotron-3-nano-30b-a3b",
+    "nvidia/nvidia-nemotron-3-super-120b-a12b-fp8": "nemotron-3-super-120b-a12b-fp8",
+    "moonshotai/kimi-linear-48b-a3b-instruct": "kimi-linear-48b-a3b",
+    "moonshotai/kimi-linear-48b-a3b-base": "kimi-linear-48b-a3b",
 }
 
 
@@ -44,6 +58,17 @@ BUNDLED_REPO_IDS = {
     "minimax-m2.5": "MiniMaxAI/MiniMax-M2.5",
     "mixtral-8x7b-v0.1": "mistralai/Mixtral-8x7B-v0.1",
     "qwen3-30b-a3b-fp8": "Qwen/Qwen3-30B-A3B-FP8",
+    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
+    "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
+    "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
+    "glm-5-fp8": "zai-org/GLM-5-FP8",
+    "kimi-linear-48b-a3b": "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    "llama-4-maverick-17b-128e": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+    "llama-4-scout-17b-16e": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    "nemotron-3-nano-30b-a3b": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "nemotron-3-super-120b-a12b-fp8": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+    "qwen3.5-35b-a3b": "Qwen/Qwen3.5-35B-A3B",
+    "qwen3.5-397b-a17b": "Qwen/Qwen3.5-397B-A17B",
 }
 
 
@@ -151,11 +176,50 @@ def read_config(path: Path | str, name: str | None = None) -> ModelArch:
     config = parse_json(text, path)
     if not isinstance(config, dict):
         raise CockpitError(f"{path} holds no JSON object: a config.json is one object of model settings")
+    config = with_separate_quantization(config, path)
     default_name = path.parent.name if path.name == "config.json" else path.stem
     try:
-        return parse_config(config, source=str(path), name=name or default_name)
+        model = parse_config(config, source=str(path), name=name or default_name)
     except NeedsCheckpoint as exc:
         return _from_checkpoint(config, path, name or default_name, exc)
+    return _exact_if_on_disk(config, path, model) if model.approximate else model
+
+
+def with_separate_quantization(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A ModelOpt checkpoint of 0.29 and before keeps its quantization in hf_quant_config.json
+    beside config.json, which vLLM reads when config.json has none
+    (vllm/transformers_utils/config.py); a bundled config keeps it as ``<name>.hf_quant_config``."""
+    if config.get("quantization_config") is not None:
+        return config
+    beside = path.parent / (
+        "hf_quant_config.json" if path.name == "config.json" else f"{path.stem}.hf_quant_config"
+    )
+    if not beside.is_file():
+        return config
+    text = read_text(beside, limit=MAX_CONFIG_BYTES, what=str(beside), fix="fix or remove the file")
+    quant = parse_json(text, beside)
+    settings = quant.get("quantization") if isinstance(quant, dict) else None
+    if not isinstance(settings, dict):
+        raise CockpitError(
+            f"{beside} has no 'quantization' object: fix or remove it, or give config.json a quantization_config"
+        )
+    return {**config, "quantization_config": {"quant_method": "modelopt", **settings}}
+
+
+def _exact_if_on_disk(config: Mapping[str, Any], path: Path, model: ModelArch) -> ModelArch:
+    """An approximate plan (a family read from the common config names) gives way to the
+    checkpoint beside its config.json, whose tensor headers size every weight. The checkpoint
+    says nothing of attention windows, so the config's sliding-window layers are kept."""
+    if path.name != "config.json":  # a loose file: its folder need not be the model's
+        return model
+    tensors = read_checkpoint(path.parent)
+    if tensors is None:
+        return model
+    exact = arch_from_checkpoint(config, tensors, source=str(path), name=model.name)
+    if model.windowed is not None and exact.windowed is None and exact.layers == model.layers:
+        note = f"{model.windowed.layers} sliding-window layers ({model.windowed.window} tokens) read from the config.json"
+        exact = replace(exact, windowed=model.windowed, notes=(*exact.notes, note))
+    return exact
 
 
 def _from_checkpoint(config: Mapping[str, Any], path: Path, name: str, unsized: NeedsCheckpoint) -> ModelArch:

@@ -23,11 +23,13 @@ from cockpit.model import (
     ATTN_SHARDED,
     DENSE_MLP,
     EMBEDDING,
+    GATED_DELTANET,
     LM_HEAD,
     NORMS,
     ROUTED_EXPERTS,
     ROUTER,
     SHARED_EXPERTS,
+    SLIDING,
     LinearAttention,
     ModelArch,
 )
@@ -129,7 +131,7 @@ class Setup:
     @cached_property
     def state_args(self) -> StateArgs:
         """The profile's state-sizing arguments (the defaults for a model without such a state)."""
-        if self.model.linear_attention is None:
+        if self.model.linear_attention is None and self.model.windowed is None:
             return StateArgs()
         return read_state_args(self.engine, self.server_args)
 
@@ -160,10 +162,11 @@ class Reason:
 
 @dataclass(frozen=True)
 class StateMemory:
-    """A hybrid model's linear-attention state on one GPU, laid out as its engine lays it out
-    (docs/placement.md#hybrid-attention-qwen3-next): vLLM in the KV cache's block pool (the
-    ``block`` fields), SGLang in a pool of state slots taken from the budget before the KV cache
-    (the ``pool`` and ``slots`` fields)."""
+    """A hybrid model's cache on one GPU, laid out as its engine lays it out
+    (docs/memory.md#kv-and-state-by-layer-kind): on vLLM one block pool shared by full attention,
+    windowed attention and linear-attention state (the ``block`` and ``window`` fields); on SGLang
+    a pool of state slots taken from the budget before the KV cache (the ``pool`` and ``slots``
+    fields)."""
 
     bytes_per_request: float  # one request's state on one GPU, in the engine's dtypes
     replicas: int = 1  # attention replicas, each with a pool of its own
@@ -178,9 +181,17 @@ class StateMemory:
     pool_slots: int = 0  # --max-mamba-cache-size as resolved, one replica (plus one padding slot)
     slots_per_request: int = 0  # slots a running request may hold (SGLang's mamba ratio)
 
+    window_groups: int = 0  # windowed-attention groups
+    window_tokens: int = 0  # tokens a windowed layer holds at most for one request (in flight too)
+    window_extra_blocks: int = 0  # 1 for a sliding window, which may start inside a block
+
     def blocks_per_request(self, tokens: int) -> int:
         """vLLM: blocks one request of ``tokens`` holds over all groups."""
-        return self.attention_groups * -(-tokens // self.block_tokens) + self.state_blocks
+        windowed = 0
+        if self.window_groups:
+            held = min(tokens, self.window_tokens)
+            windowed = self.window_groups * (-(-held // self.block_tokens) + self.window_extra_blocks)
+        return self.attention_groups * -(-tokens // self.block_tokens) + windowed + self.state_blocks
 
     def logged_tokens(self, max_len: int) -> int:
         """vLLM's "GPU KV cache size" of one replica: the requests of ``max_len`` that fit, times
@@ -397,7 +408,7 @@ def knob_server_args(setup: Setup, layout: Layout) -> ServerArgs:
 def knob_state_args(setup: Setup, layout: Layout) -> StateArgs:
     """The state-sizing arguments of the profile and the layout's knobs (defaults for a model
     without linear-attention state)."""
-    if not layout.knobs or setup.model.linear_attention is None:
+    if not layout.knobs or (setup.model.linear_attention is None and setup.model.windowed is None):
         return setup.state_args
     return read_state_args(setup.engine, (*setup.server_args, *layout.knobs))
 
@@ -426,7 +437,11 @@ def nearest_fitting(failed: Verdict, verdicts: Sequence[Verdict], limit: int = 3
 
 
 def _layer_kinds(model: ModelArch, layers: range) -> tuple[int, int]:
-    """(dense layers, MoE layers) among ``layers``; dense layers come first in every family."""
+    """(dense layers, MoE layers) among ``layers``: the model's own list of MoE layers where it
+    interleaves them, else dense layers first (DeepSeek's first_k_dense_replace)."""
+    if model.moe_layer_ids:
+        moe = len([i for i in layers if i in model.moe_layer_ids])
+        return len(layers) - moe, moe
     dense = len([i for i in layers if i < model.dense_layers])
     return dense, len(layers) - dense
 
@@ -782,61 +797,122 @@ def vllm_gdn_checkpoints(linear: LinearAttention, hw: Hardware, state: StateArgs
     QwenGatedDeltaNetAttention.get_kv_cache_spec,
     vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py). On Blackwell the kernel also
     needs a CUDA 13 runtime, which cockpit assumes."""
+    if linear.kind != GATED_DELTANET:
+        return False
     if not state.prefix_caching or state.gdn_prefill_backend not in ("auto", "flashinfer"):
         return False
     major = hw.gpu.capability[0]
     return hw.gpu.capability == (9, 0) or (major in (10, 12) and linear.key_head_dim == 128)
 
 
-def vllm_state_pool(
+def vllm_concurrent_batches(placement: Placement) -> int:
+    """Batches vLLM keeps in flight at once: 2 with async scheduling (its default) on one stage,
+    one per stage with pipeline parallelism (VllmConfig.max_concurrent_batches, vllm/config/vllm.py)."""
+    return max(2, placement.pp)
+
+
+def vllm_hybrid_pool(
     model: ModelArch,
-    linear: LinearAttention,
     hw: Hardware,
     placement: Placement,
     kv_token: float,
     state: StateArgs,
     kv_budget_gib: float,
     layers: int,
+    in_flight: int,
 ) -> StateMemory:
-    """vLLM 0.33 keeps the state in the KV cache's block pool. The attention block grows until one
-    layer's attention page holds one layer's state, whose page is padded to it
-    (Platform._align_hybrid_block_size, vllm/platforms/interface.py); layers are grouped by the
-    smaller count of either kind, and a block spans one group's layers
-    (_get_kv_cache_groups_uniform_page_size and _get_kv_cache_bytes_per_block,
-    vllm/v1/core/kv_cache_planning.py). A request holds ceil(tokens / block) blocks per
-    full-attention group and, per linear group, 2 state blocks with prefix caching (3 with
-    FlashInfer's checkpoints) or 1 without (MambaSpec.max_memory_usage_bytes,
-    vllm/v1/kv_cache_interface.py). ``kv_token``: full-attention KV bytes per token on one GPU of
-    the stage of ``layers`` layers."""
-    full = model.full_attention_layers(layers)
-    attention_page = kv_token / full  # one layer, one token
-    conv = STATE_DTYPE_BYTES.get(state.conv_dtype, linear.dtype_bytes)  # "auto": the model's
-    ssm = STATE_DTYPE_BYTES.get(state.ssm_dtype, conv)  # "auto": the convolution's
-    state_page = linear.state_bytes(placement.attn_tp, conv, ssm)
-    checkpoints = vllm_gdn_checkpoints(linear, hw, state)
+    """vLLM 0.33's one block pool for a model with more than one kind of layer: full attention,
+    windowed attention (sliding window, chunked local) and linear-attention state.
+
+    Layers are grouped by the smaller count of any kind (the larger when no kind has 1.5 times
+    another's), and a block spans one group's layers (_get_kv_cache_groups_uniform_page_size and
+    _get_kv_cache_bytes_per_block, vllm/v1/core/kv_cache_planning.py). A request holds
+    ceil(tokens / block) blocks per full-attention group; per windowed group the window (less one
+    token for a sliding one) plus the tokens in flight, and one block more for a sliding window
+    (max_admission_blocks_per_request of SlidingWindowSpec and ChunkedLocalAttentionSpec,
+    vllm/v1/kv_cache_interface.py); per linear group 2 state blocks with prefix caching (3 with
+    FlashInfer's checkpoints) or 1 without (MambaSpec.max_memory_usage_bytes). With state layers
+    the attention block grows until one layer's attention page holds one layer's state, whose page
+    is padded to it (Platform._align_hybrid_block_size, vllm/platforms/interface.py).
+    ``kv_token``: KV bytes per token over the stage's attention layers on one GPU."""
+    linear, windowed = model.linear_attention, model.windowed
+    attention_page = kv_token / max(1, model.kv_layers(layers))  # one layer, one token
     alignment = max(VLLM_BLOCK_ALIGNMENT, state.block_size or 0)
-    if checkpoints:
-        alignment = math.lcm(alignment, VLLM_GDN_CHECKPOINT_ALIGNMENT)
-    block = alignment * math.ceil(state_page / (alignment * attention_page))
-    block = VLLM_BLOCK_ALIGNMENT * math.ceil(block / VLLM_BLOCK_ALIGNMENT)
-    all_full, all_linear = model.full_attention_layers(), linear.layers
-    group = min(all_full, all_linear)
-    if max(all_full, all_linear) < 1.5 * group:
-        group = max(all_full, all_linear)
-    attention_groups, linear_groups = math.ceil(all_full / group), math.ceil(all_linear / group)
-    stage_linear = math.ceil(layers * all_linear / model.layers)
-    group_layers = max(math.ceil(full / attention_groups), math.ceil(stage_linear / linear_groups))
+    state_page = 0.0
+    checkpoints = False
+    if linear is not None:
+        conv = STATE_DTYPE_BYTES.get(state.conv_dtype, linear.dtype_bytes)  # "auto": the model's
+        # "auto": the model's own state dtype where it names one, else the convolution's
+        ssm = STATE_DTYPE_BYTES.get(state.ssm_dtype, linear.ssm_dtype_bytes or conv)
+        state_page = linear.state_bytes(placement.attn_tp, conv, ssm)
+        checkpoints = vllm_gdn_checkpoints(linear, hw, state)
+        if checkpoints:
+            alignment = math.lcm(alignment, VLLM_GDN_CHECKPOINT_ALIGNMENT)
+        block = alignment * math.ceil(state_page / (alignment * attention_page))
+        block = VLLM_BLOCK_ALIGNMENT * math.ceil(block / VLLM_BLOCK_ALIGNMENT)
+    else:
+        block = alignment
+    counts = {
+        "full": model.full_attention_layers(),
+        "windowed": windowed.layers if windowed else 0,
+        "linear": linear.layers if linear else 0,
+    }
+    present = [c for c in counts.values() if c]
+    group = min(present)
+    if max(present) < 1.5 * group:
+        group = max(present)
+    groups = {kind: math.ceil(count / group) for kind, count in counts.items()}
+    stage = {
+        "full": model.full_attention_layers(layers),
+        "windowed": model.windowed_layers(layers),
+        "linear": model.layer_share(counts["linear"], layers),
+    }
+    group_layers = max(math.ceil(stage[k] / groups[k]) for k in counts if groups[k])
     block_bytes = int(group_layers * block * attention_page)
     copies = (2 + checkpoints) if state.prefix_caching else 1
+    window_tokens, window_extra = 0, 0
+    if windowed is not None:
+        window_tokens = windowed.tokens_held(10**12, in_flight)
+        window_extra = 1 if windowed.kind == SLIDING else 0
     return StateMemory(
-        bytes_per_request=stage_linear * state_page,
+        bytes_per_request=stage["linear"] * state_page,
         replicas=placement.attn_replicas,
         block_tokens=block,
         block_bytes=block_bytes,
         blocks=max(0, int(kv_budget_gib * GiB // block_bytes)),
-        attention_groups=attention_groups,
-        state_blocks=linear_groups * copies,
+        attention_groups=groups["full"],
+        state_blocks=groups["linear"] * copies,
+        window_groups=groups["windowed"],
+        window_tokens=window_tokens,
+        window_extra_blocks=window_extra,
     )
+
+
+# Architectures SGLang gives a sliding-window pool beside the full one (is_hybrid_swa_model,
+# sglang/srt/configs/model_config.py); others, Gemma 3 among them, keep every layer's KV whole.
+SGLANG_HYBRID_SWA_ARCHITECTURES = frozenset(
+    {"GptOssForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM"}
+)
+# --swa-full-tokens-ratio's default: SWA tokens per full-attention token
+# (sglang/srt/arg_groups/fields/schedule.py).
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
+
+
+def sglang_swa_pool(model: ModelArch) -> bool:
+    """Whether SGLang keeps the model's windowed layers in a pool of their own."""
+    return model.windowed is not None and model.architecture in SGLANG_HYBRID_SWA_ARCHITECTURES
+
+
+def sglang_swa_cell_bytes(
+    model: ModelArch, kv_dtype: float, attn_tp: int, layers: int, server: ServerArgs
+) -> float:
+    """Bytes SGLang budgets per token of its full pool when windowed layers have a pool of their
+    own: the full layers' KV plus the ratio's share of the windowed layers' (cell size of the
+    hybrid case, _recompute_cell_size, sglang/srt/model_executor/pool_configurator.py)."""
+    per_layer = model.kv_bytes_per_layer_token(kv_dtype, attn_tp)
+    full = model.full_attention_layers(layers) * (per_layer + model.index_bytes_per_token)
+    ratio = server.swa_full_tokens_ratio or SGLANG_SWA_FULL_TOKENS_RATIO
+    return full + ratio * model.windowed_layers(layers) * per_layer
 
 
 def sglang_slots_per_request(state: StateArgs, pp: int) -> int:
@@ -907,6 +983,7 @@ def estimate_memory(
     and the KV budget left (docs/memory.md), with a hybrid model's state as ``state_args`` size it
     (docs/placement.md#hybrid-attention-qwen3-next)."""
     capacity = hw.memory_gib
+    model = cached_model(model, engine, server)
     stages = stage_weights(model, placement, server.redundant_experts if server.enable_eplb else 0)
     expert_factor = mxfp4_expert_factor(model, hw, engine, placement.moe_tp)
     if expert_factor != 1.0:
@@ -940,15 +1017,18 @@ def estimate_memory(
         kv_budget = fraction * (capacity - sglang_preload_gib(placement, hw)) - weights_gib
         kv_budget -= learned.reserve_offset_gib
         reserve = capacity - weights_gib - kv_budget
-    kv_dtype = server.kv_bytes(2.0)
+    kv_dtype = cache_dtype_bytes(model, engine, server, hw)
     kv_token = model.kv_bytes_per_token(kv_dtype, placement.attn_tp, layers=layers)
     state: StateMemory | None = None
     linear = model.linear_attention
-    if linear is not None and engine.name == "vllm":
-        state = vllm_state_pool(
-            model, linear, hw, placement, kv_token, state_args or StateArgs(), kv_budget, layers
+    if engine.name == "vllm" and (linear is not None or model.windowed is not None):
+        in_flight = vllm_concurrent_batches(placement) * vllm_batched_tokens(server, hw, model)
+        state = vllm_hybrid_pool(
+            model, hw, placement, kv_token, state_args or StateArgs(), kv_budget, layers, in_flight
         )
-    elif linear is not None:
+    elif engine.name == "sglang" and sglang_swa_pool(model):
+        kv_token = sglang_swa_cell_bytes(model, kv_dtype, placement.attn_tp, layers, server)
+    if engine.name == "sglang" and linear is not None:
         state = sglang_state_pool(model, placement, server, state_args or StateArgs(), kv_budget)
         kv_budget -= state.pool_gib
     if state is not None and state.block_tokens:  # what vLLM logs as its KV cache size
@@ -978,6 +1058,48 @@ def estimate_memory(
         state=state,
     )
     return replace(estimate, max_concurrency=estimate.requests_fitting(request_len))
+
+
+DSA_FAMILIES = frozenset({"deepseek-v32", "glm-moe-dsa"})
+# vLLM's fp8_ds_mla row: 512 fp8 latent values, 4 float32 scales and 64 bf16 RoPE values, 656
+# bytes for the 576 values of one token (MLAAttention.get_kv_cache_spec,
+# vllm/model_executor/layers/attention/mla_attention.py).
+FP8_DS_MLA_BYTES = 656 / 576
+
+
+def cache_dtype_bytes(model: ModelArch, engine: Engine, server: ServerArgs, hw: Hardware) -> float:
+    """Bytes per cached value as the engine picks them, which for the sparse-attention families
+    is not always what --kv-cache-dtype says:
+    - vLLM turns any quantized cache of a DSA model into fp8_ds_mla
+      (_canonicalize_sparse_mla_kv_cache_dtype, mla_attention.py); GLM-5's "auto" is fp8 on
+      Blackwell (GlmMoeDsaForCausalLM.verify_and_update_config, vllm/model_executor/models/config.py);
+      DeepSeek-V4's "auto" is fp8_ds_mla (_resolve_dsv4_kv_cache_dtype, vllm/models/deepseek_v4/attention.py).
+    - SGLang's "auto" for a DSA model is fp8_e4m3 on SM 10 and newer, bf16 below
+      (_dsa_kv_cache_dtype_default, sglang/srt/arg_groups/overrides.py)."""
+    asked = server.kv_cache_dtype.lower()
+    chosen = server.kv_bytes(2.0)
+    blackwell = hw.gpu.capability[0] >= 10
+    if engine.name == "vllm":
+        if model.family == "deepseek-v4" and asked == "auto":
+            return FP8_DS_MLA_BYTES
+        if model.family == "glm-moe-dsa" and asked == "auto" and hw.gpu.capability[0] == 10:
+            return FP8_DS_MLA_BYTES
+        if model.family in DSA_FAMILIES and chosen < 2:
+            return FP8_DS_MLA_BYTES
+    elif model.family in DSA_FAMILIES and asked == "auto" and blackwell:
+        return 1.0
+    return chosen
+
+
+def cached_model(model: ModelArch, engine: Engine, server: ServerArgs) -> ModelArch:
+    """The model as the engine's cache sees it: windowed layers keep the whole request's KV when
+    the engine gives them no pool of their own (vLLM --disable-hybrid-kv-cache-manager; SGLang
+    --disable-hybrid-swa-memory, or an architecture outside its hybrid-SWA list)."""
+    if model.windowed is None:
+        return model
+    if not server.hybrid_kv_cache or (engine.name == "sglang" and not sglang_swa_pool(model)):
+        return replace(model, windowed=None)
+    return model
 
 
 def max_model_len(model: ModelArch, server: ServerArgs) -> int:
@@ -1097,6 +1219,20 @@ def memory_reasons(
     return []
 
 
+def _longest_fitting(state: StateMemory, usable: int, length: int) -> int:
+    """The longest request whose blocks fit ``usable``, found as vLLM finds it: a binary search
+    over lengths (_estimate_max_model_len_from_groups, vllm/v1/core/kv_cache_planning.py); 0 when
+    not even one token fits."""
+    low, high, best = 1, length, 0
+    while low <= high:
+        mid = (low + high) // 2
+        if state.blocks_per_request(mid) <= usable:
+            best, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return best
+
+
 def vllm_state_max_len_reason(memory: MemoryEstimate, state: StateMemory, length: int) -> Reason | None:
     """vLLM's check that one request of the context length fits a hybrid model's block pool, less
     the null block the pool holds back, and the longest that would (get_kv_cache_configs,
@@ -1106,7 +1242,7 @@ def vllm_state_max_len_reason(memory: MemoryEstimate, state: StateMemory, length
     needed_blocks = state.blocks_per_request(length)
     if needed_blocks <= usable:
         return None
-    longest = max(0, (usable - state.state_blocks) // state.attention_groups * state.block_tokens)
+    longest = _longest_fitting(state, usable, length)
     estimated = (
         f"Based on the available memory, the estimated maximum model length is {longest}. " if longest else ""
     )

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "layout",
             "hardware",
             "model",
+            "archs",
             "calibrate",
             "checkpoint",
             "engines",

@@ -103,14 +103,15 @@ def test_glm_fp8_is_per_channel_so_no_block_rules():
     assert model.quant.block is None and model.moe.shared_experts == 1 and model.dense_layers == 3
 
 
-def test_unknown_family_is_refused_not_treated_as_dense(tmp_path):
-    # Qwen3-Next, once the example, is a family now (tests/test_checkpoint_model.py); a config of a
-    # family cockpit does not know, with no checkpoint beside it, is still refused.
+def test_unknown_family_is_planned_approximate_not_treated_as_dense(tmp_path):
+    # A config of a family cockpit does not know, with no checkpoint beside it, is planned from the
+    # common names: its experts are read, and the plan says it is approximate and what it left out.
     config = json.loads((MODELS / "qwen3-next-80b-a3b-instruct.json").read_text())
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config, "model_type": "qwen9_next"}))
-    with pytest.raises(CockpitError, match="qwen9_next.*not a family"):
-        read_config(path)
+    model = read_config(path)
+    assert model.approximate and model.moe is not None and model.moe.experts == 512
+    assert any("linear_num_value_heads" in note for note in model.notes)
 
 
 def test_missing_key_names_the_key_and_the_file(tmp_path):

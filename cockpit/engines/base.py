@@ -68,6 +68,10 @@ class ServerArgs:
     enable_dp_lm_head: bool = False  # SGLang: lm_head over the attention TP group only
     max_total_tokens: int | None = None  # SGLang --max-total-tokens: caps the KV pool
     kv_cache_memory_bytes: int | None = None  # vLLM --kv-cache-memory-bytes: the KV cache, set outright
+    # Windowed layers keep only their window: off with vLLM --disable-hybrid-kv-cache-manager or
+    # SGLang --disable-hybrid-swa-memory, when every layer keeps the whole request's KV.
+    hybrid_kv_cache: bool = True
+    swa_full_tokens_ratio: float | None = None  # SGLang --swa-full-tokens-ratio
     notes: tuple[str, ...] = ()  # what the engine would warn about
 
     def kv_bytes(self, model_dtype_bytes: float = 2.0) -> float:
@@ -135,6 +139,7 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
             "--max-num-batched-tokens", values.get("max_num_batched_tokens")
         )
         out["chunked_prefill"] = values.get("enable_chunked_prefill") is not False
+        out["hybrid_kv_cache"] = not values.get("disable_hybrid_kv_cache_manager")
         compile_config = values.get("compilation_config")
         graph_mode = values.get("compilation_config.cudagraph_mode") or (
             compile_config.get("cudagraph_mode") if isinstance(compile_config, dict) else None
@@ -179,6 +184,10 @@ def server_args(checked: CheckedArgs) -> ServerArgs:
         )
         out["enable_dp_lm_head"] = bool(values.get("enable_dp_lm_head"))
         out["max_total_tokens"] = _tokens("--max-total-tokens", values.get("max_total_tokens"))
+        out["hybrid_kv_cache"] = not values.get("disable_hybrid_swa_memory")
+        ratio = values.get("swa_full_tokens_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1:
+            out["swa_full_tokens_ratio"] = float(ratio)
     out["kv_cache_dtype"] = str(values.get("kv_cache_dtype", "auto"))
     out["enable_eplb"] = bool(values.get("enable_eplb"))
     return ServerArgs(**out)

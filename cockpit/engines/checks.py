@@ -91,8 +91,13 @@ def moe_width_rules(model: ModelArch, moe_tp: int, down_tp: int | None = None) -
     return rules
 
 
-def linear_block_rules(model: ModelArch, attn_tp: int, dense_tp: int) -> list[Rule]:
-    """Block-FP8 column/row-parallel linears: each shard must hold whole blocks."""
+def linear_block_rules(
+    model: ModelArch, attn_tp: int, dense_tp: int, padded_shared: bool = False
+) -> list[Rule]:
+    """Block-FP8 column/row-parallel linears: each shard must hold whole blocks.
+
+    ``padded_shared``: the engine rounds the shared experts' width up to whole blocks per rank
+    (vLLM's DeepseekV4MLP, vllm/models/deepseek_v4/nvidia/model.py), so they never fail."""
     block = model.quant.block
     if not block:
         return []
@@ -105,7 +110,13 @@ def linear_block_rules(model: ModelArch, attn_tp: int, dense_tp: int) -> list[Ru
     if DENSE_MLP in blocked and model.dense_layers and dense_tp > 1:
         shards.append(("dense MLP", model.dense_intermediate, dense_tp, 0))
         shards.append(("dense MLP", model.dense_intermediate, dense_tp, 1))
-    if SHARED_EXPERTS in blocked and model.moe and model.moe.shared_intermediate and dense_tp > 1:
+    if (
+        SHARED_EXPERTS in blocked
+        and model.moe
+        and model.moe.shared_intermediate
+        and dense_tp > 1
+        and not padded_shared
+    ):
         shards.append(("shared experts", model.moe.shared_intermediate, dense_tp, 0))
         shards.append(("shared experts", model.moe.shared_intermediate, dense_tp, 1))
     rules = []

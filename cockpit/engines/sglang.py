@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cockpit.engines import checks
+from cockpit.engines import checks, support
 from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_per_gpu
 from cockpit.engines.options import version_key
 from cockpit.layout import Layout
@@ -35,8 +35,8 @@ _MOE_INTERMEDIATE_FAMILIES = frozenset({"deepseek-v3", "qwen3-moe", "glm4-moe"})
 
 # SGLang 0.5.23 models whose forward() takes no `pp_proxy_tensors`, so that ModelRunner asserts
 # "Pipeline Parallel is not compatible with this model." under --pp-size > 1 (`support_pp`,
-# sglang/srt/model_executor/model_runner.py). These are the generative ones people serve; every
-# architecture cockpit reads today (cockpit/model.py) does take them.
+# sglang/srt/model_executor/model_runner.py). These are the generative ones people serve; among the
+# families cockpit reads, Qwen3-Next and Llama 4's multimodal class are here.
 PP_UNSUPPORTED = frozenset(
     {
         "Cohere2ForCausalLM",
@@ -186,7 +186,9 @@ class SGLang(Engine):
                 )
             )
         rules += _expert_split_rules(model, placement, server)
+        rules += support.linear_attention_rules(model, placement.attn_tp, self.name)
         rules += checks.attention_rules(model, placement.attn_tp, None)
+        rules += support.sglang_kimi_rules(model, layout.tp, placement.attn_tp)
         rules += checks.moe_width_rules(model, placement.moe_tp)
         rules += checks.linear_block_rules(model, placement.attn_tp, placement.dense_tp)
         rules += quantized_moe_rules(model, placement)

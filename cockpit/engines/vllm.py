@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cockpit.engines import checks
+from cockpit.engines import checks, support
 from cockpit.engines.base import (
     Engine,
     Inexpressible,
@@ -126,8 +126,9 @@ class VLLM(Engine):
         )
 
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
-        """In vLLM's order: ParallelConfig (world size, EPLB), then VllmConfig (heads, experts), then
-        the workers' model load (KV heads, EPLB's expert split, MoE width, FP8 blocks)."""
+        """In vLLM's order: ParallelConfig (world size, EPLB), then VllmConfig (heads, experts,
+        pipeline support), then the workers' model load (the first layer's state split in hybrid
+        models, whose layer 0 is a state layer; KV heads, EPLB's expert split, MoE width, FP8 blocks)."""
         layout = placement.layout
         rules: list[Rule] = []
         if placement.gpus_used > placement.gpus_total:
@@ -144,10 +145,14 @@ class VLLM(Engine):
             rules.append(
                 Rule("ep-needs-experts", EXPERTS_MESSAGE, f"{model.name} is a dense model: drop `ep`")
             )
+        rules += support.vllm_pp_rules(model, placement.pp)
+        rules += support.linear_attention_rules(model, placement.attn_tp)
         rules += checks.kv_heads_rules(model, placement.attn_tp)
         rules += _eplb_split_rules(model, placement, server)
         rules += checks.moe_width_rules(model, placement.moe_tp, down_tp=placement.attn_tp)
-        rules += checks.linear_block_rules(model, placement.attn_tp, placement.dense_tp)
+        rules += checks.linear_block_rules(
+            model, placement.attn_tp, placement.dense_tp, padded_shared=model.family == "deepseek-v4"
+        )
         return rules
 
 

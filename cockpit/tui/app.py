@@ -553,7 +553,8 @@ class CockpitApp(App[None]):
         self.bench_view = BenchView()
         session = message.session
         await self._open(session)
-        notes = (*session.notes, *session.learning_notices())
+        model_notes = tuple(f"model: {note}" for note in session.setup.model.notes)
+        notes = (*session.notes, *model_notes, *session.learning_notices())
         opened = (
             f"profile {session.profile.name}: {session.setup.model.name} on {session.setup.hardware}"
             f" with {session.setup.engine.label}"

@@ -250,7 +250,7 @@ class Session(Lab):
         return {
             "profile": self.profile.name,
             "engine": self.setup.engine.label,
-            "model": f"{name} {model.quant.label}",
+            "model": f"{name} {model.quant.label}" + (" (approximate)" if model.approximate else ""),
             "model_short": f"{name} {model.quant.label.split()[0]}",
             "gpus": f"{hw.count}× {hw.gpu.label}" + (" (simulated)" if self.sim else ""),
             "gpus_short": f"{hw.count}×{hw.gpu.key}" + (" (sim)" if self.sim else ""),

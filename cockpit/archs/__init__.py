@@ -1,0 +1,33 @@
+"""Readers of the families whose config.json says more than the common names: each module
+turns one family's settings into a ``ModelArch`` (parameters by tensor class, KV and state by
+layer kind), reading only the config, and cites the engine model files it follows.
+
+``cockpit.model`` sends here every model_type it does not read itself. A model_type no reader
+knows goes to the generic reader, which plans from the common names and marks the plan
+approximate (docs/memory.md#a-family-cockpit-has-not-met).
+"""
+
+from __future__ import annotations
+
+from cockpit.archs import dsa, generic, hybrid, llama4
+from cockpit.archs.common import Reader
+from cockpit.model import ConfigText, ModelArch
+
+# model_type -> the reader of its family. A multimodal wrapper's text_config names its own
+# model_type (qwen3_5_moe_text, llama4_text), read alike.
+READERS: dict[str, Reader] = {
+    **dsa.READERS,
+    **hybrid.READERS,
+    **llama4.READERS,
+}
+
+
+def read_family(text: ConfigText) -> ModelArch:
+    """The family's own reader, else the generic one (approximate, or NeedsCheckpoint with the
+    keys it lacked)."""
+    reader = READERS.get(text.model_type, generic.read)
+    return reader(text)
+
+
+def known_model_types() -> list[str]:
+    return sorted(READERS)
