@@ -575,12 +575,12 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
     vocab, max_context = dims.vocab, dims.max_context
     tied = bool(cfg.data.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
 
-    mla = _mla_dims(cfg) if family == "deepseek-v3" else None
+    mla = mla_dims(cfg) if family == "deepseek-v3" else None
     moe, dense_layers, dense_intermediate = _moe_dims(cfg, family, layers)
     linear = _linear_attention(cfg, layers, dtype_bytes) if family == "qwen3-next" else None
     windowed = sliding_window_layers(cfg, layers) if family == "gpt-oss" else None
 
-    params = _count_params(
+    params = count_params(
         layers=layers,
         hidden=hidden,
         heads=heads,
@@ -661,11 +661,6 @@ def dtype_size(dtype: Any) -> int:
 
 
 def mla_dims(cfg: ModelConfig) -> MlaDims:
-    """MLA's ranks and head widths (DeepSeek-V3 and the families built on it)."""
-    return _mla_dims(cfg)
-
-
-def _mla_dims(cfg: ModelConfig) -> MlaDims:
     q_lora = cfg.count("q_lora_rank", low=0, high=MAX_WIDTH, default=0)
     return MlaDims(
         q_lora_rank=q_lora or None,
@@ -679,11 +674,6 @@ def _mla_dims(cfg: ModelConfig) -> MlaDims:
 def routed_experts(
     cfg: ModelConfig, experts_keys: str | tuple[str, ...], *top_k_keys: str
 ) -> tuple[int, int]:
-    """(routed experts, experts per token), top-k checked against the count."""
-    return _experts(cfg, experts_keys, *top_k_keys)
-
-
-def _experts(cfg: ModelConfig, experts_keys: str | tuple[str, ...], *top_k_keys: str) -> tuple[int, int]:
     """(routed experts, experts per token); top-k above the expert count is refused. Several
     ``experts_keys``: the spellings of one setting, the first one present counts."""
     keys = (experts_keys,) if isinstance(experts_keys, str) else experts_keys
@@ -709,7 +699,7 @@ def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | Non
         moe_layers = len([i for i in range(first_dense, layers) if i % freq == 0])
         expert = cfg.count("moe_intermediate_size", high=MAX_WIDTH)
         shared = cfg.count("n_shared_experts", low=0, high=MAX_EXPERTS, default=0)
-        experts, top_k = _experts(cfg, "n_routed_experts", "num_experts_per_tok")
+        experts, top_k = routed_experts(cfg, "n_routed_experts", "num_experts_per_tok")
         return (
             MoeDims(
                 experts=experts,
@@ -723,13 +713,13 @@ def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | Non
             dense_width,
         )
     if family in ("qwen3-moe", "qwen3-next"):
-        dense_only = _layer_list(cfg, "mlp_only_layers", layers)
+        dense_only = layer_list(cfg, "mlp_only_layers", layers)
         step = cfg.count("decoder_sparse_step", low=0, high=max(1, layers), default=1) or 1
         moe_layers = len([i for i in range(layers) if i not in dense_only and (i + 1) % step == 0])
         shared_width = cfg.count("shared_expert_intermediate_size", low=0, high=MAX_WIDTH, default=0)
         # transformers 5 saves Qwen3-MoE's expert count as num_local_experts (its config maps
         # num_experts onto it: models/qwen3_moe/configuration_qwen3_moe.py attribute_map).
-        experts, top_k = _experts(cfg, ("num_experts", "num_local_experts"), "num_experts_per_tok")
+        experts, top_k = routed_experts(cfg, ("num_experts", "num_local_experts"), "num_experts_per_tok")
         return (
             MoeDims(
                 experts=experts,
@@ -750,7 +740,7 @@ def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | Non
             else ("intermediate_size",)
         )
         shared_width = cfg.count("shared_intermediate_size", low=0, high=MAX_WIDTH, default=0)
-        experts, top_k = _experts(cfg, "num_local_experts", "num_experts_per_tok", "experts_per_token")
+        experts, top_k = routed_experts(cfg, "num_local_experts", "num_experts_per_tok", "experts_per_token")
         return (
             MoeDims(
                 experts=experts,
@@ -793,11 +783,6 @@ def _linear_attention(cfg: ModelConfig, layers: int, dtype_bytes: int) -> Linear
 
 
 def layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
-    """A checked list of layer indices (mlp_only_layers, ...)."""
-    return _layer_list(cfg, key, layers)
-
-
-def _layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
     """A list of layer indices such as mlp_only_layers."""
     value = cfg.get(key, [])
     if not isinstance(value, list):
@@ -807,12 +792,7 @@ def _layer_list(cfg: ModelConfig, key: str, layers: int) -> set[int]:
     return {cfg.check(key, i, 0, max(0, layers - 1)) for i in value}
 
 
-def count_params(**kwargs: Any) -> dict[str, int]:
-    """Parameters by tensor class of a GQA or MLA transformer (see ``_count_params``)."""
-    return _count_params(**kwargs)
-
-
-def _count_params(
+def count_params(
     *,
     layers: int,
     hidden: int,
