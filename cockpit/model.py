@@ -688,30 +688,33 @@ def routed_experts(
     return experts, top_k
 
 
+def deepseek_moe(cfg: ModelConfig, layers: int) -> MoeDims:
+    """DeepSeek's MoE layout, shared by the families built on it: layer i is MoE when
+    i >= first_k_dense_replace and i % moe_layer_freq == 0, and the shared experts are one MLP of
+    n_shared_experts x moe_intermediate_size (DeepseekV2MoE, vllm/model_executor/models/deepseek_v2.py)."""
+    first_dense = cfg.count("first_k_dense_replace", low=0, high=layers, default=0)
+    freq = cfg.count("moe_layer_freq", high=max(1, layers), default=1)
+    expert = cfg.count("moe_intermediate_size", high=MAX_WIDTH)
+    shared = cfg.count("n_shared_experts", low=0, high=MAX_EXPERTS, default=0)
+    experts, top_k = routed_experts(cfg, "n_routed_experts", "num_experts_per_tok")
+    return MoeDims(
+        experts=experts,
+        experts_per_token=top_k,
+        expert_intermediate=expert,
+        moe_layers=len([i for i in range(first_dense, layers) if i % freq == 0]),
+        shared_experts=shared,
+        shared_intermediate=shared * expert,
+    )
+
+
 def _moe_dims(cfg: ModelConfig, family: str, layers: int) -> tuple[MoeDims | None, int, int]:
     """(MoE dims, number of dense-MLP layers, dense MLP width) for each family."""
     if family == "dense":
         return None, layers, cfg.count("intermediate_size", high=MAX_WIDTH)
     dense_width = cfg.count("intermediate_size", low=0, high=MAX_WIDTH, default=0)
     if family in ("deepseek-v3", "glm4-moe"):
-        first_dense = cfg.count("first_k_dense_replace", low=0, high=layers, default=0)
-        freq = cfg.count("moe_layer_freq", high=max(1, layers), default=1)
-        moe_layers = len([i for i in range(first_dense, layers) if i % freq == 0])
-        expert = cfg.count("moe_intermediate_size", high=MAX_WIDTH)
-        shared = cfg.count("n_shared_experts", low=0, high=MAX_EXPERTS, default=0)
-        experts, top_k = routed_experts(cfg, "n_routed_experts", "num_experts_per_tok")
-        return (
-            MoeDims(
-                experts=experts,
-                experts_per_token=top_k,
-                expert_intermediate=expert,
-                moe_layers=moe_layers,
-                shared_experts=shared,
-                shared_intermediate=shared * expert,
-            ),
-            layers - moe_layers,
-            dense_width,
-        )
+        moe = deepseek_moe(cfg, layers)
+        return moe, layers - moe.moe_layers, dense_width
     if family in ("qwen3-moe", "qwen3-next"):
         dense_only = layer_list(cfg, "mlp_only_layers", layers)
         step = cfg.count("decoder_sparse_step", low=0, high=max(1, layers), default=1) or 1

@@ -47,6 +47,7 @@ from cockpit.model import (
     WindowedLayers,
     common_dims,
     count_params,
+    deepseek_moe,
     mla_dims,
     read_quantization,
     routed_experts,
@@ -118,23 +119,10 @@ def read_dsa(text: ConfigText) -> ModelArch:
 
 
 def _deepseek_moe(cfg: ModelConfig, layers: int) -> tuple[MoeDims, int, int]:
-    """(MoE dims, dense layers, dense width): layer i is MoE when i >= first_k_dense_replace and
-    i % moe_layer_freq == 0 (DeepseekV32DecoderLayer, vllm/models/deepseek_v32/nvidia/model.py);
-    the shared experts are one MLP of n_shared_experts x moe_intermediate_size (DeepseekV2MoE)."""
-    first_dense = cfg.count("first_k_dense_replace", low=0, high=layers, default=0)
-    freq = cfg.count("moe_layer_freq", high=max(1, layers), default=1)
-    moe_layers = len([i for i in range(first_dense, layers) if i % freq == 0])
-    expert = cfg.count("moe_intermediate_size", high=MAX_WIDTH)
-    shared = cfg.count("n_shared_experts", low=0, high=MAX_EXPERTS, default=0)
-    experts, top_k = routed_experts(cfg, "n_routed_experts", "num_experts_per_tok")
-    moe = MoeDims(
-        experts=experts,
-        experts_per_token=top_k,
-        expert_intermediate=expert,
-        moe_layers=moe_layers,
-        shared_experts=shared,
-        shared_intermediate=shared * expert,
-    )
+    """(MoE dims, dense layers, dense width): DeepSeek's layout (DeepseekV32DecoderLayer,
+    vllm/models/deepseek_v32/nvidia/model.py), with a dense width required when dense layers exist."""
+    moe = deepseek_moe(cfg, layers)
+    moe_layers = moe.moe_layers
     dense_width = cfg.count(
         "intermediate_size", low=0 if moe_layers == layers else 1, high=MAX_WIDTH, default=0
     )
