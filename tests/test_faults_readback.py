@@ -328,14 +328,41 @@ def test_a_pid_that_leads_no_group_of_its_own_is_left_alone(cockpit, registry, c
     assert line.startswith("skipped") and result.returncode == 1 and running(proc)
 
 
-def test_a_reused_pid_with_another_start_time_is_not_signalled(cockpit, registry, children):
-    """The pid runs, but started at another time than the entry's: not cockpit's server any more."""
-    proc = children("f" * 16)
-    registry.add(replace(server_entry(proc, "f" * 16), create_time=time.time() - 3600))
+@pytest.mark.parametrize(
+    "carried, entry_token, create_time_shift",
+    [
+        ("0" * 16, "f" * 16, -3600.0),  # a reused PID: another process, started later
+        ("", "", -3600.0),  # an entry from before tokens: matched by its start time alone
+    ],
+    ids=["another-token", "no-token-other-start"],
+)
+def test_a_reused_pid_is_not_signalled(cockpit, registry, children, carried, entry_token, create_time_shift):
+    """The pid runs, but it is not the entry's server any more: the entry is dropped, the process left alone."""
+    proc = children(carried)
+    entry = server_entry(proc, entry_token)
+    registry.add(replace(entry, create_time=entry.create_time + create_time_shift))
     result = cockpit("stop", "all", console=True)
     clean(result)
     assert result.returncode == 0 and "no servers started by cockpit are running" in result.stdout
-    assert running(proc) and not Registry().live()  # its stale entry dropped, the process left alone
+    assert running(proc) and not Registry().live()
+
+
+@pytest.mark.parametrize(
+    "shift", [1.0, -1.0, -90.0], ids=["btime-a-second-on", "a-second-back", "clock-stepped"]
+)
+def test_a_server_whose_start_time_reads_off_is_still_cockpits(cockpit, registry, children, shift):
+    """psutil adds /proc/stat's btime (whole seconds, moved by every wall-clock step) to a
+    process's start: another process can read the server's start a second off, or more after a
+    step. It still runs and carries its token: listed, never dropped (a dropped entry frees its
+    GPUs to the next launch while the server still holds them), and stopped whole."""
+    proc = children("d" * 16)
+    entry = server_entry(proc, "d" * 16)
+    registry.add(replace(entry, create_time=entry.create_time + shift))
+    assert [e.pid for e in Registry().live()] == [proc.pid]
+    result = cockpit("stop", str(proc.pid), console=True)
+    clean(result)
+    assert result.returncode == 0 and "stopped with SIGTERM" in result.stdout, result.stdout
+    assert proc.wait(timeout=10) == -signal.SIGTERM and not Registry().live()
 
 
 def test_a_group_cockpit_verifies_is_still_stopped_whole(cockpit, registry, good):

@@ -263,17 +263,33 @@ def test_two_simultaneous_launches_get_disjoint_gpus_and_a_third_is_told_who_hol
         box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
         for _ in range(2)
     ]
-    entries = _wait_for(lambda: len(box.registry.live()) == 2 and box.registry.live())
-    first, second = (set(e.gpus) for e in entries)
-    assert len(first) == len(second) == 4 and not first & second
-    third = box.cockpit("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
-    assert third.returncode == 1
-    assert "needs 4 free GPUs, 0 are free" in third.stdout
-    assert all(f"pid {e.pid} (tp4 on vllm" in third.stdout for e in entries), third.stdout
-    for run in runs:
-        run.send_signal(signal.SIGINT)
-        run.communicate(timeout=30)
+    try:
+        entries = _wait_for(
+            lambda: _both_running(runs) and len(box.registry.live()) == 2 and box.registry.live()
+        )
+        first, second = (set(e.gpus) for e in entries)
+        assert len(first) == len(second) == 4 and not first & second
+        third = box.cockpit(
+            "run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet"
+        )
+        assert third.returncode == 1
+        assert "needs 4 free GPUs, 0 are free" in third.stdout
+        assert all(f"pid {e.pid} (tp4 on vllm" in third.stdout for e in entries), third.stdout
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.send_signal(signal.SIGINT)
+            run.communicate(timeout=30)
     assert not box.listed()
+
+
+def _both_running(runs: list[subprocess.Popen]) -> bool:
+    """True while every run still runs; one that ended fails the test with what it said."""
+    for run in runs:
+        if run.poll() is not None:
+            out, err = run.communicate()
+            raise AssertionError(f"a launch ended with {run.returncode}:\n{out}{err}")
+    return True
 
 
 def test_a_second_launch_on_a_registered_port_is_refused_before_it_binds(tmp_path):

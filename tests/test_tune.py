@@ -382,10 +382,13 @@ def test_open_loop_rates_see_the_latencies_of_the_requests_they_keep_in_flight(m
 def test_resume_is_refused_while_the_tune_s_cockpit_still_runs():
     from cockpit.tuner import cockpit_alive
 
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "cockpit"])
+    code = "import time; print('up', flush=True); time.sleep(60)"
+    alive = subprocess.Popen([sys.executable, "-c", code, "cockpit"], stdout=subprocess.PIPE, text=True)
     try:
         import socket
 
+        # Popen returns once exec began: the kernel shows the new command line only after that
+        assert alive.stdout is not None and alive.stdout.readline() == "up\n"
         assert cockpit_alive(socket.gethostname(), alive.pid)
         assert not cockpit_alive("another-host", alive.pid)
     finally:

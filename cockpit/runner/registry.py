@@ -43,7 +43,10 @@ from cockpit.errors import CockpitError, shown
 from cockpit.paths import existing_folder, private_dir, state_dir, warn_on_stderr
 from cockpit.textfile import NotReadable, read_bounded
 
-CREATE_TIME_TOLERANCE_S = 0.5
+# psutil's create_time is the start since boot plus /proc/stat's btime, which is whole seconds
+# and moves with every correction of the wall clock (NTP): two processes reading one process's
+# create_time can differ by a second. A PID is never reused within seconds of its last start.
+CREATE_TIME_TOLERANCE_S = 1.5
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
 LOCK_WAIT_S = 60.0
 STALE_TMP_S = 60.0  # a half-written entry older than this was left by a killed writer
@@ -90,13 +93,19 @@ class ServerEntry:
         return self.pid <= 0
 
     def alive(self) -> bool:
+        """Whether the entry's process still runs under its PID: it started when the entry
+        says, or it carries the entry's token (a wall clock that moved since cannot drop a
+        server that still holds its GPUs). A reused PID has neither. Whether it may be
+        signalled is ``supervisor.unverified``'s question."""
         if self.pending:
             return False
         try:
             proc = psutil.Process(self.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            return abs(proc.create_time() - self.create_time) <= CREATE_TIME_TOLERANCE_S
+            if started_at(proc, self.create_time):
+                return True
+            return bool(self.token) and proc.environ().get(TOKEN_ENV) == self.token
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 
@@ -491,6 +500,11 @@ def find_tokens(tokens: set[str]) -> dict[str, int]:
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
     return found
+
+
+def started_at(proc: psutil.Process, create_time: float) -> bool:
+    """Whether ``proc`` started when an entry says (within the clock's whole-second jitter)."""
+    return abs(proc.create_time() - create_time) <= CREATE_TIME_TOLERANCE_S
 
 
 def _process_alive(pid: int) -> bool:

@@ -28,7 +28,7 @@ from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.launchfacts import LaunchFacts
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.runner.registry import CREATE_TIME_TOLERANCE_S, TOKEN_ENV, Registry, ServerEntry
+from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry, started_at
 from cockpit.runner.signals import held_signals
 from cockpit.secrets import redact_argv
 from cockpit.telemetry.base import GpuSource
@@ -528,9 +528,7 @@ def unverified(entry: ServerEntry) -> str | None:
         return f"its process group {pgid} is not its own"
     try:
         proc = psutil.Process(pid)
-        leads = proc.status() != psutil.STATUS_ZOMBIE and (
-            abs(proc.create_time() - entry.create_time) <= CREATE_TIME_TOLERANCE_S
-        )
+        leads = proc.status() != psutil.STATUS_ZOMBIE and started_at(proc, entry.create_time)
     except psutil.NoSuchProcess:
         leads = False
     except psutil.AccessDenied:

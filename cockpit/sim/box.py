@@ -46,9 +46,10 @@ LOADED_POWER_FRACTION = 0.12  # memory held but no kernels running: clocks stay 
 IDLE_TEMPERATURE_C = 30.0
 TEMPERATURE_RISE_C = 45.0  # above idle, at the power limit: 75 C flat out
 
-# Two readings of one process's start time can differ by clock-tick rounding; a reused PID
-# belongs to a process started later than that.
-CREATE_TIME_TOLERANCE_S = 0.5
+# Two readings of one process's start time can differ by a second: psutil adds /proc/stat's
+# btime, whole seconds that move with every wall-clock correction. A reused PID belongs to a
+# process started later than that.
+CREATE_TIME_TOLERANCE_S = 1.5
 
 _PROC_FILE = re.compile(r"proc-(\d+)\.json")
 
