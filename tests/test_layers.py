@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "eventloop",
             "installed",
             "safetensors",
+            "processes",
         },
     ),
     ("storage", {"journal", "learning"}),

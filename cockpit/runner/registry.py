@@ -41,12 +41,9 @@ import psutil
 
 from cockpit.errors import CockpitError, shown
 from cockpit.paths import existing_folder, private_dir, state_dir, warn_on_stderr
+from cockpit.processes import started_at
 from cockpit.textfile import NotReadable, read_bounded
 
-# psutil's create_time is the start since boot plus /proc/stat's btime, which is whole seconds
-# and moves with every correction of the wall clock (NTP): two processes reading one process's
-# create_time can differ by a second. A PID is never reused within seconds of its last start.
-CREATE_TIME_TOLERANCE_S = 1.5
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
 LOCK_WAIT_S = 60.0
 STALE_TMP_S = 60.0  # a half-written entry older than this was left by a killed writer
@@ -500,11 +497,6 @@ def find_tokens(tokens: set[str]) -> dict[str, int]:
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
     return found
-
-
-def started_at(proc: psutil.Process, create_time: float) -> bool:
-    """Whether ``proc`` started when an entry says (within the clock's whole-second jitter)."""
-    return abs(proc.create_time() - create_time) <= CREATE_TIME_TOLERANCE_S
 
 
 def _process_alive(pid: int) -> bool:

@@ -24,11 +24,12 @@ import psutil
 
 from cockpit.errors import CockpitError
 from cockpit.paths import private_dir
+from cockpit.processes import started_at
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.launchfacts import LaunchFacts
 from cockpit.runner.phases import PhaseTracker, strip_ansi
-from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry, started_at
+from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
 from cockpit.secrets import redact_argv
 from cockpit.telemetry.base import GpuSource

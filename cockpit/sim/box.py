@@ -35,6 +35,7 @@ import psutil
 from cockpit.errors import CockpitError
 from cockpit.hardware import CATALOG, GIB, Hardware, parse_box
 from cockpit.paths import private_dir
+from cockpit.processes import started_at
 
 DEFAULT_BOX = "8xrtx-pro-6000"
 SIM_STATE_FIX = "set COCKPIT_SIM_STATE to a writable folder"
@@ -45,11 +46,6 @@ IDLE_POWER_FRACTION = 0.055  # nothing loaded: 33 W of 600 W on an RTX PRO 6000
 LOADED_POWER_FRACTION = 0.12  # memory held but no kernels running: clocks stay up
 IDLE_TEMPERATURE_C = 30.0
 TEMPERATURE_RISE_C = 45.0  # above idle, at the power limit: 75 C flat out
-
-# Two readings of one process's start time can differ by a second: psutil adds /proc/stat's
-# btime, whole seconds that move with every wall-clock correction. A reused PID belongs to a
-# process started later than that.
-CREATE_TIME_TOLERANCE_S = 1.5
 
 _PROC_FILE = re.compile(r"proc-(\d+)\.json")
 
@@ -292,7 +288,7 @@ def _alive(pid: int, create_time: object) -> bool:
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
         if isinstance(create_time, (int, float)) and not isinstance(create_time, bool):
-            return abs(process.create_time() - create_time) <= CREATE_TIME_TOLERANCE_S
+            return started_at(process, create_time)
         return True
     except psutil.NoSuchProcess:  # ZombieProcess included
         return False
