@@ -2,7 +2,7 @@
 
 `cockpit.modelfiles` finds and reads the files (a path, a model folder, the Hugging Face cache, a
 bundled architecture; `cockpit.safetensors` the checkpoint's tensor headers); this module reads no
-files. Each family spells its MoE facts differently; ``parse_config`` normalises them into one
+files. Each family spells its MoE facts differently; ``cockpit.archs.parse_config`` normalises them into one
 ``ModelArch`` with parameter counts and bytes per *tensor class*, the unit in which the engines
 shard weights (docs/memory.md#tensor-classes). A config.json this module cannot size alone (a
 family cockpit does not know) raises NeedsCheckpoint; `cockpit.checkpoint` then plans the model
@@ -461,12 +461,6 @@ def one_line_errors(source: str) -> Iterator[None]:
         ) from exc
 
 
-def parse_config(raw: Mapping[str, Any], source: str = "<config>", name: str = "model") -> ModelArch:
-    """The planner's view of a config.json; every absurd or mistyped value is one CockpitError line."""
-    with one_line_errors(source):
-        return _parse_config(raw, source, name)
-
-
 @dataclass(frozen=True)
 class ConfigText:
     """A config.json as a family reader gets it: the language model's settings (``cfg``, under
@@ -553,14 +547,13 @@ def common_dims(cfg: ModelConfig, head_dim_keys: tuple[str, ...] = ("head_dim",)
     )
 
 
-def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
-    text = read_config_text(raw, source, name)
-    model_type = text.model_type
-    family = _FAMILIES.get(model_type)
+def read_own_family(text: ConfigText) -> ModelArch | None:
+    """The families this module reads itself (Llama, Qwen, Mixtral, DeepSeek-V3, ...); None for a
+    model_type it leaves to ``cockpit.archs``, whose ``parse_config`` asks here first."""
+    raw, source, name = text.raw, text.cfg.source, text.name
+    family = _FAMILIES.get(text.model_type)
     if family is None:
-        from cockpit.archs import read_family  # the newer families, each in a module of its own
-
-        return read_family(text)
+        return None
     cfg = ModelConfig(text.cfg.data, source, family)
     arch = text.architecture
     dtype_bytes = text.dtype_bytes
@@ -592,7 +585,7 @@ def _parse_config(raw: Mapping[str, Any], source: str, name: str) -> ModelArch:
         moe=moe,
         dense_layers=dense_layers,
         dense_intermediate=dense_intermediate,
-        attention_bias=bool(cfg.get("attention_bias", family == "dense" and model_type == "qwen2")),
+        attention_bias=bool(cfg.get("attention_bias", family == "dense" and text.model_type == "qwen2")),
         expert_bias=family == "gpt-oss",
         linear=linear,
         # Qwen3-Next's full attention gates its output: q_proj also yields the gate

@@ -20,9 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cockpit.archs import parse_config
 from cockpit.checkpoint import arch_from_checkpoint
 from cockpit.errors import CockpitError
-from cockpit.model import ModelArch, NeedsCheckpoint, parse_config
+from cockpit.model import ModelArch, NeedsCheckpoint
 from cockpit.safetensors import read_checkpoint
 from cockpit.textfile import read_text
 

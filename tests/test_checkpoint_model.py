@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS
 
+from cockpit.archs import parse_config
 from cockpit.checkpoint import CheckpointTensor, arch_from_checkpoint, classify_tensor
 from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
@@ -31,7 +32,6 @@ from cockpit.model import (
     ROUTER,
     SHARED_EXPERTS,
     TENSOR_CLASSES,
-    parse_config,
 )
 from cockpit.modelfiles import load_model, read_config
 from cockpit.planner import FAILS, Setup, plan_layout

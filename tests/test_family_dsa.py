@@ -32,10 +32,11 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.archs import parse_config
 from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
 from cockpit.hardware import hardware
-from cockpit.model import ATTN_REPLICATED, ROUTED_EXPERTS, SLIDING, parse_config
+from cockpit.model import ATTN_REPLICATED, ROUTED_EXPERTS, SLIDING
 from cockpit.modelfiles import bundled_dir
 from cockpit.planner import FAILS, Setup, plan_layout
 

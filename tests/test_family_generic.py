@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.archs import parse_config
 from cockpit.cli import main
 from cockpit.errors import CockpitError
 from cockpit.model import (
@@ -24,7 +25,6 @@ from cockpit.model import (
     SHARED_EXPERTS,
     SLIDING,
     NeedsCheckpoint,
-    parse_config,
 )
 from cockpit.modelfiles import load_model
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.archs import parse_config
 from cockpit.errors import CockpitError
-from cockpit.model import KIMI_DELTA, MAMBA2, parse_config
+from cockpit.model import KIMI_DELTA, MAMBA2
 from cockpit.modelfiles import bundled_dir, read_config
 
 BUNDLED = bundled_dir()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.archs import parse_config
 from cockpit.engines import get_engine
 from cockpit.hardware import hardware
 from cockpit.model import (
@@ -34,7 +35,6 @@ from cockpit.model import (
     ROUTED_EXPERTS,
     SHARED_EXPERTS,
     WindowedLayers,
-    parse_config,
 )
 from cockpit.modelfiles import bundled_dir
 from cockpit.planner import FAILS, Setup, plan_layout

@@ -7,6 +7,7 @@ import json
 import pytest
 from conftest import MODELS
 
+from cockpit.archs import parse_config
 from cockpit.errors import CockpitError
 from cockpit.model import (
     ATTN_REPLICATED,
@@ -17,7 +18,6 @@ from cockpit.model import (
     ROUTED_EXPERTS,
     ROUTER,
     SHARED_EXPERTS,
-    parse_config,
 )
 from cockpit.modelfiles import find_config, load_model, read_config
 
