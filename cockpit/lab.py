@@ -1,9 +1,10 @@
 """One open lab: a profile on a box, with its journal, GPU monitor, server registry and launcher.
 
-The command line (`cockpit run`, `attach`) and the screen open a lab here, and only here is it
-decided whether the box is simulated: with ``--sim``, or where no NVIDIA driver is found. A
-simulated lab reads the simulated box and launches the simulated engine, whose launcher words
-go into the setup, so the planner's argv is the one shown, journaled and launched.
+The command line (`cockpit run`, `attach`) and the screen open a lab here, on the box
+``cockpit.boxcontext`` decided (simulated with ``--sim`` or where no NVIDIA driver is found, and
+the engine version in force). A simulated lab reads the simulated box and launches the simulated
+engine, whose launcher words go into the setup, so the planner's argv is the one shown,
+journaled and launched.
 
 The lab plans with what the box taught (``cockpit.learning``): loaded at open, fitted again after
 every launch that gets ready and every benchmark, so the next prediction already uses it. What
@@ -18,33 +19,20 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from cockpit.boxcontext import BoxContext, box_context
 from cockpit.children import simulated_engine
 from cockpit.errors import CockpitError
 from cockpit.hardware import Hardware
-from cockpit.installed import found_note, installed_engine
 from cockpit.journal import Journal
-from cockpit.learning import CalibrationStore, learned_for, relearn
+from cockpit.learning import CalibrationStore, relearn
 from cockpit.planner import Setup
 from cockpit.profile import Profile
-from cockpit.resolve import SetupOverrides, profile_for_engine, resolve, setup_for
+from cockpit.resolve import SetupOverrides, profile_for_engine, resolve
 from cockpit.runner.experiment import DEFAULT_STARTUP_TIMEOUT_S, Launcher
 from cockpit.runner.registry import Registry
 from cockpit.runner.supervisor import Supervisor
 from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
-
-
-def simulated_reason(sim: bool, hardware: Hardware) -> str:
-    """Why the box is simulated ("--sim given", "no NVIDIA driver found"); "" when cockpit uses
-    the real box: the GPUs, or the host itself for a CPU box (``hardware.on_cpu``: vLLM's CPU
-    build runs anywhere, no driver needed). One wording for the CLI, the screen and `cockpit gpus`."""
-    from cockpit.telemetry.nvml import driver_present
-
-    if sim:
-        return "--sim given"
-    if hardware.on_cpu:
-        return ""
-    return "" if driver_present() else "no NVIDIA driver found"
 
 
 def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
@@ -64,21 +52,14 @@ def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
     return NvmlSource()
 
 
-def lab_setup(profile: Profile, *, sim: bool) -> Setup:
-    """The profile's setup; a simulated one launches the simulated engine in front of the
-    engine's default launcher (the profile's own launcher names a real install). On a real box
-    the engine speaks the version its launcher runs (``engine_note`` says how it was found)."""
-    return _setup_and_note(profile, sim)[0]
-
-
-def _setup_and_note(profile: Profile, sim: bool) -> tuple[Setup, str]:
-    """The lab's setup and, on a real box, one line on the engine found and the option table its
-    flags are checked with (that version's own, or the nearest one cockpit has, and says so)."""
-    setup = setup_for(profile)
-    if sim:
-        return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command)), ""
-    engine, how = installed_engine(setup.engine, setup.command or setup.engine.default_command)
-    return replace(setup, engine=engine), found_note(engine, how)
+def lab_setup(profile: Profile, box: BoxContext) -> Setup:
+    """The profile's setup on ``box`` (the context made from it): the engine version in force; a
+    simulated one launches the simulated engine in front of the engine's default launcher (the
+    profile's own launcher names a real install)."""
+    setup = box.setup(profile)
+    if box.simulated:
+        return replace(setup, command=simulated_engine(setup.engine.name, setup.engine.default_command))
+    return setup
 
 
 _L = TypeVar("_L", bound="Lab")  # Lab.open builds the subclass it is called on (the screen's Session)
@@ -90,7 +71,7 @@ class Lab:
 
     profile: Profile
     setup: Setup
-    sim_reason: str  # "" on the real GPUs
+    box: BoxContext  # simulated or not, the engine version in force
     source: GpuSource
     journal: Journal
     monitor: Monitor  # not started: the face starts it when it wants samples
@@ -99,7 +80,6 @@ class Lab:
     store: CalibrationStore  # what the box taught, kept
     notes: tuple[str, ...] = ()  # what running the profile on another engine translated or dropped
     learning_problem: str | None = None  # the last fit that failed, one line
-    engine_note: str = ""  # on a real box: the engine version found, the option table in force
     # Damaged records read back (a registry entry set aside, a journal row skipped), one line
     # each, for a face that shows them itself: ``Lab.open(..., collect_problems=True)``.
     problems: list[str] = field(default_factory=list)
@@ -108,21 +88,24 @@ class Lab:
 
     @property
     def sim(self) -> bool:
-        return bool(self.sim_reason)
+        return self.box.simulated
 
     @classmethod
     def open(
         cls: type[_L],
         profile: Profile | str | None = None,
         *,
-        sim: bool,
+        box: BoxContext | None = None,
+        sim: bool = False,
         engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         collect_problems: bool = False,
     ) -> _L:
         """Resolve the profile (a name or file; None for the demo one) and open its lab.
-        ``sim``: simulate even where a driver is found (``--sim``, or a server started simulated).
+        ``box``: the box the caller decided for this profile (``cockpit.boxcontext``); else it is
+        decided here, ``sim`` simulating even where a driver is found (``--sim``, or a server
+        started simulated).
         ``engine``: run the profile on this engine (its launcher, its arguments; ``notes`` say
         what was translated). ``collect_problems``: damaged records go to ``problems`` instead
         of stderr (a screen owns the terminal)."""
@@ -133,12 +116,13 @@ class Lab:
             profile, notes = resolve(SetupOverrides(profile=profile, engine=engine))
         elif engine:
             profile, notes = profile_for_engine(profile, engine)
-        reason = simulated_reason(sim, profile.box)
-        setup, engine_note = _setup_and_note(profile, bool(reason))
+        if box is None:
+            box = box_context(profile, sim=sim)
+        setup = lab_setup(profile, box)
         store = CalibrationStore()
-        setup = replace(setup, learned=learned_for(setup, bool(reason), store))  # a bad file: a notice
+        setup = replace(setup, learned=store.learned(box.key, setup.model_path))  # a bad file: a notice
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
-            source = gpu_source(setup.hardware, bool(reason))
+            source = gpu_source(box.hardware, box.simulated)
             undo.callback(source.close)
             journal = Journal(warn=warn)
             undo.callback(journal.close)
@@ -151,14 +135,14 @@ class Lab:
                 journal,
                 supervisor,
                 monitor,
-                sim=bool(reason),
+                sim=box.simulated,
                 startup_timeout=startup_timeout,
             )
             undo.pop_all()
         lab = cls(
             profile,
             setup,
-            reason,
+            box,
             source,
             journal,
             monitor,
@@ -166,7 +150,6 @@ class Lab:
             launcher,
             store,
             notes,
-            engine_note=engine_note,
             problems=problems,
         )
         launcher.after_measure = lab.learn

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import difflib
 import re
-import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cockpit.errors import CockpitError, cut
 from cockpit.hardware import MAX_GPUS
-from cockpit.secrets import blanked_options, redact_argv, shown_words
-
-ENGINES = ("vllm", "sglang")
+from cockpit.knobs import Knobs
 
 _NAMES = ("tp", "pp", "dp", "ep", "dpa")
 _SIZED = ("tp", "pp", "dp")  # these need a number; ep may go without one, dpa never has one
@@ -46,9 +44,11 @@ class Layout:
     # profile's for this experiment only, and part of its name, so rows that differ by a knob
     # stay apart in the journal and the results. A secret among them (`--api-key V`) is kept
     # here only, for the engine's argv: every text form of the layout shows it as ***.
-    knobs: tuple[str, ...] = ()
+    knobs: Knobs = Knobs()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.knobs, Knobs):  # words from a tuple: typed once, here
+            object.__setattr__(self, "knobs", Knobs(self.knobs))
         for name in ("tp", "pp", "dp", "ep"):
             size = getattr(self, name)
             if size is None and name == "ep":
@@ -83,45 +83,41 @@ class Layout:
             parts.append("dpa")
         if self.expert_parallel:
             parts.append("ep" if self.ep is None else f"ep{self.ep}")
-        return " ".join([" ".join(parts) or "tp1", *([shown_words(self.knobs)] if self.knobs else [])])
+        return " ".join([" ".join(parts) or "tp1", *([str(self.knobs)] if self.knobs else [])])
 
     def __repr__(self) -> str:
         """As the dataclass says it, with the knobs' secret values blanked (a traceback, a log)."""
         fields = ", ".join(
             f"{name}={getattr(self, name)!r}" for name in ("tp", "pp", "dp", "ep", "expert_parallel", "dpa")
         )
-        return f"Layout({fields}, knobs={redact_argv(self.knobs)!r})"
+        return f"Layout({fields}, knobs={self.knobs!r})"
 
     def unredacted(self) -> str:
         """The layout's text with its secrets, only to be parsed again into a launch (a
         profile's layouts said in another engine's words); never shown or stored."""
-        return " ".join([str(self.parallel), *map(shlex.quote, self.knobs)])
+        return " ".join([str(self.parallel), *([self.knobs.unredacted()] if self.knobs else [])])
 
     def refuse_blanked(self) -> None:
         """Text read back from the journal, the registry or the prompt history holds `***`
         where a secret was: launching it would hand the engine `***` as its key."""
-        blanked = blanked_options(self.knobs)
+        blanked = self.knobs.blanked()
         if blanked:
             raise CockpitError(f"the value of {cut(blanked[0])} was not stored; type it again")
 
     @property
     def parallel(self) -> Layout:
         """The layout without its knobs."""
-        return replace(self, knobs=()) if self.knobs else self
+        return replace(self, knobs=Knobs()) if self.knobs else self
 
 
-def split_knobs(text: str) -> tuple[str, tuple[str, ...]]:
-    """`tp8 ep --max-num-seqs 512` -> ("tp8 ep", ("--max-num-seqs", "512")): the knobs start at
-    the first word that starts with a dash, and are split as a shell would (quotes kept together)."""
+def split_knobs(text: str) -> tuple[str, Knobs]:
+    """`tp8 ep --max-num-seqs 512` -> ("tp8 ep", Knobs(["--max-num-seqs", "512"])): the knobs start
+    at the first word that starts with a dash, and are split as a shell would (quotes kept together)."""
     match = re.search(r"(?:^|\s)(-\S)", text)
     if match is None:
-        return text, ()
+        return text, Knobs()
     start = match.start(1)
-    try:
-        knobs = tuple(shlex.split(text[start:]))
-    except ValueError as exc:
-        raise CockpitError(f"server arguments in '{cut(text.strip())}': {exc}; close the quote") from None
-    return text[:start].strip(), knobs
+    return text[:start].strip(), Knobs.parse(text[start:])
 
 
 def parse_layout(text: str, *, stored: bool = False) -> Layout:
@@ -201,62 +197,29 @@ def _unknown_token(token: str, shown: str) -> str:
     return f"unknown token '{token}' in '{shown}'. {_EXAMPLES}"
 
 
-def enumerate_layouts(n_gpus: int, *, moe: bool, engine: str) -> list[Layout]:
-    """What an engine can be asked to run on a box of n_gpus, fit or not.
-
-    The list is meant to be short enough to read: GPU totals that are powers of two (or
-    the whole box), plus every `tpK` so that odd sizes like tp6 can be shown failing.
-    Whether a layout fits or starts is decided elsewhere.
-    """
-    engine = _check_engine(engine)
+def gpu_totals(n_gpus: int) -> list[int]:
+    """The GPU counts worth listing layouts for on a box of n_gpus: powers of two and the whole
+    box, so the list stays short enough to read (each engine adds every `tpK`, so odd sizes like
+    tp6 can be shown failing). Whether a layout fits or starts is decided elsewhere."""
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
         raise CockpitError(f"the box needs 1 GPU or more, got {n_gpus!r}: give a GPU count like 8.")
-    totals = [p for p in range(1, n_gpus + 1) if p == n_gpus or p & (p - 1) == 0]
-    single_tp = [Layout(tp=k) for k in range(1, n_gpus + 1)]
+    return [p for p in range(1, n_gpus + 1) if p == n_gpus or p & (p - 1) == 0]
 
-    if engine == "vllm":
-        # GPUs = tp x pp x dp; vLLM has no EP size, only the switch (EP = tp x dp).
-        layouts = [Layout(tp, pp, dp) for p in totals for tp, pp, dp in _splits(p, 3)]
-        layouts += single_tp
-        if moe:
-            layouts += [replace(x, expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
-    else:
-        # GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp.
-        grid = [Layout(tp, pp) for p in totals for tp, pp in _splits(p, 2)] + single_tp
-        replicas = [Layout(tp=tp, dp=dp) for p in totals for tp, dp in _splits(p, 2) if dp > 1]
-        dp_attention = [Layout(tp=t, dp=d, dpa=True) for t in totals for d in _divisors(t) if d > 1]
-        layouts = grid + replicas + dp_attention
-        if moe:
-            layouts += [replace(x, ep=e) for x in grid + replicas for e in _divisors(x.tp) if e > 1]
-            layouts += [replace(x, ep=x.tp) for x in dp_attention]
 
+def in_listing_order(layouts: list[Layout], gpus_used: Callable[[Layout], int]) -> list[Layout]:
+    """Once each, most GPUs first (as the engine counts them), then widest TP."""
     unique = dict.fromkeys(layouts)
     return sorted(
-        unique,
-        key=lambda x: (-_gpus_used(x, engine), -x.tp, x.pp, x.dp, x.dpa, x.expert_parallel, x.ep or 0),
+        unique, key=lambda x: (-gpus_used(x), -x.tp, x.pp, x.dp, x.dpa, x.expert_parallel, x.ep or 0)
     )
 
 
-def _check_engine(engine: str) -> str:
-    name = str(engine).strip().lower()
-    if name not in ENGINES:
-        raise CockpitError(f"unknown engine '{engine}': use vllm or sglang.")
-    return name
-
-
-def _gpus_used(layout: Layout, engine: str) -> int:
-    """Only for ordering the list; the engine modules own the real translation."""
-    if engine == "sglang" and layout.dpa:
-        return layout.tp * layout.pp  # DP attention splits the TP group, adds no GPUs
-    return layout.gpus_product
-
-
-def _splits(total: int, parts: int) -> list[tuple[int, ...]]:
+def splits(total: int, parts: int) -> list[tuple[int, ...]]:
     """Every ordered way to write total as a product of `parts` whole numbers."""
     if parts == 1:
         return [(total,)]
-    return [(d, *rest) for d in _divisors(total) for rest in _splits(total // d, parts - 1)]
+    return [(d, *rest) for d in divisors(total) for rest in splits(total // d, parts - 1)]
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]

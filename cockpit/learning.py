@@ -73,6 +73,17 @@ class Key:
     def of(cls, setup: Setup, simulated: bool) -> Key:
         return cls(setup.hardware.gpu.key, setup.engine.name, engine_version(setup.engine.version), simulated)
 
+    def holds(self, experiment: Experiment, *, any_version: bool = False) -> bool:
+        """Whether a journaled launch ran on this box: its GPU type, engine, simulated or not, and
+        engine version (any, with ``any_version``). A launch journaled before cockpit kept the GPU
+        type and version is under no key: nothing says which box it ran on."""
+        return (
+            experiment.gpu_type == self.gpu
+            and experiment.engine == self.engine
+            and experiment.simulated == self.simulated
+            and (any_version or engine_version(experiment.engine_version) == self.version)
+        )
+
     def __str__(self) -> str:
         return f"{self.gpu} {self.engine} {self.version}" + (" (simulated)" if self.simulated else "")
 
@@ -355,9 +366,7 @@ def journal_runs(
     per_layout: Counter[str] = Counter()
     verdicts: dict[str, dict[str, Verdict | None]] = {}  # each spelling's layouts planned once
     for experiment in journal.experiments():  # newest first
-        if experiment.engine != key.engine or experiment.simulated != simulated or experiment.started < since:
-            continue
-        if experiment.gpu_type != key.gpu or engine_version(experiment.engine_version) != key.version:
+        if experiment.started < since or not key.holds(experiment):
             continue
         typed = experiment.model
         if typed not in canonical:
@@ -368,7 +377,7 @@ def journal_runs(
         if not replanned(as_typed, experiment, verdicts.setdefault(typed, {})):
             continue
         points = journal.points(experiment.id)
-        if experiment.facts or points:
+        if experiment.launch_facts or points:
             per_layout[experiment.layout] += 1
             runs.append((experiment, points))
     return runs

@@ -20,22 +20,11 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
-from cockpit.engines import Placement, ServerArgs
-from cockpit.engines.sglang import decode_graph_max_bs, gpu_defaults
+from cockpit.engines import ENGINES, Engine, Placement, ServerArgs
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.model import ModelArch
-from cockpit.planner import (
-    FAILS,
-    MemoryEstimate,
-    Setup,
-    Verdict,
-    graph_max_bs,
-    knob_server_args,
-    stage_weights,
-    vllm_batched_tokens,
-    vllm_max_num_seqs,
-)
+from cockpit.planner import FAILS, MemoryEstimate, Setup, Verdict, knob_server_args, stage_weights
 
 
 @dataclass(frozen=True)
@@ -126,35 +115,15 @@ def _calibration_count(key: str, value: Any, source: str, fix: str) -> int:
     return value
 
 
-# One table: (GPU type, engine) -> overrides of the defaults. Links are read from the hardware
-# catalog (all-reduce latency and bus bandwidth by group size, docs/performance.md#collectives).
-CALIBRATION_TABLE: dict[tuple[str, str], dict[str, Any]] = {
-    # SM120 on PCIe: fitted to the reference measurements, lower achieved bandwidth and slower
-    # launches than Hopper (docs/performance.md#calibration).
-    ("rtx-pro-6000", "vllm"): {"eta_bw": 0.62, "t_layer_us": 70.0, "t_sched_ms": 2.0},
-    ("rtx-pro-6000", "sglang"): {
-        "eta_bw": 0.78,
-        "t_layer_us": 60.0,
-        "t_sched_ms": 2.0,
-        "eta_moe_sliced": 0.7,
-    },
-    ("h100", "vllm"): {"t_layer_us": 30.0},
-    ("h100", "sglang"): {"t_layer_us": 30.0},
-    ("h200", "vllm"): {"t_layer_us": 30.0},
-    ("h200", "sglang"): {"t_layer_us": 30.0},
-    ("b200", "vllm"): {"t_layer_us": 25.0},
-    ("b200", "sglang"): {"t_layer_us": 25.0},
-    # vLLM's CPU build (eager) on a 2-core guest, the real-engine tier's tiny MoE: a step is
-    # Python's scheduling and sampling more than bytes: 8-11 ms a token at C=1 (ITL p50), 88 tok/s
-    # measured where these give 81; C=4 measured 225-230 where these give 320 (the client shares
-    # the two cores). A box learns its own (docs/performance.md#what-a-box-teaches).
-    ("cpu", "vllm"): {"t_layer_us": 1000.0, "t_sched_ms": 6.0},
-}
+# Each engine's overrides of the defaults, by GPU type, are its adapter's ``calibration``. Links are
+# read from the hardware catalog (all-reduce latency and bus bandwidth by group size,
+# docs/performance.md#collectives).
 
 
 def default_calibration(gpu_key: str, engine: str) -> Calibration:
-    """The defaults for a GPU type and engine: the table's overrides of Calibration's own."""
-    return Calibration().overridden(CALIBRATION_TABLE.get((gpu_key, engine), {}))
+    """The defaults for a GPU type and engine: the engine's overrides of Calibration's own."""
+    adapter = ENGINES.get(engine)
+    return Calibration().overridden(adapter.calibration.get(gpu_key, {}) if adapter else {})
 
 
 def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | None = None) -> Calibration:
@@ -162,25 +131,12 @@ def calibration_for(hw: Hardware, engine: str, overrides: Mapping[str, Any] | No
     return base.overridden(overrides or {}, "profile calibration") if overrides else base
 
 
-def default_max_running(engine: str, hw: Hardware) -> int:
-    """vLLM: its max_num_seqs default for the card (planner.vllm_max_num_seqs); SGLang: KV-bound."""
-    if engine == "vllm":
-        return vllm_max_num_seqs(ServerArgs(), hw)
-    return 4096
-
-
-def step_token_budget(engine: str, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+def step_token_budget(engine: Engine, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
     """The most tokens one step computes, which is how prompts are cut into chunks; 0 when
-    chunked prefill is off (whole prompts). vLLM: ``max_num_batched_tokens``, by card
-    (get_batch_defaults in vllm/engine/arg_utils.py); SGLang: ``--chunked-prefill-size``, by GPU
-    memory (_handle_gpu_memory_settings in sglang/srt/arg_groups/memory_hook.py; under DP
-    attention each rank takes a share of it, the step's total stays the same)."""
+    chunked prefill is off (whole prompts)."""
     if not server.chunked_prefill:
         return 0
-    if engine == "vllm":
-        return vllm_batched_tokens(server, hw, model)
-    chunk, _ = gpu_defaults(hw.smi_total_gib * 1024, tp=1)  # as the memory share reads it; not by TP
-    return server.max_num_batched_tokens or chunk
+    return engine.step_tokens(server, hw, model)
 
 
 @dataclass(frozen=True)
@@ -467,7 +423,7 @@ class PerfModel:
 def perf_model(
     model: ModelArch,
     hardware: Hardware,
-    engine: str,
+    engine: Engine,
     placement: Placement,
     memory: MemoryEstimate,
     calibration: Calibration | None = None,
@@ -475,8 +431,8 @@ def perf_model(
     graph_max_bs: int = 512,
     step_tokens: int = 0,
 ) -> PerfModel:
-    cal = calibration or calibration_for(hardware, engine)
-    cap = max_running or cal.max_running or default_max_running(engine, hardware)
+    cal = calibration or calibration_for(hardware, engine.name)
+    cap = max_running or cal.max_running or engine.default_max_running(hardware)
     if memory.state_slots:  # SGLang admits no more requests than its state pool has slots for
         cap = min(cap, memory.state_slots)
     return PerfModel(model, hardware, placement, memory, cal, cap, graph_max_bs, step_tokens)
@@ -486,17 +442,10 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     """The performance model of a planned layout, or None when it cannot start."""
     if verdict.placement is None or verdict.memory is None or verdict.verdict == FAILS:
         return None
-    engine = setup.engine.name
+    engine = setup.engine
     # The profile's own overrides win over what the box taught (cockpit.calibrate).
-    cal = calibration_for(setup.hardware, engine, {**setup.learned.calibration, **setup.calibration})
+    cal = calibration_for(setup.hardware, engine.name, {**setup.learned.calibration, **setup.calibration})
     server = verdict.server or knob_server_args(setup, verdict.layout)
-    if engine == "sglang":  # its own default, by card and TP (the memory share reads the same)
-        gpu_mib = setup.hardware.smi_total_gib * 1024
-        graphs = (
-            decode_graph_max_bs(server, gpu_mib, verdict.placement.layout.tp) if server.cuda_graphs else 0
-        )
-    else:
-        graphs = graph_max_bs(server, setup.hardware, setup.model)
     return perf_model(
         setup.model,
         setup.hardware,
@@ -505,7 +454,7 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
         verdict.memory,
         cal,
         server.max_num_seqs,
-        graphs,
+        engine.graph_max_bs(server, setup.hardware, setup.model, verdict.placement),
         step_token_budget(engine, server, setup.hardware, setup.model),
     )
 

@@ -16,28 +16,16 @@ from typing import Any
 
 import yaml
 
-from cockpit.benchlimits import MAX_CONCURRENCY, MAX_LEVELS
-from cockpit.commands import check_bench_number
-from cockpit.engines import get_engine
+from cockpit.benchrequest import MAX_CONCURRENCY, MAX_LEVELS, BenchDefaults, check_bench_number
+from cockpit.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
+from cockpit.engines.arguments import check_args, refuse_owned
 from cockpit.engines.base import server_args
-from cockpit.engines.options import check_args, refuse_owned
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPUS, Hardware, check_gpu_count, check_gpu_memory, hardware
 from cockpit.layout import parse_layout
 from cockpit.model import whole_number
 from cockpit.perfmodel import Calibration
 from cockpit.textfile import read_text
-
-ENGINES = ("vllm", "sglang")
-
-
-@dataclass(frozen=True)
-class BenchDefaults:
-    concurrency: tuple[int, ...] = (1, 32, 64, 256, 1024)
-    input_len: int = 1024
-    output_len: int = 1024
-    requests: int | None = None  # per level; None means a few times the concurrency
-    duration_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +60,7 @@ class Profile:
 
     @property
     def box(self) -> Hardware:
-        """The box ``hardware:`` names; whether it is simulated is the lab's to say."""
+        """The box ``hardware:`` names; whether it is simulated is ``cockpit.boxcontext``'s to say."""
         return hardware(self.gpu, self.gpus, self.gpu_mem_gib)
 
     @property
@@ -149,7 +137,7 @@ _TOP_KEYS = {
     "name",
 }
 _HARDWARE_KEYS = {"gpu", "count", "memory_gib"}
-_SERVER_KEYS = {"port", "command", "args", "env", "gpus", *ENGINES}
+_SERVER_KEYS = {"port", "command", "args", "env", "gpus", *ENGINE_NAMES}
 _ENGINE_SERVER_KEYS = {"command", "args"}
 _BENCH_KEYS = {"concurrency", "input_len", "output_len", "requests", "duration_s"}
 _SCHEMA = "see the profile schema in README.md"
@@ -179,9 +167,9 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
         raise CockpitError(
             f"{source}: the profile needs 'model:' (a config.json, model folder, repo id or bundled name)"
         )
-    engine = _text(data.get("engine", "vllm"), "engine", source).lower()
-    if engine not in ENGINES:
-        raise CockpitError(f"{source}: engine {shown(engine)} is not one of {', '.join(ENGINES)}")
+    engine = _text(data.get("engine", DEFAULT_ENGINE), "engine", source).lower()
+    if engine not in ENGINE_NAMES:
+        raise CockpitError(f"{source}: engine {shown(engine)} is not one of {', '.join(ENGINE_NAMES)}")
     hardware = _section(data, "hardware", source)
     server = _section(data, "server", source)
     bench = _section(data, "bench", source)
@@ -282,7 +270,7 @@ def _server_args(engine: str, args: tuple[str, ...], key: str, source: str) -> N
 def _other_engines(server: Mapping[str, Any], engine: str, source: str) -> dict[str, EngineServer]:
     """``server.sglang: {command: [...], args: [...]}`` in a vLLM profile: what to run on SGLang."""
     out = {}
-    for name in ENGINES:
+    for name in ENGINE_NAMES:
         if name not in server:
             continue
         key = f"server.{name}"

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cockpit.engines import get_engine
+from cockpit.engines import DEFAULT_ENGINE, get_engine
 from cockpit.engines.options import option_table
 from cockpit.engines.translate import translate_args
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import MAX_GPU_MEM_GIB, MAX_GPUS
+from cockpit.knobs import Knobs
 from cockpit.layout import parse_layout
 from cockpit.modelfiles import load_model, model_argv_path
 from cockpit.planner import Setup
 from cockpit.profile import EngineServer, Profile, load_profile
 
 DEFAULT_PROFILE = "demo"
-DEFAULT_ENGINE = "vllm"
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def profile_for_engine(profile: Profile, engine_name: str) -> tuple[Profile, tup
         if layout.knobs:
             knobs, translated = translate_args(layout.knobs, own.name, engine.name)
             notes += [f"layout `{layout}`: {note}" for note in translated]  # secrets blanked
-            text = replace(layout, knobs=knobs).unredacted()  # parsed again into the launch
+            text = replace(layout, knobs=Knobs(knobs)).unredacted()  # parsed again into the launch
         layouts.append(text)
     others = {name: server for name, server in profile.other_engines.items() if name != engine.name}
     others[own.name] = EngineServer(command=profile.command, args=profile.args)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import psutil
 
+from cockpit.bench.result import LevelSummary
+from cockpit.benchrequest import BenchRequest
 from cockpit.calibrate import engine_fell_behind
-from cockpit.commands import Bench
 from cockpit.errors import CockpitError
 from cockpit.journal import TuneRecord
 from cockpit.lab import Lab
@@ -294,7 +295,7 @@ class Tuner:
         simulated engine dropped (0 on a real engine, which does not report it)."""
         spec = self.spec
         open_loop = bool(spec.rates)
-        bench = Bench(
+        bench = BenchRequest(
             concurrency=(MAX_IN_FLIGHT if open_loop else int(level),),
             input_len=spec.input_len,
             output_len=spec.output_len,
@@ -306,14 +307,14 @@ class Tuner:
             slo=Slo(spec.ttft_ms, spec.itl_ms),
             rate=level if open_loop else None,
         )
-        result: dict | None = None
+        result: LevelSummary | None = None
         for event in self.lab.launcher.bench(bench):
             self.on_event(event)
             if isinstance(event, BenchLevel):
                 result = event.result
-        if result is None or result.get("failed"):
+        if result is None or result.failed:
             return None, 0.0
-        dropped_share = engine_fell_behind(result.get("engine"), result.get("duration_s"))
+        dropped_share = engine_fell_behind(result.engine, result.duration_s)
         divisor = candidate.gpus if spec.per_gpu else 1
         return level_point(candidate.name, level, result, divisor), dropped_share
 
@@ -498,12 +499,8 @@ class Tuner:
 
 def resolved(spec: TuneSpec, lab: Lab) -> TuneSpec:
     """The spec with the profile's request lengths where it gives none: journaled as run."""
-    bench = lab.profile.bench
-    return replace(
-        spec,
-        input_len=spec.input_len if spec.input_len is not None else bench.input_len,
-        output_len=spec.output_len if spec.output_len is not None else bench.output_len,
-    )
+    bench = BenchRequest(input_len=spec.input_len, output_len=spec.output_len).filled(lab.profile.bench)
+    return replace(spec, input_len=bench.input_len, output_len=bench.output_len)
 
 
 def cockpit_alive(host: str, pid: int | None) -> bool:
@@ -517,25 +514,18 @@ def cockpit_alive(host: str, pid: int | None) -> bool:
         return False
 
 
-def level_point(name: str, level: float, result: dict, divisor: int = 1) -> Point:
+def level_point(name: str, level: float, result: LevelSummary, divisor: int = 1) -> Point:
     """A bench level's result as the tune's point: its goodput (per GPU: ``divisor``), and the
     latencies the bounds check, per request (TTFT, and the mean inter-token latency, TPOT)."""
-    tok_s = float(result.get("output_tok_s") or 0.0)
-    good = result.get("goodput_tok_s")
+    tok_s = float(result.output_tok_s or 0.0)
+    good = result.goodput_tok_s
     goodput = tok_s if good is None else float(good)
     return Point(
         name,
         level,
         goodput / divisor,
         tok_s,
-        _p99(result, "ttft_ms"),
-        _p99(result, "itl_ms"),
-        _p99(result, "tpot_ms"),
+        result.ttft_ms.p99,
+        result.itl_ms.p99,
+        result.tpot_ms.p99,
     )
-
-
-def _p99(result: dict, name: str) -> float | None:
-    summary = result.get(name)
-    if isinstance(summary, dict) and summary.get("p99") is not None:
-        return float(summary["p99"])
-    return None

@@ -135,7 +135,7 @@ def no_process_left_behind(tmp_path_factory):
 def profile_file(tmp_path):
     """A bundled profile copied with a free port, so tests never collide with a real server."""
     import yaml
-    from simproc import free_port
+    from helpers import free_port
 
     from cockpit.profile import find_profile
 

@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cockpit.commands import COMMANDS, Bench, Sweep, parse_command
+from cockpit.benchrequest import BenchRequest
+from cockpit.commands import Sweep
 from cockpit.errors import CockpitError
 from cockpit.modelfiles import bundled_dir
+from cockpit.prompt import COMMANDS, parse_command
 
 BASE_CONFIG = json.loads((bundled_dir() / "qwen3-30b-a3b-fp8.json").read_text())
 BASE_PROFILE = {
@@ -393,7 +395,7 @@ def test_the_other_bad_inputs_in_process_too(tmp_path, monkeypatch):
 
 
 def test_bench_takes_a_per_request_timeout():
-    assert parse_command("bench c=1,8 timeout=600") == Bench(concurrency=(1, 8), timeout_s=600.0)
+    assert parse_command("bench c=1,8 timeout=600") == BenchRequest(concurrency=(1, 8), timeout_s=600.0)
     assert parse_command("bench timeout=2.5s").timeout_s == 2.5
     assert parse_command("bench n=10").timeout_s is None
     sweep = parse_command("sweep tp4, tp8 c=1 timeout=30")
@@ -433,7 +435,8 @@ def test_absurd_bench_words_are_one_line():
 
 
 def test_export_takes_predicted_as_results_does():
-    from cockpit.commands import Export, completions
+    from cockpit.commands import Export
+    from cockpit.prompt import completions
 
     assert parse_command("export") == Export("md")
     assert parse_command("export csv") == Export("csv")

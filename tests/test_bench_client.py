@@ -426,7 +426,7 @@ def test_the_request_limit_bounds_a_slow_stream(server, transport):
 def test_a_refused_connection_is_an_error(transport):
     async def go() -> RequestRecord:
         async with TRANSPORTS[transport].new_session() as session:
-            from simproc import free_port
+            from helpers import free_port
 
             client = TRANSPORT_CLASSES[transport](session, f"http://127.0.0.1:{free_port()}/v1/completions")
             return await client.request(b"{}")
@@ -453,7 +453,7 @@ def test_a_cancelled_request_keeps_what_it_received(server, transport):
 
 
 def test_the_api_key_is_sent_as_a_bearer_token_and_never_shown():
-    from cockpit.bench.loadgen import BenchConfig
+    from cockpit.bench.config import BenchConfig
 
     cfg = BenchConfig(url="http://x", api_key="sk-secret")
     assert "sk-secret" not in repr(cfg)
@@ -634,7 +634,8 @@ def test_plain_tokens_skip_the_parse_only_when_that_changes_nothing():
 
 
 def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transport):
-    from cockpit.bench.loadgen import BenchConfig, LevelDone, run_sweep
+    from cockpit.bench.config import BenchConfig
+    from cockpit.bench.loadgen import LevelDone, run_sweep
 
     events: list = []
     cfg = BenchConfig(
@@ -659,7 +660,8 @@ def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transp
 
 def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport):
     """Every other stream drops mid-way: the window still closes, both kinds are counted."""
-    from cockpit.bench.loadgen import BenchConfig, run_sweep
+    from cockpit.bench.config import BenchConfig
+    from cockpit.bench.loadgen import run_sweep
 
     cfg = BenchConfig(url=f"{server.url}/flaky", model="m", concurrency=(2,), requests=8, transport=transport)
     [result] = asyncio.run(run_sweep(cfg, lambda event: None))
@@ -671,9 +673,10 @@ def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport)
 
 
 def test_without_a_model_the_server_is_asked_and_a_dead_one_is_reported():
-    from simproc import free_port
+    from helpers import free_port
 
-    from cockpit.bench.loadgen import BenchConfig, run_sweep
+    from cockpit.bench.config import BenchConfig
+    from cockpit.bench.loadgen import run_sweep
     from cockpit.errors import CockpitError
 
     cfg = BenchConfig(url=f"http://127.0.0.1:{free_port()}", concurrency=(1,))

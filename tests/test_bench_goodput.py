@@ -15,9 +15,11 @@ from test_bench_sim import MODEL, engine  # noqa: F401  (the simulated engine, a
 
 from cockpit.bench import metrics
 from cockpit.bench.command import bench_argv, describe_level
-from cockpit.bench.loadgen import BenchConfig, LevelResult, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import run_sweep
+from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
-from cockpit.commands import Bench
+from cockpit.benchrequest import BenchRequest
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Journal
 from cockpit.profile import load_profile
@@ -137,7 +139,7 @@ def test_the_bounds_reach_the_bench_child_argv():
     argv = bench_argv("http://h:1", None, [1], input_len=4, output_len=4, slo=Slo(ttft_ms=2000, itl_ms=50))
     assert argv[argv.index("--goodput") + 1] == "ttft=2000,itl=50"
     assert "--goodput" not in bench_argv("http://h:1", None, [1], input_len=4, output_len=4)
-    bench = Bench(concurrency=(2,), slo=Slo(itl_ms=40))
+    bench = BenchRequest(concurrency=(2,), slo=Slo(itl_ms=40))
     argv = bench_child("http://h:1", MODEL, bench, load_profile("demo"), 7)
     assert argv[argv.index("--goodput") + 1] == "itl=40"
 
@@ -195,7 +197,7 @@ def test_cockpit_bench_goodput_journals_the_goodput_and_its_bounds(engine):  # n
         exp = journal.start_experiment(
             profile="p", model=MODEL, engine="vllm", layout="tp2", argv=["vllm", "serve"]
         )
-    bench = Bench(concurrency=(2,), input_len=8, output_len=8, requests=4, slo=GENEROUS)
+    bench = BenchRequest(concurrency=(2,), input_len=8, output_len=8, requests=4, slo=GENEROUS)
     events = list(run_bench_child(bench_child(engine, MODEL, bench, load_profile("demo"), exp), exp))
     [done] = [e for e in events if isinstance(e, BenchDone)]
     assert done.error == "" and done.levels == 1

@@ -8,9 +8,10 @@ from array import array
 import pytest
 
 from cockpit.bench import metrics
+from cockpit.bench.config import BenchConfig
 from cockpit.bench.health import assess
-from cockpit.bench.loadgen import BenchConfig, LevelResult
 from cockpit.bench.metrics import Summary, Window, percentile
+from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
 from cockpit.errors import CockpitError
 

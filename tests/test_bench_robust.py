@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port, wait_for
+from simproc import SimProcess
 from test_sim_server import ServerThread
 
 from cockpit.bench.command import bench_argv
-from cockpit.bench.loadgen import BenchConfig, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import run_sweep
 from cockpit.journal import Journal
 from cockpit.sim.batcher import ConstantPacer
 
@@ -228,15 +230,6 @@ def running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state not in ("Z", "X")
-
-
-def wait_for(condition, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
 
 
 def test_a_bench_child_whose_parent_is_killed_exits_and_journals_nothing_more(engine, tmp_path):

@@ -16,9 +16,12 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
-from cockpit.bench.loadgen import BenchConfig, LevelDone, LevelResult, LevelStart, SweepDone, Tick, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import LevelDone, LevelStart, SweepDone, Tick, run_sweep
+from cockpit.bench.result import LevelResult
 from cockpit.bench.workload import random_workload
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import plan_layout

@@ -18,10 +18,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from simproc import free_port
+from helpers import free_port
 
 from cockpit.bench.command import bench_argv
-from cockpit.bench.loadgen import BenchConfig, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import run_sweep
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"

@@ -17,7 +17,9 @@ import pytest
 from test_bench_sim import MODEL, engine  # noqa: F401  (the simulated engine, a real process, shared)
 
 from cockpit.bench import metrics
-from cockpit.bench.loadgen import BenchConfig, LevelDone, LevelResult, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import LevelDone, run_sweep
+from cockpit.bench.result import LevelResult
 from cockpit.bench.workers import plan_workers, shares
 
 C, OUT = 32, 16

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 import yaml
-from simproc import free_port
+from helpers import free_port
 
 from cockpit import cli
 from cockpit.calibrate import engine_fell_behind, fit, launched_as_planned, usable_level
@@ -440,9 +440,9 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def no_driver(monkeypatch):
     """A machine without NVIDIA GPUs (this one, in CI): plan and reset take the simulated box's."""
     import cockpit.installed
-    import cockpit.lab
+    import cockpit.telemetry.nvml
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
     monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: (None, "no launcher"))
 
 
@@ -555,7 +555,7 @@ E2E_LEVELS = (1, 4, 8)  # compared at C=1 and C=8; C=4 between them steadies the
 def measure(lab, layout: str) -> tuple[dict[int, float], dict]:
     """Launch ``layout`` in the lab, benchmark it briefly, stop it: measured tok/s by level and
     what the engine logged."""
-    from cockpit.commands import Bench
+    from cockpit.benchrequest import BenchRequest
     from cockpit.layout import parse_layout
     from cockpit.runner.events import Ready
 
@@ -563,7 +563,9 @@ def measure(lab, layout: str) -> tuple[dict[int, float], dict]:
     assert isinstance(events[-1], Ready), events[-1]
     exp = lab.launcher.experiment
     try:
-        said = list(lab.launcher.bench(Bench(E2E_LEVELS, input_len=IN, output_len=E2E_OUT, requests=4)))
+        said = list(
+            lab.launcher.bench(BenchRequest(E2E_LEVELS, input_len=IN, output_len=E2E_OUT, requests=4))
+        )
     finally:
         lab.launcher.stop()
     points = {p.concurrency: p for p in lab.journal.points(exp)}
@@ -714,16 +716,20 @@ def test_a_pool_capped_by_max_total_tokens_teaches_no_reserve(kimi):
     """SGLang logs the capped pool's tokens and its K and V sizes alike: neither says what memory
     was left (sglang/srt/mem_cache/kv_cache_configurator.py _apply_token_constraints)."""
     from cockpit.calibrate import logged_kv_gib
+    from cockpit.records import LaunchFacts
 
     capped = replace(kimi, server_args=(*kimi.server_args, "--max-total-tokens", "100000"))
     launch, points = launched(capped, "tp8", levels=(), truth=replace(TRUTH, reserve_offset_gib=-20.0))
     facts = {**launch.facts, "kv_tokens": 100_000, "kv_memory_gib": 6.5}  # K size + V size
     verdict = plan_layout(capped, "tp8")
-    assert logged_kv_gib(facts, verdict) is None and logged_kv_gib({"kv_tokens": 100_000}, verdict) is None
+    assert (
+        logged_kv_gib(LaunchFacts.from_json(facts), verdict) is None
+        and logged_kv_gib(LaunchFacts(kv_tokens=100_000), verdict) is None
+    )
     learned = fit(capped, [(replace(launch, facts=facts), points)])
     assert learned.reserve_offset_gib == 0.0 and learned.weights_factor == pytest.approx(1.04, abs=1e-3)
     uncapped = plan_layout(kimi, "tp8")
-    assert logged_kv_gib({"kv_memory_gib": 6.5}, uncapped) == 6.5  # K + V where nothing caps it
+    assert logged_kv_gib(LaunchFacts(kv_memory_gib=6.5), uncapped) == 6.5  # K + V where nothing caps it
 
 
 def test_vllm_pipeline_launches_teach_speed_but_not_memory(minimax):
@@ -839,12 +845,12 @@ def test_the_last_measured_column_keeps_simulated_and_real_apart(tmp_path, minim
 
 
 def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, monkeypatch):
-    """The simulated lab keeps the engine's default version whatever is installed (lab_setup):
+    """The simulated lab keeps the engine's default version whatever is installed (boxcontext):
     `reset --sim` (and `plan` without a driver) must look there, not at the installed version."""
     import cockpit.installed
-    import cockpit.lab
+    import cockpit.telemetry.nvml
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
+    monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
     monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
     setup = build_setup(SetupOverrides(profile="demo"))[0]
     assert setup.engine.version != "0.11.0"
@@ -861,11 +867,18 @@ def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, 
 
 
 def test_plan_without_a_driver_uses_the_simulated_calibration_whatever_is_installed(capsys, monkeypatch):
+    """Without a driver `plan` is the simulated box's, as `cockpit run` would launch: the newest
+    option table, the simulator's calibration, and the installed engine is not asked at all."""
     import cockpit.installed
-    import cockpit.lab
+    import cockpit.telemetry.nvml
 
-    monkeypatch.setattr(cockpit.lab, "simulated_reason", lambda sim, box: "no NVIDIA driver found")
-    monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
+    asked = []
+    monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
+    monkeypatch.setattr(
+        cockpit.installed,
+        "engine_version",
+        lambda engine, command: asked.append(command) or ("0.11.0", "installed"),
+    )
     setup = build_setup(SetupOverrides(profile="minimax-m2.5"))[0]
     argv = ["plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json"]
     _, out, _ = run_cli(capsys, *argv)
@@ -873,7 +886,7 @@ def test_plan_without_a_driver_uses_the_simulated_calibration_whatever_is_instal
     CalibrationStore().put(Entry.of(Key.of(setup, simulated=True), replace(TRUTH, runs=3), setup.model_path))
     _, out, err = run_cli(capsys, *argv)
     [after] = json.loads(out)
-    assert "0.11.0" in err  # planned with the installed version's flags, calibrated as the simulator ran
+    assert "0.11.0" not in err and asked == []  # planned with the simulator's flags and calibration
     assert after["memory"]["kv_budget_gib"] < before["memory"]["kv_budget_gib"] - 6
 
 

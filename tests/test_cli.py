@@ -132,7 +132,7 @@ def test_gpus_without_a_driver_says_they_are_simulated(capsys, monkeypatch):
 
 
 def test_gpus_from_an_unreachable_dcgm_endpoint(capsys):
-    from simproc import free_port
+    from helpers import free_port
 
     assert main(["gpus", "--dcgm", f"http://127.0.0.1:{free_port()}/metrics"]) == 2
     assert "no GPUs answered" in capsys.readouterr().err
@@ -154,7 +154,8 @@ def _plan_json(capsys, *args: str) -> tuple[list[dict], str]:
 )
 def test_plan_on_another_engine_speaks_that_engines_flags_only(capsys, profile, engine, launcher):
     """Every argv: the engine's launcher, then words the engine's own option table takes."""
-    from cockpit.engines.options import check_args, option_table
+    from cockpit.engines.arguments import check_args
+    from cockpit.engines.options import option_table
 
     rows, err = _plan_json(capsys, "--profile", profile, "--engine", engine)
     table = option_table(engine)

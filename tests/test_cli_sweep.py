@@ -142,8 +142,8 @@ def test_bad_sweep_command_lines_are_one_line_and_launch_nothing(capsys, args, m
 
 
 def test_unquoted_layouts_and_bench_words_read_as_one_sweep():
+    from cockpit.benchrequest import BenchRequest
     from cockpit.cli import _parse, _sweep_words, build_parser
-    from cockpit.commands import Bench
     from cockpit.headless import sweep_command
     from cockpit.layout import parse_layout
 
@@ -156,7 +156,7 @@ def test_unquoted_layouts_and_bench_words_read_as_one_sweep():
         parse_layout("tp8 --max-num-seqs 512"),
         parse_layout("tp4 ep --max-num-seqs 512"),
     )
-    assert sweep.bench == Bench(concurrency=(1, 32), input_len=64, output_len=8, timeout_s=30.0)
+    assert sweep.bench == BenchRequest(concurrency=(1, 32), input_len=64, output_len=8, timeout_s=30.0)
 
 
 def test_sigterm_stops_the_running_server_keeps_what_was_measured_and_exits_143(profile_file):

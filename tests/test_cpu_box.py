@@ -4,7 +4,6 @@ setup, docs/placement.md#a-cpu-box): its hardware, lab, argv, memory plan and te
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,10 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from helpers import listening_socket
 
+from cockpit.boxcontext import simulated_reason
 from cockpit.engines import get_engine
 from cockpit.hardware import GIB, gpu_type, hardware
-from cockpit.lab import Lab, simulated_reason
+from cockpit.lab import Lab
 from cockpit.modelfiles import load_model
 from cockpit.planner import Setup, plan_layout
 from cockpit.profile import load_profile
@@ -66,7 +67,7 @@ def test_the_lab_of_a_cpu_profile_launches_its_own_launcher_with_model_as_a_flag
         assert not lab.sim and isinstance(lab.source, HostSource)
         verdict = plan_layout(lab.setup, "tp1")
         # No vLLM for this interpreter: the lab says what it checks flags with.
-        assert "could not ask" in lab.engine_note and "vLLM 0.33.0" in lab.engine_note
+        assert "could not ask" in lab.box.note and "vLLM 0.33.0" in lab.box.note
         assert "CUDA_VISIBLE_DEVICES" not in lab.launcher.environment((0,))
     assert verdict.argv[:5] == (sys.executable, "-m", API_SERVER, "--model", "Qwen/Qwen3-30B-A3B-FP8")
 
@@ -144,9 +145,7 @@ def test_the_host_source_lists_an_engines_processes_and_their_memory(tmp_path):
 def test_ready_is_not_taken_from_a_server_another_process_listens_with():
     """vLLM holds its port without listening while it loads: a program that listens there
     meanwhile answers /health, and that is no sign of the engine's readiness."""
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen(1)
+    with listening_socket() as held:
         port = held.getsockname()[1]
         mine = SimpleNamespace(entry=SimpleNamespace(port=port, pgid=os.getpgid(0)))
         other = SimpleNamespace(entry=SimpleNamespace(port=port, pgid=os.getpgid(0) + 1_000_000))

@@ -12,7 +12,7 @@ from cockpit.planner import Reason, Setup, plan_layout
 from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
 from cockpit.runner.phases import log_message
 from cockpit.runner.supervisor import LogTail
-from cockpit.sim.logs import SGLangLog, VLLMLog
+from cockpit.sim.logs import SGLangLog, VLLMLog, for_engine
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 REAL_CPU = Path(__file__).parent / "fixtures" / "real_vllm_cpu"
@@ -666,3 +666,118 @@ def test_a_bare_address_in_use_without_logged_arguments_says_the_servers_port():
     found = diagnose(["OSError: [Errno 98] Address already in use"])
     assert found.cause == "the server's port is already in use ([Errno 98] Address already in use)"
     assert found.next_step == "stop whatever listens on that port or pick another --port"
+
+
+def test_every_engine_failure_has_an_explanation_and_an_unknown_engine_is_one_line():
+    """The surfaces' failure ids are the diagnosis's: a pattern no explanation reads would be dead."""
+    from cockpit.engines.surface import surface, surfaces
+    from cockpit.errors import CockpitError
+    from cockpit.runner.diagnose import _CAUSES
+
+    explained = {cause for cause, _ in _CAUSES if isinstance(cause, str)}
+    context = {"non-default-port", "non-default-host"}  # read around an error, not errors themselves
+    for engine in surfaces():
+        assert set(engine.failures) - context <= explained, engine.name
+    assert surface("VLLM").label == "vLLM"
+    with pytest.raises(CockpitError, match="unknown engine 'tgi': use one of vllm, sglang"):
+        surface("tgi")
+
+
+# --- The refusals cockpit writes by hand are read back as the engine's failures -------------------
+
+# The adapters (cockpit/engines/*/adapter.py, checks.py, support.py) and the planner's memory verdicts
+# copy the engines' refusals by hand; the diagnosis reads the engines' words from their surfaces.
+# Each refusal for a known-bad layout must be read as the engine failure it copies, so a predicted or
+# simulated failure is explained as the real one would be.
+# engine, model, layout, server arguments, the verdict's rule, the surface's failure id
+REFUSALS = [
+    ("vllm", "llama", "tp6", (), "attention-heads", "attention-heads"),
+    ("vllm", "llama", "tp1 ep", (), "ep-needs-experts", "ep-needs-experts"),
+    ("vllm", "llama", "tp6", ("--enable-eplb",), "eplb", "eplb-needs-ep"),
+    ("vllm", "minimax", "tp1 ep", ("--enable-eplb",), "eplb", "eplb-needs-parallelism"),
+    (
+        "vllm",
+        "minimax",
+        "tp8 ep",
+        ("--enable-eplb", "--eplb-config.num_redundant_experts", "4"),
+        "eplb",
+        "eplb-uneven",
+    ),
+    ("vllm", "llama", "tp16", (), "gpus-available", "world-size"),
+    ("vllm", "llama-without-pp", "pp2", (), "pp-unsupported", "pp-unsupported"),
+    ("vllm", "qwen3-fp8", "tp8", (), "fp8-block-gate-up", "fp8-gate-up"),
+    ("vllm", "qwen3-fp8", "tp8", (), "fp8-block-down", "fp8-down"),
+    ("vllm", "qwen3-fp8", "tp6", (), "fp8-block-linear", "fp8-linear-in"),
+    ("vllm", "llama", "tp2", (), "kv-max-len", "kv-max-len"),
+    ("vllm", "llama", "tp4", ("--max-model-len", "999999"), "max-model-len", "context-too-long"),
+    ("sglang", "qwen3-fp8", "tp8", (), "fp8-block-gate-up", "fp8-gate-up"),
+    ("sglang", "qwen3-fp8", "tp8", (), "fp8-block-down", "fp8-down"),
+    ("sglang", "qwen3-fp8", "tp6", (), "fp8-block-linear", "fp8-linear-in"),
+    ("sglang", "qwen3-next", "tp4 pp2", (), "pp-unsupported", "pp-unsupported"),
+    ("sglang", "qwen3-fp8-experts-kept", "tp8", (), "quantized-moe-block", "moe-block"),
+    ("sglang", "llama", "tp4", ("--context-length", "999999"), "max-model-len", "context-too-long"),
+    ("sglang", "llama", "tp2", ("--mem-fraction-static", "0.5"), "no-kv-memory", "no-kv-for-weights"),
+]
+
+
+def _refusal_model(name: str):
+    from dataclasses import replace
+
+    from cockpit.model import ROUTED_EXPERTS
+    from cockpit.modelfiles import load_model
+
+    if name.startswith("llama"):
+        llama = load_model("llama-3.1-70b", env={})
+        # an architecture vLLM cannot split into stages (cockpit/engines/support.py)
+        return replace(llama, architecture="AriaForConditionalGeneration") if name.endswith("pp") else llama
+    if name == "minimax":
+        return load_model("MiniMaxAI/MiniMax-M2.5", env={})
+    qwen3 = load_model("qwen3-30b-a3b-fp8", env={})
+    if name == "qwen3-next":
+        return replace(qwen3, architecture="Qwen3NextForCausalLM")
+    if name == "qwen3-fp8-experts-kept":
+        kept = qwen3.quant.blocked_classes - {ROUTED_EXPERTS}
+        return replace(qwen3, quant=replace(qwen3.quant, blocked_classes=kept))
+    return qwen3
+
+
+def _failure_read(text: str) -> str | None:
+    """The engine failure the diagnosis reads ``text`` by: the first of its root causes that matches,
+    by its surface's id (None: a pattern of no engine's, or none)."""
+    from cockpit.runner.diagnose import ROOT_CAUSES
+
+    for pattern, _, engine in ROOT_CAUSES:
+        if pattern.search(text):
+            if engine is None:
+                return None
+            return next(failure for failure, known in engine.failures.items() if known is pattern)
+    return None
+
+
+@pytest.mark.parametrize(
+    "engine, model, layout, args, rule, failure",
+    REFUSALS,
+    ids=[f"{case[0]}-{case[4]}-{case[5]}" for case in REFUSALS],
+)
+def test_the_refusals_cockpit_writes_are_read_as_the_engines_failures(
+    engine, model, layout, args, rule, failure, seed_box
+):
+    from cockpit.layout import parse_layout
+    from cockpit.runner.diagnose import PYDANTIC_INNER
+
+    setup = Setup(_refusal_model(model), seed_box, get_engine(engine), server_args=args)
+    reasons = {r.rule: r for r in plan_layout(setup, parse_layout(layout)).reasons}
+    assert rule in reasons, sorted(reasons)
+    message = reasons[rule].message
+    inner = PYDANTIC_INNER.match(message)
+    words = inner["text"] if inner else message
+    assert _failure_read(words) == failure, message
+    found = diagnose([message])
+    assert found is not None and found.kind != "error", message
+    assert words in found.evidence or found.evidence in message
+    if rule in ("kv-max-len", "no-kv-memory"):
+        return  # told once the weights are in (cockpit/sim/engine.py); the line above is what it prints
+    lines: list[str] = []
+    for_engine(engine, lines.append).startup_failure([reasons[rule]])
+    in_log = diagnose(lines)
+    assert in_log.kind == found.kind and words.splitlines()[0] in in_log.evidence  # a log line each

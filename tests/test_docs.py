@@ -60,3 +60,20 @@ def test_nothing_cites_notes_outside_the_repository(path):
         if OUTSIDE.search(line)
     ]
     assert not hits, "\n".join(hits)
+
+
+# A file or folder of this package named in prose: `cockpit/runner/diagnose.py`, `cockpit/tui/`.
+OWN_PATH = re.compile(r"(?<![\w/.-])cockpit/((?:[\w]+/)*[\w]+(?:\.py|/))")
+
+
+@pytest.mark.parametrize("path", _texts(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_of_the_package_it_names_exists(path):
+    """After a module moves, a comment or a page that still names its old place is a dead end."""
+    wrong = sorted(
+        {
+            f"cockpit/{name}"
+            for name in OWN_PATH.findall(path.read_text())
+            if not (ROOT / "cockpit" / name).exists()
+        }
+    )
+    assert not wrong, "\n".join(wrong)

@@ -18,9 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 from aiohttp import web
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
-from cockpit.bench.loadgen import BenchConfig, LevelResult, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import run_sweep
+from cockpit.bench.result import LevelResult
 from cockpit.journal import Journal
 from cockpit.sim.batcher import Batcher, ConstantPacer
 from cockpit.sim.server import make_app, serve

@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simproc import free_port
+from helpers import free_port
 
 from cockpit import cli
 from cockpit.bench import client, rawclient
 from cockpit.bench.transport import RequestRecord, Timeouts
-from cockpit.benchlimits import MAX_EVENT_BYTES, MAX_LAYOUTS, MAX_LEVELS, MAX_PROMPT_LINE_BYTES
-from cockpit.commands import MAX_LINE, Sweep, parse_command
+from cockpit.benchrequest import MAX_EVENT_BYTES, MAX_LAYOUTS, MAX_LEVELS, MAX_PROMPT_LINE_BYTES
+from cockpit.commands import Sweep
 from cockpit.errors import CockpitError
+from cockpit.prompt import MAX_LINE, parse_command
 
 PASSWORD = "hunter2-secret"
 # `python -m cockpit` where the package has its __main__, else the CLI module itself.

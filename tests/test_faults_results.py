@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
 from cockpit.cli import main
 from cockpit.journal import BenchPoint, Journal

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from simproc import free_port
+from helpers import free_port
 from tuipilot import make_app, run, screen_text, submit, until
 
 from cockpit.journal import Journal

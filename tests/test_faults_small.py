@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from cockpit.errors import CockpitError
 from cockpit.modelfiles import MAX_CONFIG_BYTES, read_config
 from cockpit.textfile import NotReadable, read_bounded
-from tests.simproc import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

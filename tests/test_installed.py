@@ -61,7 +61,8 @@ def test_a_newer_version_than_any_table_is_checked_with_the_newest_and_said(tmp_
 
 
 def test_plan_on_the_box_speaks_the_installed_sglangs_dp_attention(tmp_path, monkeypatch, capsys):
-    """An SGLang older than 0.5.23 has no --attn-dp-size: plan says DP attention the old way."""
+    """An SGLang older than 0.5.23 has no --attn-dp-size: plan on the real box (a driver found)
+    says DP attention the old way."""
     import json
 
     import yaml
@@ -69,6 +70,7 @@ def test_plan_on_the_box_speaks_the_installed_sglangs_dp_attention(tmp_path, mon
     from cockpit.cli import main
     from cockpit.profile import find_profile
 
+    monkeypatch.setattr("cockpit.telemetry.nvml.driver_present", lambda: True)
     fake_package(tmp_path / "site", "sglang", "0.5.9")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     data = yaml.safe_load(find_profile("kimi-k2.6").read_text())

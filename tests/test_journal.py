@@ -15,6 +15,7 @@ import pytest
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Journal, default_path
 from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, READY, STOPPED, Diagnosis, Outcome
+from cockpit.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.reports.comparison import comparison
 from cockpit.reports.numbers import format_tok_s
 from cockpit.reports.results import format_comparison
@@ -643,30 +644,35 @@ def test_an_unwritable_data_folder_is_one_line(tmp_path, locked):
 
 
 def test_an_experiment_keeps_the_prediction_and_the_box_it_was_launched_with(journal):
-    predicted = {"memory": {"weights_gib": 53.63, "kv_tokens": 492117}, "learned_runs": 3}
+    predicted = LaunchPrediction(PredictedMemory(weights_gib=53.63, kv_tokens=492117), learned_runs=3)
     exp = launch(journal, "tp8", predicted=predicted, gpu_type="rtx-pro-6000", engine_version="0.5.23")
     got = journal.experiment(exp)
-    assert (got.predicted, got.gpu_type, got.engine_version, got.facts) == (
+    assert (got.prediction, got.gpu_type, got.engine_version, got.launch_facts) == (
         predicted,
         "rtx-pro-6000",
         "0.5.23",
-        {},
+        LaunchFacts(),
     )
+    assert got.predicted == {"memory": {"weights_gib": 53.63, "kv_tokens": 492117}, "learned_runs": 3}
     old = journal.experiment(launch(journal, "pp8"))  # an older caller: nothing predicted, nothing known
     assert (old.predicted, old.gpu_type, old.engine_version, old.facts) == ({}, None, None, {})
+    assert (old.prediction, old.launch_facts) == (LaunchPrediction(), LaunchFacts())
 
 
 def test_facts_are_set_and_a_later_reading_replaces_them(journal):
     exp = launch(journal, "tp8")
-    journal.set_facts(exp, {"weights_gib": 53.75, "kv_tokens": 431204})
-    journal.set_facts(exp, {"weights_gib": 53.75, "kv_tokens": 431204, "graph_gib": 0.71})
+    journal.set_facts(exp, LaunchFacts(weights_gib=53.75, kv_tokens=431204))
+    journal.set_facts(exp, LaunchFacts(weights_gib=53.75, kv_tokens=431204, graph_gib=0.71))
     assert journal.experiment(exp).facts == {"weights_gib": 53.75, "kv_tokens": 431204, "graph_gib": 0.71}
+    assert journal.experiment(exp).launch_facts.graph_gib == 0.71
     with pytest.raises(ValueError, match="no experiment 999"):
-        journal.set_facts(999, {"weights_gib": 1.0})
+        journal.set_facts(999, LaunchFacts(weights_gib=1.0))
 
 
 def test_bench_predictions_merge_into_what_was_predicted_at_launch(journal):
-    exp = launch(journal, "tp8", predicted={"memory": {"weights_gib": 53.63}, "learned_runs": 0})
+    exp = launch(
+        journal, "tp8", predicted=LaunchPrediction(PredictedMemory(weights_gib=53.63), learned_runs=0)
+    )
     journal.merge_predicted(exp, {"tok_s": {"1024/1024": {"1": 26.0, "32": 570.0}}})
     journal.merge_predicted(exp, {"tok_s": {"1024/1024": {"64": 690.0}, "256/128": {"1": 30.0}}})
     assert journal.experiment(exp).predicted == {
@@ -701,7 +707,7 @@ def test_a_journal_of_the_second_schema_gets_the_new_columns_empty(tmp_path):
         got = journal.experiment(1)
         assert (got.facts, got.predicted, got.gpu_type, got.engine_version) == ({}, {}, None, None)
         assert (got.simulated, journal.experiment(2).simulated) == (False, True)
-        journal.set_facts(1, {"weights_gib": 53.63})
+        journal.set_facts(1, LaunchFacts(weights_gib=53.63))
         assert journal.experiment(1).facts == {"weights_gib": 53.63}
     version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()[0]
     assert version == SCHEMA_VERSION >= 3
@@ -712,7 +718,7 @@ def test_broken_facts_and_predictions_read_as_empty(tmp_path):
 
     path = tmp_path / "journal.sqlite"
     with Journal(path) as journal:
-        exp = launch(journal, "tp8", predicted={"learned_runs": 1})
+        exp = launch(journal, "tp8", predicted=LaunchPrediction(learned_runs=1))
     sqlite3.connect(path, isolation_level=None).execute(
         "UPDATE experiments SET facts = '{oops', predicted = '[1, 2]'"
     )

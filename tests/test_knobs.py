@@ -11,12 +11,14 @@ import pytest
 from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (the fixture sets up sim, journal, state)
 from tuipilot import make_app, small_profile, status_text, submit, until
 
-from cockpit.commands import Sweep, Try, knob_next_step, parse_command
+from cockpit.commands import Sweep, Try
+from cockpit.engines.arguments import knob_next_step
 from cockpit.engines.options import option_table
 from cockpit.errors import CockpitError
 from cockpit.layout import parse_layout
 from cockpit.perfmodel import for_verdict
 from cockpit.planner import FAILS, plan_layout
+from cockpit.prompt import parse_command
 from cockpit.resolve import SetupOverrides, build_setup
 
 
@@ -198,7 +200,8 @@ def test_a_profiles_layout_knobs_are_said_again_on_the_other_engine():
 )
 def test_a_context_length_above_the_models_stops_the_engine_and_is_diagnosed(tmp_path, engine, argv, fix):
     """Both engines refuse it at startup in their own words (vLLM wrapped by pydantic's ModelConfig)."""
-    from simproc import SimProcess, free_port
+    from helpers import free_port
+    from simproc import SimProcess
 
     from cockpit.runner.diagnose import diagnose
 
@@ -224,7 +227,7 @@ def test_use_names_a_profile_and_maybe_an_engine():
 
 
 def test_tab_offers_server_flags_after_a_layout_only():
-    from cockpit.commands import completions
+    from cockpit.prompt import completions
 
     flags = ("--max-num-seqs", "--max-num-batched-tokens", "--engram-config")
     assert completions("try tp8 --max-num-s", flags=flags) == ["try tp8 --max-num-seqs"]

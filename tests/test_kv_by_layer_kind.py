@@ -152,8 +152,6 @@ def test_nemotron_h_counts_every_layer_of_its_pattern_and_keeps_kv_in_six():
     ],
 )
 def test_the_cache_dtype_is_the_one_the_engine_picks(case, model, engine, args, gpu, expected):
-    from cockpit.planner import cache_dtype_bytes
-
     arch = read_config(bundled_dir() / f"{model}.json")
     setup = Setup(arch, hardware(gpu, 8), get_engine(engine), args)
-    assert cache_dtype_bytes(arch, setup.engine, setup.server, setup.hardware) == pytest.approx(expected)
+    assert setup.engine.cache_dtype_bytes(arch, setup.server, setup.hardware) == pytest.approx(expected)

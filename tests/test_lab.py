@@ -11,6 +11,7 @@ from dataclasses import replace
 import psutil
 import pytest
 
+from cockpit.boxcontext import box_context
 from cockpit.children import simulated_engine
 from cockpit.cli import main
 from cockpit.journal import Journal
@@ -61,7 +62,7 @@ def test_the_argv_journaled_is_the_argv_of_the_process_that_ran(profile_file):
 def test_a_simulated_lab_plans_the_simulator_launcher_then_the_engine_flags():
     profile = load_profile("minimax-m2.5")
     with Lab.open(profile, sim=True) as lab:
-        assert lab.sim and lab.sim_reason == "--sim given" and lab.launcher.sim
+        assert lab.sim and lab.box.reason == "--sim given" and lab.launcher.sim
         verdict = plan_layout(lab.setup, "tp8 ep")
     real = plan_layout(setup_for(profile), "tp8 ep").argv
     assert real[:2] == ("vllm", "serve") and "--enable-expert-parallel" in real
@@ -74,14 +75,15 @@ def test_no_driver_means_a_simulated_lab(monkeypatch):
 
     monkeypatch.setattr(nvml, "driver_present", lambda: False)
     with Lab.open("minimax-m2.5", sim=False) as lab:
-        assert lab.sim_reason == "no NVIDIA driver found" and lab.launcher.sim
+        assert lab.box.reason == "no NVIDIA driver found" and lab.launcher.sim
         assert lab.setup.command == (*SIM, "vllm", "serve")
 
 
 def test_the_lab_setup_is_the_profile_setup_with_the_simulator_in_front():
     profile = load_profile("minimax-m2.5")
-    assert lab_setup(profile, sim=False) == setup_for(profile)
-    assert lab_setup(profile, sim=True) == replace(setup_for(profile), command=(*SIM, "vllm", "serve"))
+    assert lab_setup(profile, box_context(profile, sim=False, real=True)) == setup_for(profile)
+    simulated = box_context(profile, sim=True)
+    assert lab_setup(profile, simulated) == replace(setup_for(profile), command=(*SIM, "vllm", "serve"))
 
 
 def test_cockpit_plan_prints_the_real_engine_argv(capsys, monkeypatch):
@@ -114,8 +116,9 @@ def test_attach_reads_simulated_from_the_registry_entry():
 
 def test_a_profile_opened_on_another_engine_launches_that_engines_argv(profile_file, tmp_path, monkeypatch):
     """`use kimi-k2.6 on vllm` / `cockpit run --engine vllm`: vLLM's launcher, the args translated, notes said."""
-    from cockpit.commands import Use, parse_command
+    from cockpit.commands import Use
     from cockpit.engines import check_args, option_table
+    from cockpit.prompt import parse_command
     from cockpit.sim.flags import strip_launcher
 
     assert parse_command("use kimi-k2.6 on vllm") == Use("kimi-k2.6", "vllm")
@@ -149,7 +152,7 @@ def test_the_refit_waits_for_ready_and_a_bench_is_predicted_as_at_launch(profile
     """The hook runs once Ready was handed on (the banner does not wait for the refit), and the
     tok/s journaled for the bench are those of the setup the layout was launched with, not of
     what this very launch taught."""
-    from cockpit.commands import Bench
+    from cockpit.benchrequest import BenchRequest
     from cockpit.perfmodel import predict_tok_s
 
     profile, _ = profile_file("minimax-m2.5")
@@ -169,7 +172,7 @@ def test_the_refit_waits_for_ready_and_a_bench_is_predicted_as_at_launch(profile
         exp = lab.launcher.experiment
         try:
             assert seen[-1] == "Ready" and hooked == [(exp, seen)]  # after Ready was consumed
-            list(lab.launcher.bench(Bench((1,), input_len=64, output_len=16, requests=2)))
+            list(lab.launcher.bench(BenchRequest((1,), input_len=64, output_len=16, requests=2)))
         finally:
             lab.launcher.stop()
         assert [e for e, _ in hooked] == [exp, exp]  # and after the bench

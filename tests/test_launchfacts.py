@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.runner.launchfacts import LaunchFacts, read_facts
+from cockpit.records import LaunchFacts
+from cockpit.runner.launchfacts import FactsReader, read_facts
 from cockpit.runner.supervisor import LogTail
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -103,7 +104,7 @@ PUBLIC_FACTS = {
 
 @pytest.mark.parametrize("name", sorted(PUBLIC_FACTS))
 def test_every_number_of_a_public_log_is_read(name):
-    assert read_facts(public_log(name)) == PUBLIC_FACTS[name]
+    assert read_facts(public_log(name)).to_json() == PUBLIC_FACTS[name]
 
 
 def test_every_public_excerpt_is_tested():
@@ -142,7 +143,7 @@ def test_every_item_1_number_comes_from_a_public_log_of_each_engine():
 
 def test_vllm_0_33_startup():
     lines = (FIXTURES / "logs" / "vllm_0_33_startup.log").read_text().splitlines()
-    assert read_facts(lines) == {
+    assert read_facts(lines).to_json() == {
         "engine_version": "0.33.0",
         "weights_gib": 53.63,
         "weights_seconds": 78.1142,  # "Model loading took 53.63 GiB memory and 78.114215 seconds"
@@ -160,7 +161,7 @@ def test_vllm_0_33_startup():
 def test_sglang_0_5_23_startup():
     lines = (FIXTURES / "logs" / "sglang_0_5_23_startup.log").read_text().splitlines()
     assert (
-        read_facts(lines)
+        read_facts(lines).to_json()
         == {
             "weights_gib": 53.75,
             "weights_seconds": 83.3,  # "Load weight end. elapsed=83.30 s", the slowest rank
@@ -187,9 +188,9 @@ def test_weights_are_the_busiest_rank_and_the_kv_cache_the_smallest():
         "(Worker_TP1 pid=12) INFO 11-30 10:02:26 [gpu_model_runner.py:6516] Graph capturing finished in 15 secs, took 0.80 GiB",
     ]
     facts = read_facts(lines)
-    assert (facts["weights_gib"], facts["weights_seconds"]) == (41.25, 71.0)
-    assert facts["kv_memory_gib"] == 29.25
-    assert (facts["graph_gib"], facts["graph_seconds"]) == (0.8, 15.0)
+    assert (facts.weights_gib, facts.weights_seconds) == (41.25, 71.0)
+    assert facts.kv_memory_gib == 29.25
+    assert (facts.graph_gib, facts.graph_seconds) == (0.8, 15.0)
 
 
 def test_data_parallel_replicas_keep_the_smallest_pool():
@@ -198,7 +199,7 @@ def test_data_parallel_replicas_keep_the_smallest_pool():
         "(EngineCore_DP1 pid=10) INFO 11-30 10:02:11 [kv_cache_utils.py:1147] GPU KV cache size: 490,001 tokens, Maximum concurrency for 196,608 tokens per request: 2.49x",
     ]
     facts = read_facts(lines)
-    assert (facts["kv_tokens"], facts["max_concurrency"], facts["max_concurrency_len"]) == (
+    assert (facts.kv_tokens, facts.max_concurrency, facts.max_concurrency_len) == (
         490001,
         2.49,
         196608,
@@ -207,7 +208,7 @@ def test_data_parallel_replicas_keep_the_smallest_pool():
         "[2026-11-30 10:01:37 DP0 TP0 EP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 200000, KV size: 7.50 GB",
         "[2026-11-30 10:01:37 DP1 TP1 EP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 199000, KV size: 7.46 GB",
     ]
-    assert read_facts(sglang) == {"kv_tokens": 199000, "kv_memory_gib": 7.46}
+    assert read_facts(sglang).to_json() == {"kv_tokens": 199000, "kv_memory_gib": 7.46}
 
 
 def test_sglang_adds_a_ranks_captures_and_counts_a_repeated_line_once():
@@ -217,7 +218,7 @@ def test_sglang_adds_a_ranks_captures_and_counts_a_repeated_line_once():
         "[2026-11-30 10:02:09 TP0] Capture target prefill CUDA graph end. elapsed=3.59 s, mem usage=0.29 GB, avail mem=13.12 GB.",
         "[2026-11-30 10:02:05 TP1] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=27.00 s, mem usage=0.70 GB, avail mem=13.42 GB.",
     ]
-    assert read_facts(lines) == {"graph_gib": 1.0, "graph_seconds": 31.0}
+    assert read_facts(lines).to_json() == {"graph_gib": 1.0, "graph_seconds": 31.0}
 
 
 # Speculative decoding: each rank loads its target, then the draft model (sglang/srt/managers/scheduler.py:
@@ -230,7 +231,7 @@ def test_sglang_keeps_a_draft_models_weights_apart_from_the_targets():
         f"[2026-11-30 10:01:35 TP0] {TARGET}",
         "[2026-11-30 10:01:40 TP0] Load weight end. elapsed=2.00 s, type=LlamaForCausalLMEagle3, avail mem=38.00 GB, mem usage=2.04 GB.",
     ]
-    assert read_facts(lines) == {
+    assert read_facts(lines).to_json() == {
         "weights_gib": 15.0,  # the target's alone: the planner's weights
         "weights_seconds": 83.1,
         "weights_ranks": 1,
@@ -246,8 +247,8 @@ def test_a_draft_is_known_by_its_place_not_its_class():
         f"[2026-11-30 10:01:35 TP0] {TARGET}",
         "[2026-11-30 10:01:38 TP0] Load weight end. elapsed=3.00 s, type=LlamaForCausalLM, avail mem=37.70 GB, mem usage=2.34 GB.",
     ]
-    assert read_facts(standalone)["weights_gib"] == 15.0
-    assert read_facts(standalone)["draft_weights_gib"] == 2.34
+    assert read_facts(standalone).weights_gib == 15.0
+    assert read_facts(standalone).draft_weights_gib == 2.34
     two_ranks = [  # a line printed twice is the same load, wherever the repeat falls
         f"[2026-11-30 10:01:35 TP1] {TARGET.replace('mem usage=15.00', 'mem usage=15.50')}",
         f"[2026-11-30 10:01:35 TP0] {TARGET}",
@@ -256,7 +257,7 @@ def test_a_draft_is_known_by_its_place_not_its_class():
         f"[2026-11-30 10:01:35 TP0] {TARGET}",
     ]
     facts = read_facts(two_ranks)
-    assert (facts["weights_gib"], facts["draft_weights_gib"], facts["weights_ranks"]) == (15.5, 1.2, 2)
+    assert (facts.weights_gib, facts.draft_weights_gib, facts.weights_ranks) == (15.5, 1.2, 2)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +277,7 @@ def test_sglang_keeps_a_draft_models_pool_apart_from_the_targets(order):
         "draft pool": "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 0.41 GB, V size: 0.41 GB",
     }
     facts = read_facts(f"[2026-11-30 10:01:35 TP0] {said[step]}" for step in order)
-    assert (facts["kv_tokens"], facts["kv_memory_gib"], facts["draft_kv_memory_gib"]) == (431204, 25.5, 0.82)
+    assert (facts.kv_tokens, facts.kv_memory_gib, facts.draft_kv_memory_gib) == (431204, 25.5, 0.82)
 
 
 def test_without_a_draft_a_ranks_last_pool_counts():
@@ -286,8 +287,8 @@ def test_without_a_draft_a_ranks_last_pool_counts():
         "[2026-11-30 10:01:39 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 420000, K size: 12.42 GB, V size: 12.42 GB",
     ]
     facts = read_facts(lines)
-    assert (facts["kv_tokens"], facts["kv_memory_gib"]) == (420000, 24.84)
-    assert "draft_kv_memory_gib" not in facts
+    assert (facts.kv_tokens, facts.kv_memory_gib) == (420000, 24.84)
+    assert facts.draft_kv_memory_gib is None
 
 
 # -- SGLang's rank tags: every tag of 0.5.23 tells a rank apart -----------------------------------------
@@ -312,8 +313,8 @@ def test_sglangs_moe_dp_ranks_are_told_apart_in_any_order():
         "graph_gib": 0.7,
         "graph_seconds": 21.0,
     }
-    assert read_facts(lines) == expected
-    assert read_facts(reversed(lines)) == expected
+    assert read_facts(lines).to_json() == expected
+    assert read_facts(reversed(lines)).to_json() == expected
 
 
 @pytest.mark.parametrize(
@@ -330,8 +331,8 @@ def test_every_sglang_rank_tag_names_its_own_rank(tags, stamp):
         for tag, gib, avail in zip(tags, ("52.00", "50.00"), ("41.79", "43.79"))
     )
     assert read_facts([first, second]) == read_facts([second, first])
-    assert read_facts([second, first])["weights_gib"] == 52.0
-    assert read_facts([first, second])["weights_ranks"] == 2
+    assert read_facts([second, first]).weights_gib == 52.0
+    assert read_facts([first, second]).weights_ranks == 2
 
 
 def test_vllm_0_33_says_its_numbers_from_local_rank_0_alone():
@@ -344,9 +345,9 @@ def test_vllm_0_33_says_its_numbers_from_local_rank_0_alone():
         "(Worker_PP0_TP0 pid=11) INFO 11-30 10:02:10 [gpu_worker.py:772] Available KV cache memory: 30.5 GiB",
     ]
     facts = read_facts(lines)
-    assert (facts["weights_gib"], facts["weights_ranks"]) == (40.1, 1)  # the first stage's GPU 0
-    assert facts["kv_memory_gib"] == 30.5
-    assert facts["graph_estimate_gib"] == 0.31  # every worker's estimate: the busiest
+    assert (facts.weights_gib, facts.weights_ranks) == (40.1, 1)  # the first stage's GPU 0
+    assert facts.kv_memory_gib == 30.5
+    assert facts.graph_estimate_gib == 0.31  # every worker's estimate: the busiest
 
 
 def test_sglangs_pool_resized_after_the_graphs_is_the_one_that_counts():
@@ -354,34 +355,34 @@ def test_sglangs_pool_resized_after_the_graphs_is_the_one_that_counts():
         "[2026-11-30 10:01:37 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 431204, K size: 12.75 GB, V size: 12.75 GB",
         "[2026-11-30 10:02:06 TP0] Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 420000, KV size: 24.84 GB, avail mem=13.00 GB",
     ]
-    assert read_facts(lines) == {"kv_tokens": 420000, "kv_memory_gib": 24.84}
+    assert read_facts(lines).to_json() == {"kv_tokens": 420000, "kv_memory_gib": 24.84}
 
 
 def test_versions_of_vllm_in_each_wording():
     assert read_facts(  # vllm/entrypoints/openai/api_server.py before 0.33
         ["INFO 11-29 20:46:46 [api_server.py:1800] vLLM API server version 0.11.0"]
-    ) == {"engine_version": "0.11.0"}
+    ).to_json() == {"engine_version": "0.11.0"}
     logo = [  # vllm/entrypoints/common/startup.py: the monochrome logo (its first line carries the prefix)
         "(APIServer pid=2817) INFO 11-30 10:00:01 [startup.py:38] ",
         "       █     █     █▄   ▄█",
         " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.33.0",
         "  █▄█▀ █     █     █     █  model   MiniMaxAI/MiniMax-M2.5",
     ]
-    assert read_facts(logo) == {"engine_version": "0.33.0"}
+    assert read_facts(logo).to_json() == {"engine_version": "0.33.0"}
 
 
 def test_colour_and_progress_redraws_do_not_hide_a_line():
-    reader = LaunchFacts()
+    reader = FactsReader()
     reader.feed(
         "Loading safetensors checkpoint shards: 100% Completed | 130/130\r"
         "\x1b[1;36m(Worker_TP0 pid=3101)\x1b[0;0m INFO 11-30 10:01:43 [gpu_model_runner.py:5088] "
         "Model loading took 53.63 GiB memory and 78.114215 seconds"
     )
-    assert reader.to_json() == {"weights_gib": 53.63, "weights_seconds": 78.1142, "weights_ranks": 1}
+    assert reader.facts().to_json() == {"weights_gib": 53.63, "weights_seconds": 78.1142, "weights_ranks": 1}
 
 
 def test_a_log_that_says_nothing_gives_no_facts():
-    assert read_facts(["INFO:     Started server process [4242]", "", "garbage \x1b[0m"]) == {}
+    assert read_facts(["INFO:     Started server process [4242]", "", "garbage \x1b[0m"]) == LaunchFacts()
 
 
 # -- a real vLLM, on CPU (tests/fixtures/real_vllm_cpu/README.md) -------------------------------------
@@ -420,10 +421,10 @@ def test_a_real_vllm_on_cpu_reports_its_own_numbers_and_no_others():
     assert {p.name for p in REAL_CPU.glob("*.log")} == set(REAL_CPU_FACTS)
     for name, expected in REAL_CPU_FACTS.items():
         facts = read_facts(LogTail(REAL_CPU / name).flush())
-        assert facts == expected, name
+        assert facts.to_json() == expected, name
         # Unknown stays unknown: no weights GiB (nor a count of ranks that said it), never a 0.
-        assert "weights_gib" not in facts and "weights_ranks" not in facts
-        assert all(value != 0 for value in facts.values()), name
+        assert facts.weights_gib is None and facts.weights_ranks is None
+        assert all(value != 0 for value in facts.to_json().values()), name
 
 
 def test_the_cpu_workers_own_kv_memory_and_the_loaders_time():
@@ -435,12 +436,12 @@ def test_the_cpu_workers_own_kv_memory_and_the_loaders_time():
         "(Worker_TP0 pid=11) INFO 12-02 07:53:35 [default_loader.py:501] Loading weights took 0.50 seconds",
         "(Worker_TP1 pid=12) INFO 12-02 07:53:35 [default_loader.py:501] Loading weights took 0.75 seconds",
     ]
-    assert read_facts(lines) == {"kv_memory_gib": 4.9, "weights_seconds": 0.75}
+    assert read_facts(lines).to_json() == {"kv_memory_gib": 4.9, "weights_seconds": 0.75}
     # On a GPU the model runner's time, which holds the loader's, wins whatever the order.
     gpu = "(Worker_TP1 pid=12) INFO 12-02 07:53:36 [gpu_model_runner.py:5150] Model loading took 2.5 GiB memory and 1.25 seconds"
     for ordered in (lines + [gpu], [gpu] + lines):
         facts = read_facts(ordered)
-        assert (facts["weights_gib"], facts["weights_seconds"], facts["weights_ranks"]) == (2.5, 1.25, 1)
+        assert (facts.weights_gib, facts.weights_seconds, facts.weights_ranks) == (2.5, 1.25, 1)
 
 
 # -- journaled at the end of a launch, from a real simulated engine ------------------------------------
@@ -455,6 +456,7 @@ def sim_lab(tmp_path, monkeypatch):
 
 
 def launcher_for(profile_path: str, journal, **fields):
+    from cockpit.boxcontext import box_context
     from cockpit.lab import gpu_source, lab_setup
     from cockpit.resolve import SetupOverrides, resolve_profile
     from cockpit.runner.experiment import Launcher
@@ -462,7 +464,7 @@ def launcher_for(profile_path: str, journal, **fields):
     from cockpit.runner.supervisor import Supervisor
 
     profile = resolve_profile(SetupOverrides(profile=profile_path))
-    setup = lab_setup(profile, sim=True)
+    setup = lab_setup(profile, box_context(profile, sim=True))
     supervisor = Supervisor(Registry(), gpu_source(setup.hardware, True))
     return Launcher(profile, setup, journal, supervisor, sim=True, **fields)
 
@@ -511,13 +513,12 @@ def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_
         "graph_seconds": float(logged(log, r"Graph capturing finished in (\d+) secs")),
         "engine_init_seconds": float(logged(log, r"warmup model\) took ([\d.]+) s")),
     }
-    memory = row.predicted["memory"]  # the prediction the launch was made with, beside it
-    assert row.facts["weights_gib"] == memory["weights_gib"]
-    assert row.facts["kv_tokens"] == memory["kv_tokens"]
-    assert (
-        row.facts["graph_gib"] == row.facts["graph_estimate_gib"] == memory["graph_gib"]
-    )  # the graphs modelled
-    assert row.predicted["learned_runs"] == 0
+    memory = row.prediction.memory  # the prediction the launch was made with, beside it
+    assert memory is not None
+    assert row.launch_facts.weights_gib == memory.weights_gib
+    assert row.launch_facts.kv_tokens == memory.kv_tokens
+    assert row.launch_facts.graph_gib == row.launch_facts.graph_estimate_gib == memory.graph_gib  # modelled
+    assert row.prediction.learned_runs == 0
     assert (row.gpu_type, row.engine_version) == ("rtx-pro-6000", launcher.setup.engine.version)
 
 
@@ -546,7 +547,7 @@ def test_an_sglang_launch_journals_the_numbers_it_logged(sim_lab, profile_file):
         "graph_gib": float(logged(log, r"CUDA graph end\..*mem usage=([\d.]+) GB")),
         "graph_seconds": float(logged(log, r"CUDA graph end\..*elapsed=([\d.]+) s")),
     }
-    assert row.facts["kv_tokens"] == int(logged(log, r"max_total_num_tokens=(\d+)"))
+    assert row.launch_facts.kv_tokens == int(logged(log, r"max_total_num_tokens=(\d+)"))
 
 
 def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, profile_file):
@@ -567,11 +568,11 @@ def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, pr
         row = journal.experiment(failed.experiment)
     assert row.outcome == "failed" and row.diagnosis_kind == "kv-cache"
     assert row.facts == failed.facts
-    assert row.facts["weights_gib"] == float(logged(row.log_path, r"Model loading took ([\d.]+) GiB"))
-    assert row.facts["kv_memory_gib"] == float(
+    assert row.launch_facts.weights_gib == float(logged(row.log_path, r"Model loading took ([\d.]+) GiB"))
+    assert row.launch_facts.kv_memory_gib == float(
         logged(row.log_path, r"Available KV cache memory: (-?[\d.]+) GiB")
     )
-    assert "kv_tokens" not in row.facts  # no KV cache came up; nothing served
+    assert row.launch_facts.kv_tokens is None  # no KV cache came up; nothing served
     assert measured == [failed.experiment]  # what it logged before it died teaches all the same
 
 
@@ -592,7 +593,7 @@ def test_a_hook_that_fails_is_logged_and_the_launch_goes_on(sim_lab, profile_fil
 
 
 def test_a_bench_journals_the_tok_s_predicted_for_its_levels_and_tells_the_hook(sim_lab, profile_file):
-    from cockpit.commands import Bench
+    from cockpit.benchrequest import BenchRequest
     from cockpit.journal import Journal
     from cockpit.layout import parse_layout
     from cockpit.perfmodel import predict_tok_s
@@ -606,12 +607,16 @@ def test_a_bench_journals_the_tok_s_predicted_for_its_levels_and_tells_the_hook(
         try:
             list(launcher.run(parse_layout("tp4")))
             exp = launcher.experiment
-            done = list(launcher.bench(Bench(concurrency=(1, 4), input_len=64, output_len=16, requests=4)))
+            done = list(
+                launcher.bench(BenchRequest(concurrency=(1, 4), input_len=64, output_len=16, requests=4))
+            )
         finally:
             launcher.stop("done")
         assert isinstance(done[-1], BenchDone) and not done[-1].error
         row = journal.experiment(exp)
     assert measured == [exp, exp]  # once ready, once the bench ended
     expected = predict_tok_s(launcher.setup, plan_layout(launcher.setup, "tp4"), (1, 4), 64, 16)
-    assert row.predicted["tok_s"] == {"64/16": {str(c): round(v, 2) for c, v in expected.items()}}
-    assert row.predicted["memory"]["weights_gib"] == row.facts["weights_gib"]  # the launch's stays
+    assert row.prediction.tok_s == {(64, 16): {c: round(v, 2) for c, v in expected.items()}}
+    assert row.predicted["tok_s"] == {"64/16": {str(c): round(v, 2) for c, v in expected.items()}}  # on disk
+    memory = row.prediction.memory
+    assert memory is not None and memory.weights_gib == row.launch_facts.weights_gib  # the launch's stays

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from cockpit.engines import get_engine
 from cockpit.errors import CockpitError
-from cockpit.layout import Layout, enumerate_layouts, parse_layout
+from cockpit.layout import Layout, parse_layout
 
 
 @pytest.mark.parametrize(
@@ -119,6 +120,10 @@ def test_enumerated_layouts_round_trip(engine: str, n: int, moe: bool) -> None:
         assert parse_layout(str(layout)) == layout
 
 
+def enumerate_layouts(n: int, *, moe: bool, engine: str) -> list[Layout]:
+    return get_engine(engine).candidate_layouts(n, moe=moe)
+
+
 def names(n: int, *, moe: bool, engine: str) -> list[str]:
     return [str(x) for x in enumerate_layouts(n, moe=moe, engine=engine)]
 
@@ -174,7 +179,7 @@ def test_small_boxes() -> None:
 
 
 def test_bad_engine_and_box() -> None:
-    with pytest.raises(CockpitError, match="unknown engine 'trtllm': use vllm or sglang"):
+    with pytest.raises(CockpitError, match="unknown engine 'trtllm': use one of vllm, sglang"):
         enumerate_layouts(8, moe=True, engine="trtllm")
     with pytest.raises(CockpitError, match="1 GPU or more"):
         enumerate_layouts(0, moe=True, engine="vllm")

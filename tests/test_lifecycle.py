@@ -6,6 +6,7 @@ started, SIGHUP leaves the server listed; two cockpits never share GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from simproc import free_port
+from helpers import free_port, wait_for
 from test_run import read_until
 
 from cockpit.headless import stop_servers
@@ -115,16 +116,6 @@ class _env:
         self._lock.release()
 
 
-def _wait_for(predicate, timeout: float = 30.0, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError("timed out")
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -163,7 +154,7 @@ def _interrupt_trial(root: Path, sig: signal.Signals, offset_ms: float) -> tuple
     said: list[str] = []
     with _env(box.env):  # `cockpit stop all`, in this process: every listed engine is stoppable
         assert stop_servers("all", out=said.append) == 0, said
-    _wait_for(lambda: not box.engines(), timeout=20)
+    wait_for(lambda: not box.engines(), timeout=20)
     return left, listed, out + err
 
 
@@ -201,7 +192,7 @@ def test_sigterm_while_loading_stops_the_server_and_journals_the_end(tmp_path):
     out, err = run.communicate(timeout=30)
     assert run.returncode == 143, out + err
     assert "stopped   terminated (SIGTERM)" in out
-    _wait_for(lambda: _gone(entry.pid))
+    wait_for(lambda: _gone(entry.pid))
     assert not box.listed() and not box.engines()
     with box.journal() as journal:
         [row] = journal.experiments()
@@ -224,12 +215,12 @@ def test_sigterm_during_a_bench_ends_the_bench_child_and_the_server(tmp_path):
                 continue
         return None
 
-    child = _wait_for(bench_child)
+    child = wait_for(bench_child)
     time.sleep(0.5)  # requests in flight
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 143, out + err
-    _wait_for(lambda: _gone(child.pid) and _gone(entry.pid))
+    wait_for(lambda: _gone(child.pid) and _gone(entry.pid))
     assert not box.listed() and not box.engines()
 
 
@@ -238,17 +229,22 @@ def test_sighup_leaves_the_server_running_listed_and_stoppable(tmp_path):
     run = box.spawn("run", "try tp4", "--profile", _profile(tmp_path, free_port()), "--sim", "--quiet")
     read_until(run, "phase     loading")
     [entry] = box.registry.live()
-    run.send_signal(signal.SIGHUP)
-    run.communicate(timeout=30)
-    assert run.returncode == 129
-    assert entry.pid in box.listed() and not _gone(entry.pid)
-    with box.journal() as journal:
-        [row] = journal.experiments()
-    assert "SIGHUP" in (row.note or "") and f"cockpit stop {entry.pid}" in row.note
-    assert row.outcome == "launching" and row.ended is None
-    stopped = box.cockpit("stop", str(entry.pid))
-    assert stopped.returncode == 0, stopped.stderr
-    _wait_for(lambda: _gone(entry.pid))
+    try:
+        run.send_signal(signal.SIGHUP)
+        run.communicate(timeout=60)
+        assert run.returncode == 129
+        assert entry.pid in box.listed() and not _gone(entry.pid)
+        with box.journal() as journal:
+            [row] = journal.experiments()
+        assert "SIGHUP" in (row.note or "") and f"cockpit stop {entry.pid}" in row.note
+        assert row.outcome == "launching" and row.ended is None
+        stopped = box.cockpit("stop", str(entry.pid))
+        assert stopped.returncode == 0, stopped.stderr
+        wait_for(lambda: _gone(entry.pid))
+    finally:  # a failure above must not leave the engine or its cockpit running for other tests
+        run.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(entry.pgid, signal.SIGKILL)
     with box.journal() as journal:
         [row] = journal.experiments()
     assert row.ended is not None
@@ -264,7 +260,7 @@ def test_two_simultaneous_launches_get_disjoint_gpus_and_a_third_is_told_who_hol
         for _ in range(2)
     ]
     try:
-        entries = _wait_for(
+        entries = wait_for(
             lambda: _both_running(runs) and len(box.registry.live()) == 2 and box.registry.live()
         )
         first, second = (set(e.gpus) for e in entries)
@@ -297,7 +293,7 @@ def test_a_second_launch_on_a_registered_port_is_refused_before_it_binds(tmp_pat
     port = free_port()
     profile = _profile(tmp_path, port)
     first = box.spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet")
-    [entry] = _wait_for(box.registry.live)
+    [entry] = wait_for(box.registry.live)
     second = box.cockpit("run", "try tp4", "--profile", profile, "--sim", "--quiet")  # GPUs 4-7 are free
     assert second.returncode == 1 and f"port {port} is already in use" in second.stdout, second.stdout
     first.send_signal(signal.SIGINT)
@@ -338,6 +334,7 @@ class InProcess:
     """A Launcher in this process over a box of its own (a slow load: the server stays up)."""
 
     def __init__(self, tmp_path: Path, monkeypatch):
+        from cockpit.boxcontext import box_context
         from cockpit.lab import lab_setup
         from cockpit.resolve import SetupOverrides, resolve_profile
 
@@ -345,7 +342,7 @@ class InProcess:
         for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
             monkeypatch.setenv(name, self.box.env[name])
         self.profile = resolve_profile(SetupOverrides(profile=_profile(tmp_path, free_port())))
-        self.setup = lab_setup(self.profile, sim=True)
+        self.setup = lab_setup(self.profile, box_context(self.profile, sim=True))
 
     def launcher(self, journal: Journal, registry: Registry | None = None):
         from cockpit.lab import gpu_source
@@ -385,7 +382,7 @@ def test_a_journal_write_that_fails_after_launch_stops_the_server(in_process, fa
             list(launcher.run(parse_layout("tp4")))
     assert launcher.handle is None
     assert not in_process.box.listed()
-    _wait_for(lambda: not in_process.box.engines(), timeout=15)
+    wait_for(lambda: not in_process.box.engines(), timeout=15)
 
 
 def test_a_journal_that_fails_during_a_stop_does_not_keep_the_server_up(in_process):
@@ -552,7 +549,7 @@ def test_a_server_killed_after_ready_is_reaped_unlisted_and_journaled_once(in_pr
         handle = launcher.handle
         watching = Watching(launcher, handle)
         os.killpg(handle.pid, signal.SIGKILL)  # `kill -9` from another shell, or the OOM killer
-        stopped = _wait_for(watching.stopped)
+        stopped = wait_for(watching.stopped)
         watching.thread.join(10)
         assert not watching.thread.is_alive()
         assert stopped.ended == "killed (SIGKILL)" and "killed (SIGKILL)" in stopped.reason
@@ -576,7 +573,7 @@ def test_a_server_cockpit_stops_itself_ends_its_watch_quietly(in_process, monkey
         watching = Watching(launcher, launcher.handle)
         stopped = launcher.stop("stopped by the user")
         assert stopped is not None and not stopped.ended
-        _wait_for(lambda: not watching.thread.is_alive(), timeout=10)
+        wait_for(lambda: not watching.thread.is_alive(), timeout=10)
         assert watching.events == []  # no second word on the end: `stop` said it
         [row] = journal.experiments()
     assert not row.note
@@ -598,7 +595,7 @@ def test_a_re_attached_server_is_watched_by_its_pid(tmp_path, monkeypatch):
         _ready(launcher, list(launcher.follow(handle)))
         watching = Watching(launcher, handle)
         os.killpg(entry.pgid, signal.SIGTERM)  # `cockpit stop` of another cockpit would do the same
-        stopped = _wait_for(watching.stopped)
+        stopped = wait_for(watching.stopped)
         assert stopped.ended == "ended" and "re-attached" in stopped.reason
         assert launcher.handle is None
         [row] = journal.experiments()
@@ -619,10 +616,10 @@ def test_a_server_that_stops_answering_is_said_once_and_not_taken_for_ended(in_p
         thread.start()
         os.killpg(handle.pid, signal.SIGSTOP)  # alive, but answers nothing
         try:
-            _wait_for(lambda: any("has not answered /health" in line for line in lines))
+            wait_for(lambda: any("has not answered /health" in line for line in lines))
         finally:
             os.killpg(handle.pid, signal.SIGCONT)
-        _wait_for(lambda: any("answers /health again" in line for line in lines))
+        wait_for(lambda: any("answers /health again" in line for line in lines))
         quit.set()
         thread.join(10)
         assert f"its process (pid {handle.pid}) runs" in lines[0]

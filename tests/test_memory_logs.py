@@ -212,12 +212,12 @@ def test_other_mxfp4_models_run_humming_on_hopper_in_vllm_0_33():
     not gpt-oss pads only its width there, as the Triton path does; older releases used Marlin."""
     from dataclasses import replace
 
-    from cockpit.planner import mxfp4_backend
+    from cockpit.engines.vllm.memory import mxfp4_backend
 
     model = replace(load("gpt-oss-120b"), architecture="SomeOtherMoeForCausalLM")
     h100 = hardware("h100", 8)
-    assert mxfp4_backend(model, h100, get_engine("vllm", "0.33.0")) == "humming"
-    assert mxfp4_backend(model, h100, get_engine("vllm", "0.14.1")) == "marlin"
+    assert mxfp4_backend(model, h100, "0.33.0") == "humming"
+    assert mxfp4_backend(model, h100, "0.14.1") == "marlin"
     memory = plan_layout(Setup(model, h100, get_engine("vllm", "0.33.0")), "tp1").memory
     assert memory is not None and memory.weights_gib == pytest.approx(model.total_bytes / 2**30, rel=0.005)
 

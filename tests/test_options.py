@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
 from cockpit.engines import check_args, get_engine, option_table, server_args
 from cockpit.engines.options import size_value, table_version
@@ -180,6 +181,11 @@ def test_deprecated_spellings_are_noted_with_their_replacement():
     checked = check_args(option_table("sglang"), ["--enable-dp-attention"])
     assert checked.deprecated == ("--enable-dp-attention",)
     assert "--attn-dp-size" in checked.notes[0]
+
+
+def test_a_flag_after_a_deprecated_one_is_still_named_as_the_other_engines():
+    with pytest.raises(CockpitError, match="that is SGLang's; vLLM 0.33.0 says --max-model-len"):
+        check_args(option_table("vllm", "0.33.0"), ["--log-config-file", "x", "--context-length", "8"])
 
 
 def test_an_unknown_version_uses_the_nearest_table_and_says_so():

@@ -11,6 +11,7 @@ from conftest import MODELS
 
 from cockpit.engines import get_engine, parse_server_args
 from cockpit.engines.base import stage_layers
+from cockpit.engines.sglang.memory import preload_gib
 from cockpit.errors import CockpitError
 from cockpit.hardware import hardware
 from cockpit.modelfiles import load_model, read_config
@@ -23,7 +24,6 @@ from cockpit.planner import (
     nearest_fitting,
     plan_all,
     plan_layout,
-    sglang_preload_gib,
 )
 
 
@@ -279,7 +279,7 @@ def test_no_kv_memory_left_speaks_sglang_0_5_23(kimi, seed_box):
     setup = Setup(kimi, seed_box, get_engine("sglang"), server_args=("--mem-fraction-static", "0.6"))
     v = plan_layout(setup, "tp8")
     memory = v.memory
-    pre = memory.capacity_gib - sglang_preload_gib(v.placement, seed_box)
+    pre = memory.capacity_gib - preload_gib(v.placement, seed_box)
     minimum = 1 - (pre - memory.weights_gib) / pre
     suggested = math.ceil(minimum * 1000) / 1000
     assert reason(v, "no-kv-memory").message == (

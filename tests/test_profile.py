@@ -302,7 +302,8 @@ def test_the_engine_override_uses_the_profiles_section_for_that_engine(tmp_path)
 
 
 def test_the_engine_override_translates_without_a_section():
-    from cockpit.engines.options import check_args, option_table
+    from cockpit.engines.arguments import check_args
+    from cockpit.engines.options import option_table
     from cockpit.resolve import profile_for_engine
 
     on_sglang, notes = profile_for_engine(load_profile("minimax-m2.5"), "sglang")

@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from helpers import listening_socket, wait_for
 
 from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
@@ -114,11 +115,8 @@ def test_kimi_tp4_ep2_ooms_on_a_gpu_during_weight_loading(profile_file):
 
 
 def test_busy_port_is_refused_before_launch(profile_file):
-    import socket
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening_socket() as taken:
         port = taken.getsockname()[1]
         profile, _ = profile_file("minimax-m2.5", port=port)
         result = cockpit("run", "try tp4", "--profile", profile, "--sim")
@@ -166,21 +164,11 @@ def test_never_ready_times_out_with_a_clear_message(profile_file, monkeypatch):
     assert not Registry().live()
 
 
-def _wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
 def test_kill_9_of_cockpit_then_a_new_cockpit_finds_and_stops_the_server(profile_file, monkeypatch):
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "0.05")  # a slow load: the server is still loading
     profile, _ = profile_file("minimax-m2.5")
     first = spawn("run", "try tp4", "--profile", profile, "--sim")
-    entry = _wait_for(lambda: next(iter(Registry().live()), None))
+    entry = wait_for(lambda: next(iter(Registry().live()), None))
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=10)
     first.stdout.close()
@@ -203,7 +191,7 @@ def test_server_killed_mid_run_is_reported_failed(profile_file, monkeypatch):
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "0.05")
     profile, _ = profile_file("minimax-m2.5")
     run = spawn("run", "try tp4", "--profile", profile, "--sim", "--quiet")
-    entry = _wait_for(lambda: next(iter(Registry().live()), None))
+    entry = wait_for(lambda: next(iter(Registry().live()), None))
     os.kill(entry.pid, signal.SIGKILL)
     out, _ = run.communicate(timeout=20)
     assert run.returncode == 1
@@ -221,7 +209,7 @@ def test_ctrl_c_stops_the_server_and_keep_leaves_it(profile_file, monkeypatch):
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=20)
     assert run.returncode == 130 and "stopped   interrupted" in out, out + err
-    _wait_for(
+    wait_for(
         lambda: not psutil.pid_exists(entry.pid) or psutil.Process(entry.pid).status() == psutil.STATUS_ZOMBIE
     )
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 from test_run import cockpit, fast_sim  # noqa: F401  (the fixture sets up the sim, journal and state dirs)
 
 from cockpit.journal import Journal

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
 from cockpit.hardware import parse_box
 from cockpit.perfmodel import for_verdict

@@ -16,7 +16,8 @@ import time
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
 from cockpit.sim.batcher import Batcher, ConstantPacer
 from cockpit.sim.pacing import SLIP_S, WARN_EVERY_S

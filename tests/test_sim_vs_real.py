@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 from test_sim_server import ServerThread
 
 from cockpit.sim.batcher import ConstantPacer

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ from types import SimpleNamespace
 import psutil
 import pynvml
 import pytest
+from helpers import free_port
 
 from cockpit.errors import CockpitError
 from cockpit.hardware import GIB
@@ -460,9 +460,7 @@ def exporter():
 
 def closed_port() -> int:
     """A port on 127.0.0.1 that nothing listens on: bound by us, then let go."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def test_prometheus_source_reads_a_live_exporter(exporter):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.engines.options import Option, check_args, option_table
+from cockpit.engines.arguments import check_args
+from cockpit.engines.options import Option, option_table
 from cockpit.engines.translate import translate_args
 from cockpit.errors import CockpitError
 

@@ -19,6 +19,7 @@ from tuipilot import (  # noqa: F401  (fixtures)
     until,
 )
 
+from cockpit.bench.result import LevelSummary
 from cockpit.journal import Journal
 from cockpit.layout import parse_layout
 from cockpit.runner.events import BenchLevel
@@ -226,7 +227,7 @@ def test_plan_alone_answers_and_stop_replaces_stopping(minimax):
 def test_between_levels_the_bench_status_names_the_next_level():
     view = BenchView()
     view.start(7, "tp4", (1, 8))
-    view.apply(BenchLevel(7, 1, {"concurrency": 1, "output_tok_s": 90.0}, "C=1"))
+    view.apply(BenchLevel(7, 1, LevelSummary(concurrency=1, output_tok_s=90.0), "C=1"))
     assert "C=1" not in view.status() and "C=8 starting" in view.status()
     assert "tok/s now" not in view.status()
 
@@ -237,7 +238,8 @@ def test_a_thread_message_that_lands_after_the_screen_is_gone_is_dropped(minimax
     While the app runs, a widget that is missing is a bug and still raises."""
     from textual.css.query import NoMatches
 
-    from cockpit.tui.control import Relearned, SweepDone
+    from cockpit.runner.jobs import SweepDone
+    from cockpit.tui.control import Relearned
     from cockpit.tui.messages import JobEventPosted
 
     async def scenario():

@@ -120,7 +120,7 @@ def test_a_server_left_on_sglang_comes_back_on_sglang(minimax, tmp_path, monkeyp
 def test_help_gives_every_command_and_key_its_words_at_any_width(width):
     from rich.console import Console
 
-    from cockpit.commands import COMMANDS
+    from cockpit.prompt import COMMANDS
     from cockpit.tui.app import KEY_WORDS, KEYS
     from cockpit.tui.screens.help import MARKS, TUNE_MARKS, help_table
 

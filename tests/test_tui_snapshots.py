@@ -15,6 +15,8 @@ import pytest
 import yaml
 from tuipilot import run, screen_text
 
+from cockpit.bench.metrics import Summary
+from cockpit.bench.result import LevelSummary
 from cockpit.journal import BenchPoint, Journal
 from cockpit.runner.events import BenchLevel, BenchTick, Diagnosis, Launching, Planned, Ready
 from cockpit.telemetry.base import GpuProcess
@@ -81,12 +83,12 @@ async def idle_box(pilot) -> None:
 
 GIB = 2**30
 PID = 4194301  # Linux's PIDs reach 7 digits (pid_max 4194304)
-LEVEL = {
-    "concurrency": 64,
-    "output_tok_s": 1512.94,
-    "ttft_ms": {"p50": 104.25, "p99": 7712.5},
-    "itl_ms": {"p50": 11.25, "p99": 38.5},
-}
+LEVEL = LevelSummary(
+    concurrency=64,
+    output_tok_s=1512.94,
+    ttft_ms=Summary(p50=104.25, p99=7712.5),
+    itl_ms=Summary(p50=11.25, p99=38.5),
+)
 
 
 async def busy_box(pilot) -> None:

@@ -13,11 +13,12 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from cockpit.commands import Tune, parse_command
+from cockpit.commands import Tune
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.planner import Learned
 from cockpit.profile import load_profile
+from cockpit.prompt import parse_command
 from cockpit.resolve import setup_for
 from cockpit.tune.candidates import knob_combinations, plan_candidates
 from cockpit.tune.events import Point
@@ -315,13 +316,15 @@ def test_a_launch_that_failed_on_this_box_before_drops_its_layout(
     """Remembered for the box: a candidate whose very argv failed here (journaled by an earlier
     `try` or tune) is not launched again, and neither are its knob variants, when the failure was
     the layout's."""
+    from cockpit.boxcontext import box_context
     from cockpit.lab import lab_setup
     from cockpit.outcome import FAILED, Diagnosis
     from cockpit.secrets import redact_argv
 
     profile, _ = profile_file("minimax-m2.5")
     spec = parse_tune(" ".join(WORKLOAD))
-    setup = lab_setup(load_profile(profile), sim=True)
+    loaded = load_profile(profile)
+    setup = lab_setup(loaded, box_context(loaded, sim=True))
     candidates, _ = plan_candidates(setup, spec, 8)
     first = candidates[0]
     with Journal() as journal:

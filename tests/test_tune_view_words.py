@@ -10,6 +10,8 @@ from dataclasses import replace
 from test_tune_report import BASE
 from tuipilot import fast_sim, screen_text, small_profile, until  # noqa: F401  (fast_sim: autouse)
 
+from cockpit.bench.metrics import Summary
+from cockpit.bench.result import LevelSummary
 from cockpit.journal import Journal
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.widgets.tune_view import render_goal_chart
@@ -21,15 +23,15 @@ from cockpit.tune.spec import parse_tune
 from cockpit.tuner import level_point
 
 
-def bench_level(tok_s: float, ttft: float, token_gap_p99: float, request_itl_p99: float) -> dict:
+def bench_level(tok_s: float, ttft: float, token_gap_p99: float, request_itl_p99: float) -> LevelSummary:
     """A bench level's result as the tuner reads it, every request within the bounds."""
-    return {
-        "output_tok_s": tok_s,
-        "goodput_tok_s": tok_s,
-        "ttft_ms": {"p99": ttft},
-        "itl_ms": {"p99": token_gap_p99},
-        "tpot_ms": {"p99": request_itl_p99},
-    }
+    return LevelSummary(
+        output_tok_s=tok_s,
+        goodput_tok_s=tok_s,
+        ttft_ms=Summary(p99=ttft),
+        itl_ms=Summary(p99=token_gap_p99),
+        tpot_ms=Summary(p99=request_itl_p99),
+    )
 
 
 def test_a_level_sits_left_of_the_bound_its_requests_all_met():

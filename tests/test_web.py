@@ -10,7 +10,7 @@ import time
 from urllib.parse import urlsplit
 
 import httpx
-from simproc import free_port
+from helpers import free_port, listening_socket
 
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # the logo's namespace: a name, never fetched
 
@@ -143,13 +143,10 @@ def test_origin_rules():
 
 
 def test_web_refuses_a_busy_port(capsys):
-    import socket
 
     from cockpit.cli import main
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening_socket() as taken:
         port = taken.getsockname()[1]
         assert main(["web", "--port", str(port)]) == 2
     assert f"port {port} is already in use" in capsys.readouterr().err

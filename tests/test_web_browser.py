@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from simproc import free_port
+from helpers import free_port
 from test_web import start_web, stop_web
 
 CHROMIUM = Path(os.environ.get("COCKPIT_TEST_CHROMIUM", "/usr/bin/chromium"))

@@ -15,11 +15,15 @@ from dataclasses import dataclass, replace
 
 import httpx
 import pytest
-from simproc import SimProcess, free_port
+from helpers import free_port
+from simproc import SimProcess
 
 from cockpit.bench import metrics
-from cockpit.bench.loadgen import BenchConfig, LevelResult, run_sweep
+from cockpit.bench.config import BenchConfig
+from cockpit.bench.loadgen import run_sweep
+from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
+from cockpit.engines import get_engine
 from cockpit.perfmodel import PerfModel, for_verdict, step_token_budget
 from cockpit.planner import plan_layout
 from cockpit.resolve import SetupOverrides, build_setup
@@ -158,11 +162,12 @@ def test_step_token_budget_follows_the_engines_defaults_and_flags():
     setup, _ = build_setup(SetupOverrides(profile=PROFILE))
     hw, model = setup.hardware, setup.model
     server = setup.server
-    assert step_token_budget("vllm", server, hw, model) == 8192  # >= 70 GiB, not an A100
-    assert step_token_budget("vllm", replace(server, max_num_batched_tokens=2048), hw, model) == 2048
-    assert step_token_budget("vllm", replace(server, chunked_prefill=False), hw, model) == 0
-    assert step_token_budget("sglang", server, hw, model) == 8192  # the 90-160 GiB tier
-    assert step_token_budget("sglang", replace(server, max_num_batched_tokens=4096), hw, model) == 4096
+    vllm, sglang = get_engine("vllm"), get_engine("sglang")
+    assert step_token_budget(vllm, server, hw, model) == 8192  # >= 70 GiB, not an A100
+    assert step_token_budget(vllm, replace(server, max_num_batched_tokens=2048), hw, model) == 2048
+    assert step_token_budget(vllm, replace(server, chunked_prefill=False), hw, model) == 0
+    assert step_token_budget(sglang, server, hw, model) == 8192  # the 90-160 GiB tier
+    assert step_token_budget(sglang, replace(server, max_num_batched_tokens=4096), hw, model) == 4096
 
 
 # -- the real engine process and the real bench ------------------------------------------------

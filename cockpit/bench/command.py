@@ -16,8 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, contention_note, request_failures
-from cockpit.benchlimits import (
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT
+from cockpit.bench.result import LevelSummary, contention_note, request_failures
+from cockpit.benchrequest import (
+    DEFAULT_INPUT_LEN,
+    DEFAULT_LEVELS,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_TIMEOUT_S,
     MAX_PROMPTS_BYTES,
     TOKEN_PACE_S,
     check_rate,
@@ -49,13 +54,24 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
         "goes in OPENAI_API_KEY)",
     )
     bench.add_argument("--model", help="the served model id (default: the first of /v1/models)")
+    levels = ",".join(map(str, DEFAULT_LEVELS))
     bench.add_argument(
-        "-c", "--concurrency", default="1,32,64", metavar="C,C,...", help="levels (default 1,32,64)"
+        "-c", "--concurrency", default=levels, metavar="C,C,...", help=f"levels (default {levels})"
     )
-    # The numbers are read as text and checked by cockpit.benchlimits, as the prompt's words are:
-    # the same spellings, the same bounds, the same one line.
-    bench.add_argument("--input-len", default="1024", metavar="N", help="prompt tokens (default 1024)")
-    bench.add_argument("--output-len", default="1024", metavar="N", help="output tokens (default 1024)")
+    # The numbers are read as text and checked by cockpit.benchrequest, as the prompt's words are:
+    # the same spellings, the same bounds, the same one line; the defaults are a profile's too.
+    bench.add_argument(
+        "--input-len",
+        default=str(DEFAULT_INPUT_LEN),
+        metavar="N",
+        help=f"prompt tokens (default {DEFAULT_INPUT_LEN})",
+    )
+    bench.add_argument(
+        "--output-len",
+        default=str(DEFAULT_OUTPUT_LEN),
+        metavar="N",
+        help=f"output tokens (default {DEFAULT_OUTPUT_LEN})",
+    )
     size = bench.add_mutually_exclusive_group()
     size.add_argument("--requests", metavar="N", help="measured requests per level")
     size.add_argument("--duration", metavar="S", help="measured seconds per level")
@@ -88,20 +104,20 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--timeout",
-        default="600",
+        default=f"{DEFAULT_TIMEOUT_S:g}",
         metavar="S",
         help="give up on a request after S seconds without a token: connecting and the first token "
         "included, SSE comments and keep-alives not counted; after its first S seconds a request "
         f"must also average a token every {TOKEN_PACE_S:g} s, and at most S + {TOKEN_PACE_S:g} s "
-        "per output token asked (default 600)",
+        f"per output token asked (default {DEFAULT_TIMEOUT_S:g})",
     )
     return bench
 
 
 def config_from_args(args: argparse.Namespace):
-    """The sweep the flags ask for, every value checked against cockpit.benchlimits before
+    """The sweep the flags ask for, every value checked against cockpit.benchrequest before
     anything is sent; a bad one is one line naming its flag."""
-    from cockpit.bench.loadgen import BenchConfig
+    from cockpit.bench.config import BenchConfig
 
     url = check_url(args.url)
     sizes = {
@@ -184,44 +200,40 @@ def _workers(text: str) -> int | None:
     return check_workers(typed_whole(text), "--workers")
 
 
-def describe_level(result) -> str:
+def describe_level(level: LevelSummary) -> str:
     """One line per finished level, for people."""
-    data = result.to_json()
     line = (
-        f"C={data['concurrency']:<5} {data['output_tok_s']:>10,.1f} tok/s  "
-        f"{data.get('request_s', 0) or 0:6.2f} req/s  "
-        f"TTFT p50 {_ms(data, 'ttft_ms', 'p50')} p99 {_ms(data, 'ttft_ms', 'p99')}  "
-        f"ITL p50 {_ms(data, 'itl_ms', 'p50')} p99 {_ms(data, 'itl_ms', 'p99')}  "
-        f"errors {data['errors']}"
+        f"C={level.concurrency:<5} {level.output_tok_s:>10,.1f} tok/s  "
+        f"{level.request_s or 0:6.2f} req/s  "
+        f"TTFT p50 {_ms(level.ttft_ms.p50)} p99 {_ms(level.ttft_ms.p99)}  "
+        f"ITL p50 {_ms(level.itl_ms.p50)} p99 {_ms(level.itl_ms.p99)}  "
+        f"errors {level.errors}"
     )
-    reasons = data.get("error_reasons") or {}
-    if reasons:
-        reason, count = max(reasons.items(), key=lambda item: item[1])
+    if level.error_reasons:
+        reason, count = max(level.error_reasons.items(), key=lambda item: item[1])
         line += f" ({count}x {reason})"
-    if data.get("failed"):
+    if level.failed:
         line += "  FAILED: not comparable"
-    if note := contention_note(data):
+    if note := contention_note(level):
         line += f"  [{note}]"
-    if data.get("goodput_tok_s") is not None:
-        line += f"  {_goodput(data)}"
-    if (data.get("workers") or 1) > 1:
-        line += f"  ({data['workers']} workers)"
-    if data.get("client_limited"):
-        line += f"  [client-limited: {data.get('client_note', '')}]"
+    if level.goodput_tok_s is not None:
+        line += f"  {_goodput(level, level.goodput_tok_s)}"
+    if (level.workers or 1) > 1:
+        line += f"  ({level.workers} workers)"
+    if level.client_limited:
+        line += f"  [client-limited: {level.client_note}]"
     return line
 
 
-def _goodput(data: dict) -> str:
+def _goodput(level: LevelSummary, goodput_tok_s: float) -> str:
     """``goodput 812 tok/s (94% of requests within ttft<=2000ms itl<=50ms)``."""
-    slo = Slo.from_json(data.get("slo"))
-    bounds = slo.describe() if slo is not None else "the bounds"
-    requests, good = data.get("requests") or 0, data.get("good_requests") or 0
+    bounds = level.slo.describe() if level.slo is not None else "the bounds"
+    requests, good = level.requests or 0, level.good_requests or 0
     share = f"{100 * good / requests:.0f}%" if requests else "0%"
-    return f"goodput {data['goodput_tok_s']:,.1f} tok/s ({share} of requests within {bounds})"
+    return f"goodput {goodput_tok_s:,.1f} tok/s ({share} of requests within {bounds})"
 
 
-def _ms(data: dict, metric: str, stat: str) -> str:
-    value = (data.get(metric) or {}).get(stat)
+def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
@@ -250,7 +262,7 @@ def _run_bench(args: argparse.Namespace, out: Print) -> int:
         if journal.experiment(args.experiment) is None:
             journal.close()
             raise CockpitError(f"no experiment {args.experiment} in the journal {journal.path}: check the id")
-    done: list = []
+    done: list[LevelSummary] = []
 
     def on_event(event) -> None:
         if isinstance(event, LevelDone):
@@ -279,12 +291,12 @@ def _run_bench(args: argparse.Namespace, out: Print) -> int:
     return _exit_code(done)
 
 
-def _exit_code(done: Sequence) -> int:
+def _exit_code(done: Sequence[LevelSummary]) -> int:
     """1 with one line naming the failed levels, when any failed; they are journaled as failed.
     REQUESTS_FAILED_EXIT with one line naming the levels where some requests failed: journaled
     as measured, marked, and never in place of a clean level in `cockpit results`."""
     failed = [r for r in done if r.failed]
-    partly = redact_text(request_failures(r.to_json() for r in done))
+    partly = redact_text(request_failures(done))
     if not failed:
         if not partly:
             return 0

@@ -27,27 +27,26 @@ here finds the window in the completions and builds the result from all the raw 
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import math
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from time import perf_counter
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from cockpit.bench import client, metrics, rawclient
+from cockpit.bench import metrics
+from cockpit.bench.config import BenchConfig
 from cockpit.bench.health import MIN_ACHIEVED, ClientHealth, assess
 from cockpit.bench.load import LocalSource, OnDone, ProcessHealth
-from cockpit.bench.metrics import Summary, Window
-from cockpit.bench.transport import Progress, RequestRecord, Timeouts, Transport, is_timeout
-from cockpit.bench.workload import ENDPOINTS, Workload, jsonl_workload, random_workload
-from cockpit.benchlimits import MAX_CONCURRENCY, MAX_WORKERS, check_rate
+from cockpit.bench.metrics import Window
+from cockpit.bench.result import LevelResult
+from cockpit.bench.sending import no_gc_pauses, open_transport, raise_open_files_limit, workload_of
+from cockpit.bench.transport import Progress, RequestRecord, is_timeout
+from cockpit.bench.workers import WorkerPool, plan_workers
 from cockpit.errors import CockpitError
 from cockpit.eventloop import run as run  # the bench's loop: uvloop where installed
 from cockpit.secrets import redact_text
-from cockpit.slo import Slo
 from cockpit.telemetry.enginemetrics import AsyncEngineScraper, EngineMetrics, EngineWindow
 
 TICK_S = 1.0
@@ -55,117 +54,6 @@ BUSY_SCRAPES = 3  # reads of /metrics before a level that must all show load for
 BUSY_PAUSE_S = 0.5  # between them: the last level's cancelled requests take a moment to be aborted
 ENGINE_TIMEOUT_S = 2.0  # a /metrics slower than this gives no figures for that scrape
 GIVE_UP_AFTER = 8  # a warm-up whose first 8 (and at least C) requests all failed: not measured
-DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
-MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
-LEVEL_GC_YOUNG = 100_000  # allocations between two collections while a level runs (no_gc_pauses)
-TRANSPORTS = ("auto", "aiohttp", "raw")
-T = TypeVar("T")
-
-
-# -- configuration ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """One sweep. ``requests`` and ``duration_s`` size the measured window of every level
-    (whichever comes first); with neither, a level measures max(2*C, 8) completions: after C of
-    warm-up, three whole "rounds" of C in all (with fixed lengths a closed loop runs in waves,
-    and whole waves average them fairly), and at least 8 samples at C=1. ``warmup`` defaults to
-    C completions and is never less than C in closed loop; in open loop it defaults to ~10 s of
-    arrivals, at most C. A level whose first 8 (and at least ``warmup``) requests all fail is
-    not measured: its result carries the errors; so is one whose first C requests all timed out.
-
-    ``timeout`` bounds every wait of a request: connecting, the response headers, and each gap
-    between reads of the stream. ``request_timeout_s`` bounds a whole request (default: an hour,
-    or the timeout if longer), so a stream that trickles forever still ends.
-
-    ``workers`` spreads each level over that many processes, one event loop each, when one
-    core cannot drive it (``workers.py``); 1 sends from this process, as always; None chooses
-    per level from the level before (``workers.plan_workers``).
-
-    ``slo``: latency bounds; each level then also reports its goodput (``LevelResult``)."""
-
-    url: str
-    model: str | None = None  # None: the first id of GET /v1/models
-    endpoint: str = "completions"  # or "chat"
-    concurrency: tuple[int, ...] = (1, 32, 64)
-    input_len: int = 1024
-    output_len: int = 1024
-    requests: int | None = None
-    duration_s: float | None = None
-    rate: float | None = None  # open loop: Poisson arrivals per second; concurrency caps in flight
-    jsonl: str | None = None
-    warmup: int | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    request_timeout_s: float | None = None
-    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never shown
-    seed: int = 0
-    # "auto": the raw asyncio.Protocol transport (rawclient) for http://, aiohttp for https://
-    transport: str = "auto"
-    workers: int | None = 1  # processes per level; None: chosen per level (see above)
-    slo: Slo | None = None  # latency bounds: each level's goodput counts the requests within them
-
-    def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise CockpitError(f"the server URL must start with http:// or https://, got '{self.url}'")
-        if self.transport not in TRANSPORTS:
-            raise CockpitError(f"transport must be one of {', '.join(TRANSPORTS)}, got '{self.transport}'")
-        if self.transport == "raw" and not self.url.startswith("http://"):
-            raise CockpitError("the raw transport speaks http:// only: use transport 'aiohttp' for https://")
-        if self.endpoint not in ENDPOINTS:
-            raise CockpitError(f"endpoint must be one of {', '.join(ENDPOINTS)}, got '{self.endpoint}'")
-        if not self.concurrency or any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
-            raise CockpitError(
-                f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, got {self.concurrency}"
-            )
-        if self.workers is not None and not 1 <= self.workers <= MAX_WORKERS:
-            raise CockpitError(f"workers must be between 1 and {MAX_WORKERS}, got {self.workers}")
-        for name in ("input_len", "output_len", "requests", "warmup"):
-            value = getattr(self, name)
-            if value is not None and value < (0 if name == "warmup" else 1):
-                raise CockpitError(f"{name} must be 1 or more, got {value}")
-        if self.rate is not None:
-            check_rate(self.rate, "rate")  # inf or 1e-300: arrivals that overflow or never come
-        for name in ("duration_s", "rate", "timeout", "request_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise CockpitError(f"{name} must be above 0, got {value}")
-        for name in ("timeout", "request_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise CockpitError(f"{name} must be a finite number of seconds, got {value}")
-
-    @property
-    def request_limit_s(self) -> float:
-        """The bound on one whole request."""
-        if self.request_timeout_s is not None:
-            return self.request_timeout_s
-        return max(MIN_REQUEST_LIMIT_S, self.timeout)
-
-    @property
-    def resolved_transport(self) -> str:
-        """The transport this sweep uses: "raw" or "aiohttp"."""
-        if self.transport == "auto":
-            return "raw" if self.url.startswith("http://") else "aiohttp"
-        return self.transport
-
-    @property
-    def base_url(self) -> str:
-        return self.url.rstrip("/").removesuffix("/v1")
-
-    def measured_requests(self, concurrency: int) -> int | None:
-        """Completions that end the window; None when only the duration does."""
-        if self.requests is not None:
-            return self.requests
-        if self.duration_s is not None:
-            return None
-        return max(2 * concurrency, 8)
-
-    def warmup_requests(self, concurrency: int) -> int:
-        if self.rate is not None:
-            default = min(concurrency, max(1, math.ceil(self.rate * 10)))
-            return self.warmup if self.warmup is not None else default
-        return max(concurrency, self.warmup or 0)
 
 
 # -- events ---------------------------------------------------------------------------------------
@@ -192,116 +80,6 @@ class Tick:
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "tick", **{f.name: getattr(self, f.name) for f in fields(self)}}
-
-
-@dataclass(frozen=True)
-class LevelResult:
-    """Everything one level measured. Latencies are Summaries in ms (see metrics for formulas).
-
-    With latency bounds (``BenchConfig.slo``, kept as ``slo``), the goodput too: a completed
-    request is good when its own TTFT and mean inter-token latency are within the bounds
-    (``slo.Slo.is_good``, as ``vllm bench serve --goodput`` counts), and ``goodput_tok_s`` is
-    ``output_tok_s`` x the good requests' share of the completed requests' output tokens
-    (``metrics.goodput``): the output rate that served requests in time, DistServe's goodput.
-    Without bounds the three goodput figures are None and left out of ``to_json``."""
-
-    concurrency: int
-    rate: float | None
-    input_len: int
-    output_len: int
-    requests: int  # successful requests completed inside the window
-    errors: int  # failed requests that ended inside the window (or in warm-up, if all of it failed)
-    error_reasons: dict[str, int]
-    duration_s: float  # the measured window
-    output_tok_s: float
-    request_s: float
-    output_tokens: float  # received inside the window
-    ttft_ms: Summary
-    tpot_ms: Summary
-    itl_ms: Summary
-    e2e_ms: Summary
-    queue_ms: Summary  # open loop: arrival due -> sent
-    series: list[float]  # tok/s per second of the window
-    token_mismatches: int  # requests whose usage differs from their chunk count
-    tokens_per_chunk: float
-    peak_concurrency: int
-    achieved_concurrency: float
-    client_cpu_cores: float
-    loop_lag_p99_ms: float
-    loop_lag_max_ms: float
-    events_per_read: float
-    client_limited: bool
-    client_note: str
-    warmup: int
-    model: str = ""
-    endpoint: str = "completions"
-    sent: int = 0  # requests the level sent, warm-up and those cancelled at its end included
-    cancelled: int = 0  # in flight when the level ended: neither completed nor errors
-    failed: bool = False  # errors > half of the requests that ended, or no token came back
-    error: str | None = None  # why it failed, one line
-    # Another client's load seen at this level (``contention``): the engine's peaks of running and
-    # waiting requests in the window, and/or the requests it ran before the level; None: none seen.
-    contended: dict[str, int] | None = None
-    # The engine's own figures over the window (EngineWindow.summary): running, waiting and KV
-    # usage averages and peaks, preemptions, prefix hit rate, the engine's generated tok/s
-    # (gen_tok_s, beside output_tok_s); {} when it serves no /metrics.
-    engine: dict[str, float] = field(default_factory=dict)
-    workers: int = 1  # processes that sent the level's requests (BenchConfig.workers)
-    # Each worker process's own CPU (cores) and event-loop lag p99 (ms), when there were several.
-    worker_cpu_cores: list[float] = field(default_factory=list)
-    worker_loop_lag_p99_ms: list[float] = field(default_factory=list)
-    slo: Slo | None = None  # the bounds the goodput figures count by
-    good_requests: int | None = None  # completed requests inside the window that met the bounds
-    goodput_tok_s: float | None = None  # output_tok_s x good requests' share of completed tokens
-    goodput_request_s: float | None = None  # good_requests / duration_s
-    records: tuple[RequestRecord, ...] = field(default=(), repr=False, compare=False)  # keep_records only
-    window: Window | None = field(default=None, repr=False, compare=False)  # keep_records only: perf_counter
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if (
-                f.name in ("records", "window")
-                or (f.name in _OMITTED_WHEN_EMPTY and not value)
-                or (f.name in _OMITTED_WHEN_NONE and value is None)
-            ):
-                continue
-            out[f.name] = value.to_json() if isinstance(value, (Summary, Slo)) else value
-        return out
-
-    def to_bench_point(self):
-        """The journal's row: its columns filled, everything else (series, health...) in extra."""
-        from cockpit.journal import BenchPoint
-
-        columns = {
-            "concurrency": self.concurrency,
-            "output_tok_s": self.output_tok_s,
-            "requests": self.requests,
-            "errors": self.errors,
-            "duration_s": self.duration_s,
-            "request_s": self.request_s,
-            "ttft_ms_p50": self.ttft_ms.p50,
-            "ttft_ms_p90": self.ttft_ms.p90,
-            "ttft_ms_p99": self.ttft_ms.p99,
-            "tpot_ms_p50": self.tpot_ms.p50,
-            "itl_ms_p50": self.itl_ms.p50,
-            "itl_ms_p90": self.itl_ms.p90,
-            "itl_ms_p99": self.itl_ms.p99,
-            "e2e_ms_p50": self.e2e_ms.p50,
-            "e2e_ms_p99": self.e2e_ms.p99,
-            "input_len": self.input_len,
-            "output_len": self.output_len,
-            "client_limited": self.client_limited,
-            "failed": self.failed,
-            "error": self.error,
-        }
-        extra = {k: v for k, v in self.to_json().items() if k not in columns}
-        return BenchPoint(**columns, extra=extra)
-
-
-_OMITTED_WHEN_EMPTY = ("engine", "worker_cpu_cores", "worker_loop_lag_p99_ms")
-_OMITTED_WHEN_NONE = ("slo", "good_requests", "goodput_tok_s", "goodput_request_s", "contended")
 
 
 @dataclass(frozen=True)
@@ -357,8 +135,6 @@ async def run_sweep(
     ``keep_records`` leaves each level's raw RequestRecords on its result (for tests and
     analysis; they cost memory: one float per token).
     """
-    from cockpit.bench.workers import WorkerPool, plan_workers
-
     model = cfg.model or await discover_model(cfg.base_url, cfg.api_key, timeout=cfg.timeout)
     workload = workload_of(cfg, model)
     raise_open_files_limit(max(cfg.concurrency) + 64)
@@ -445,50 +221,6 @@ def contention(
     return seen
 
 
-@asynccontextmanager
-async def open_transport(cfg: BenchConfig, url: str, progress: Progress) -> AsyncIterator[Transport]:
-    """The sweep's transport (``cfg.resolved_transport``) to ``url``; its connections close on the
-    way out. The only place that knows the concrete transports."""
-    timeouts = Timeouts.of(cfg.request_limit_s, read_s=cfg.timeout, connect_s=cfg.timeout)
-    if cfg.resolved_transport == "raw":
-        async with rawclient.new_session() as raw_session:
-            yield rawclient.RawTransport(
-                raw_session, url, api_key=cfg.api_key, timeouts=timeouts, progress=progress
-            )
-        return
-    async with client.new_session() as session:
-        yield client.AiohttpTransport(session, url, api_key=cfg.api_key, timeouts=timeouts, progress=progress)
-
-
-@contextmanager
-def no_gc_pauses() -> Iterator[None]:
-    """Almost no garbage collection while a level runs. What survives so far is collected and
-    frozen (as vLLM's bench does), and the young generation is collected only every 100,000
-    allocations, never promoted further. A collection stops the loop while every stream's bytes
-    wait: at C=1024 the default thresholds (700/10/10) gave, in a 5 s level, 8 gen-1 passes of
-    up to 10 ms and a gen-2 pass of ~30 ms, each one in TTFT and the ITL p99. A successful
-    request leaves no cyclic garbage (measured: 0 unreachable objects after thousands), so this
-    costs no memory; the rare young pass bounds what failures' cycles can hold."""
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(LEVEL_GC_YOUNG, 1 << 20, 1 << 20)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
-
-
-def workload_of(cfg: BenchConfig, model: str) -> Workload:
-    """The sweep's request bodies: the prompts file's, or random prompts of the configured lengths."""
-    if cfg.jsonl:
-        return jsonl_workload(cfg.jsonl, model, endpoint=cfg.endpoint, output_len=cfg.output_len)
-    return random_workload(
-        model, endpoint=cfg.endpoint, input_len=cfg.input_len, output_len=cfg.output_len, seed=cfg.seed
-    )
-
-
 async def discover_model(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> str:
     """The first model id the server lists (GET /v1/models); httpx, as this is not the hot path.
     A listing comes at once even from a busy engine: at most 30 s, however long ``timeout``."""
@@ -512,21 +244,6 @@ async def discover_model(base_url: str, api_key: str | None = None, *, timeout: 
         return str(response.json()["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
         raise CockpitError(f"{where} lists no model: pass --model") from None
-
-
-def raise_open_files_limit(needed: int) -> None:
-    """One socket per stream: lift the soft open-files limit towards the hard one (Linux, macOS)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            pass  # requests beyond the limit fail with a counted "Too many open files"
 
 
 # -- one level --------------------------------------------------------------------------------------

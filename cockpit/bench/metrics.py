@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -50,6 +50,15 @@ class Summary:
 
     def to_json(self) -> dict[str, float | int | None]:
         return {"n": self.count, "mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Summary:
+        """The summary ``to_json`` wrote; none for anything else."""
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            int(data.get("n") or 0), data.get("mean"), data.get("p50"), data.get("p90"), data.get("p99")
+        )
 
 
 def percentile(values: Sequence[float], q: float, weights: Sequence[float] | None = None) -> float:
@@ -316,53 +325,7 @@ def mean_concurrency(records: Iterable[RequestRecord], window: Window) -> float:
     return busy / window.length
 
 
-# -- what a level's numbers carry ------------------------------------------------------------------
-
 # `cockpit bench`'s exit code when every level was measured but some requests failed: not 0 (a
 # script must not take the numbers as clean), not 1 (the bench did not fail: its levels are
 # journaled, marked).
 REQUESTS_FAILED_EXIT = 3
-
-
-def _whole(value: object) -> int:
-    """A count from a level's JSON; anything else counts as none."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 0
-    return int(value)
-
-
-def request_failures(levels: Iterable[Mapping[str, Any]]) -> str:
-    """`C=8 had 3/9 requests fail (HTTP 500); C=16 had 4/9 requests fail (...)`: the levels that
-    were measured (not failed) although some of their requests failed, from each level's JSON
-    (``LevelResult.to_json``); "" when there is none. The count is of the requests that ended in
-    the level's window: completed plus failed."""
-    parts = []
-    for level in levels:
-        errors = _whole(level.get("errors"))
-        if errors <= 0 or level.get("failed"):
-            continue
-        reasons = level.get("error_reasons")
-        reason = (
-            max(reasons.items(), key=lambda item: item[1])[0] if isinstance(reasons, dict) and reasons else ""
-        )
-        ended = errors + _whole(level.get("requests"))
-        parts.append(
-            f"C={_whole(level.get('concurrency'))} had {errors}/{ended} requests fail"
-            + (f" ({reason})" if reason else "")
-        )
-    return "; ".join(parts)
-
-
-def contention_note(level: Mapping[str, Any]) -> str:
-    """`contended: the engine held 16 requests at C=8` for a level that saw another client's load
-    (``LevelResult.contended``); "" for one that saw none."""
-    seen = level.get("contended")
-    if not seen:
-        return ""
-    concurrency = _whole(level.get("concurrency"))
-    seen = seen if isinstance(seen, dict) else {}
-    if peak := _whole(seen.get("requests_peak")):
-        return f"contended: the engine held {peak} requests at C={concurrency}"
-    if before := _whole(seen.get("busy_before")):
-        return f"contended: the server already ran {before} requests not from this bench"
-    return "contended: another client's load shared the server"

@@ -21,7 +21,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cockpit.benchlimits import TOKEN_PACE_S
+from cockpit.benchrequest import DEFAULT_TIMEOUT_S, MIN_REQUEST_LIMIT_S, TOKEN_PACE_S
 from cockpit.secrets import redact_text
 
 TIMED_OUT = "timed out after "  # how every timeout's reason starts
@@ -123,9 +123,9 @@ class Timeouts:
     the whole of it, connecting included.
     """
 
-    request_s: float = 3600.0
-    read_s: float = 600.0
-    connect_s: float = 600.0
+    request_s: float = MIN_REQUEST_LIMIT_S
+    read_s: float = DEFAULT_TIMEOUT_S
+    connect_s: float = DEFAULT_TIMEOUT_S
     pace_s: float = TOKEN_PACE_S
 
     def __post_init__(self) -> None:  # connecting can never outlast the whole request

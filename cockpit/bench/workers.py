@@ -41,22 +41,17 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
+from cockpit.bench.config import BenchConfig
 from cockpit.bench.health import MAX_CPU_CORES, MAX_LOOP_LAG_MS, CpuMeter, LoopLag
 from cockpit.bench.load import Load, OnDone, ProcessHealth
-from cockpit.bench.loadgen import (
-    BenchConfig,
-    LevelResult,
-    no_gc_pauses,
-    open_transport,
-    raise_open_files_limit,
-    run,
-    workload_of,
-)
+from cockpit.bench.result import LevelSummary
+from cockpit.bench.sending import no_gc_pauses, open_transport, raise_open_files_limit, workload_of
 from cockpit.bench.transport import Progress, RequestRecord, Transport
 from cockpit.bench.workload import Workload
-from cockpit.benchlimits import MAX_WORKERS
+from cockpit.benchrequest import MAX_WORKERS
 from cockpit.children import python_module
 from cockpit.errors import CockpitError
+from cockpit.eventloop import run
 
 TARGET_CORES = 0.5  # what "auto" plans a worker to use: the client-limited flag is at 0.7
 FLUSH_S = 0.005  # a completion reaches the coordinator within ~5 ms
@@ -72,7 +67,7 @@ _LOCAL_HOSTS = ("localhost", "::1")
 # -- how many -------------------------------------------------------------------------------------
 
 
-def plan_workers(cfg: BenchConfig, concurrency: int, previous: LevelResult | None) -> int:
+def plan_workers(cfg: BenchConfig, concurrency: int, previous: LevelSummary | None) -> int:
     """Worker processes for a level: ``cfg.workers`` when set, else (``workers=None``, "auto")
     chosen from the level before, as the client-health check measured it.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.benchlimits import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
+from cockpit.benchrequest import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
 from cockpit.errors import CockpitError, shown
 from cockpit.textfile import NotReadable, file_kind, read_bounded
 

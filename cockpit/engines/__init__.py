@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cockpit.engines.arguments import check_args
 from cockpit.engines.base import (
     Engine,
     Inexpressible,
@@ -12,12 +13,14 @@ from cockpit.engines.base import (
     parse_server_args,
     server_args,
 )
-from cockpit.engines.options import CheckedArgs, Option, OptionTable, check_args, option_table
+from cockpit.engines.options import CheckedArgs, Option, OptionTable, option_table
 from cockpit.engines.sglang import SGLang
 from cockpit.engines.vllm import VLLM
 from cockpit.errors import CockpitError
 
-ENGINES: dict[str, Engine] = {"vllm": VLLM(), "sglang": SGLang()}
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VLLM(), SGLang())}
+ENGINE_NAMES = tuple(ENGINES)  # what a person may choose, in the order the help lists them
+DEFAULT_ENGINE = VLLM.name  # a profile that names no engine
 
 
 def get_engine(name: str, version: str | None = None) -> Engine:
@@ -30,7 +33,9 @@ def get_engine(name: str, version: str | None = None) -> Engine:
 
 
 __all__ = [
+    "DEFAULT_ENGINE",
     "ENGINES",
+    "ENGINE_NAMES",
     "CheckedArgs",
     "Option",
     "OptionTable",

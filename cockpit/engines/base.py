@@ -1,8 +1,10 @@
-"""What every engine adapter answers: flags, placement, startup rules, memory budget.
+"""What every engine adapter answers: flags, placement, startup rules, memory rules.
 
 The same layout words mean different things on vLLM and SGLang (SGLang's ``--ep-size`` adds no
 GPUs; vLLM has no EP size at all), so each adapter turns a typed ``Layout`` into a
-``Placement`` that says plainly how many GPUs run and how every tensor is split.
+``Placement`` that says plainly how many GPUs run and how every tensor is split. The planner and
+the performance model ask an adapter, never an engine's name, how it sizes memory and batches: each
+engine's rules live in its package (engines/<engine>/memory.py).
 """
 
 from __future__ import annotations
@@ -12,16 +14,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
-from cockpit.engines.options import (
-    CheckedArgs,
-    OptionTable,
-    check_args,
-    option_table,
-    size_value,
-    table_version,
-)
+from cockpit.engines.arguments import check_args
+from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
+from cockpit.engines.options import CheckedArgs, OptionTable, option_table, size_value, table_version
+from cockpit.engines.surface import EngineSurface, surface
 from cockpit.errors import CockpitError
+from cockpit.hardware import Hardware
 from cockpit.layout import Layout
 from cockpit.model import ModelArch
 
@@ -358,6 +358,9 @@ class Engine(ABC):
     ready_paths: tuple[str, ...]
     # Arguments every launch gets, whatever the profile says: what cockpit reads needs them.
     always_args: tuple[str, ...] = ()
+    # The performance model's defaults on this engine, by GPU type (docs/performance.md#calibration).
+    calibration: Mapping[str, Mapping[str, Any]] = {}
+    ssm_dtype_dest: str  # the option that sets a linear-attention state's recurrent dtype
 
     def __init__(self, version: str | None = None) -> None:
         """``version``: the engine on the box (None: unknown, spoken as the newest table's)."""
@@ -367,6 +370,11 @@ class Engine(ABC):
         # Another version's table may lack a flag the engine on the box has: then an unknown flag
         # is a warning, not a refusal.
         self.strict = not note
+
+    @property
+    def surface(self) -> EngineSurface:
+        """What the engine prints and serves: its log lines, failures and metric names."""
+        return surface(self.name)
 
     @cached_property
     def options(self) -> OptionTable:
@@ -395,6 +403,10 @@ class Engine(ABC):
         that move a tensor's split (SGLang's --enable-dp-lm-head); None reads as the defaults."""
 
     @abstractmethod
+    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
+        """What this engine can be asked to run on a box of n_gpus, fit or not, in listing order."""
+
+    @abstractmethod
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
         """Every startup check this placement fails, in order the engine meets them."""
 
@@ -408,6 +420,104 @@ class Engine(ABC):
         self, server: ServerArgs, capacity_gib: float, placement: Placement, model: ModelArch
     ) -> float:
         """The share of each GPU the engine takes for weights, activations and KV cache."""
+
+    # -- memory (docs/memory.md) ----------------------------------------------------------------
+
+    def state_args(self, args: Sequence[str]) -> StateArgs:
+        """The state-sizing arguments of an argument list already checked by ``check``."""
+        values = check_args(self.options, args, strict=self.strict).values
+
+        def word(dest: str, default: str) -> str:
+            value = values.get(dest)
+            return value if isinstance(value, str) else default
+
+        def whole(dest: str) -> int | None:
+            value = values.get(dest)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        ratio = values.get("mamba_full_memory_ratio")
+        return StateArgs(
+            prefix_caching=self.prefix_caching(values),
+            block_size=whole("block_size"),
+            conv_dtype=word("mamba_cache_dtype", "auto"),
+            ssm_dtype=word(self.ssm_dtype_dest, "auto"),
+            gdn_prefill_backend=word("gdn_prefill_backend", "auto"),
+            max_state_slots=whole("max_mamba_cache_size"),
+            state_memory_ratio=float(ratio) if isinstance(ratio, (int, float)) and ratio >= 0 else 0.9,
+            radix_strategy=word("mamba_radix_cache_strategy", "auto"),
+            overlap_schedule=not values.get("disable_overlap_schedule"),
+        )
+
+    @abstractmethod
+    def prefix_caching(self, values: Mapping[str, object]) -> bool:
+        """Whether checked arguments (by the engine's own names) leave prefix caching on."""
+
+    @abstractmethod
+    def pools_windows(self, model: ModelArch, server: ServerArgs) -> bool:
+        """Whether the model's windowed layers keep only their window (a pool of their own);
+        else they keep the whole request's KV like any layer."""
+
+    def expert_weight_factor(self, model: ModelArch, hw: Hardware, moe_tp: int) -> float:
+        """Loaded over checkpoint bytes of the routed experts (kernels that pad them); 1.0: as stored."""
+        return 1.0
+
+    @abstractmethod
+    def memory_budget(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        *,
+        weights_gib: float,
+        layers: int,
+        last_stage: bool,
+        reserve_offset_gib: float,
+    ) -> MemoryBudget:
+        """How the engine splits one GPU of a stage of ``layers`` layers holding ``weights_gib``;
+        ``reserve_offset_gib``: what a box measured beyond the modelled reserve."""
+
+    @abstractmethod
+    def cache_dtype_bytes(self, model: ModelArch, server: ServerArgs, hw: Hardware) -> float:
+        """Bytes per cached value as the engine picks them (not always what --kv-cache-dtype says)."""
+
+    @abstractmethod
+    def cache_pool(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        state: StateArgs,
+        kv_dtype: float,
+        kv_budget_gib: float,
+        layers: int,
+    ) -> CachePool:
+        """The KV cache (and a hybrid model's state) on one GPU of a stage of ``layers`` layers."""
+
+    @abstractmethod
+    def context_length_refusal(self, model: ModelArch, server: ServerArgs) -> Rule | None:
+        """A context length the engine refuses at startup for this model, in its words."""
+
+    @abstractmethod
+    def memory_refusal(
+        self, model: ModelArch, placement: Placement, memory: MemoryEstimate, server: ServerArgs
+    ) -> Rule | None:
+        """The engine's refusal once the weights loaded (no cache, no room for a request), in its words."""
+
+    # -- batches (docs/performance.md#the-workload) --------------------------------------------
+
+    @abstractmethod
+    def default_max_running(self, hw: Hardware) -> int:
+        """Running requests the engine admits at most when nothing says otherwise."""
+
+    @abstractmethod
+    def step_tokens(self, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+        """The most tokens one step computes with chunked prefill on: the chunk size."""
+
+    @abstractmethod
+    def graph_max_bs(self, server: ServerArgs, hw: Hardware, model: ModelArch, placement: Placement) -> int:
+        """The largest decode batch captured in a CUDA graph; 0: eager mode."""
 
     def argv(
         self,

@@ -1,10 +1,11 @@
-"""Every server argument checked against the engine's own option table before anything launches.
+"""The engines' option tables, and an argument list read through one the way the engine's parser reads it.
 
 The tables (cockpit/engines/tables/) are the engines' argparse actions, read from the installed
-engines by tools/engine_options.py. ``check_args`` walks an argument list the way the engine's
+engines by tools/engine_options.py. ``read_args`` walks an argument list the way the engine's
 parser would, so a typo, a bad choice, a missing value or a removed flag costs a second here
-instead of a ten-minute weight load there, and says the nearest real spelling. See
-docs/options.md#server-arguments.
+instead of a ten-minute weight load there; what an unknown flag most likely means is its
+caller's ``hint`` (``cockpit.engines.arguments.check_args`` names the other engine's flags).
+See docs/options.md#server-arguments.
 
 Both parsers keep argparse's abbreviations: a unique prefix of a flag is that flag (vLLM reads
 ``--max-num-seq 512`` as --max-num-seqs, and so does cockpit, with a note to write it out); an
@@ -21,7 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -118,15 +119,6 @@ SET_BY_COCKPIT = {
 }
 
 
-def refuse_owned(checked: CheckedArgs, where: str) -> None:
-    """A flag the layout or cockpit says (tensor parallel size, port, model) is refused: given
-    again among server arguments it would contradict the layout's own flags."""
-    for group in checked.groups:
-        owner = SET_BY_COCKPIT.get(group.option.dest)
-        if owner:
-            raise CockpitError(f"{where} {group.spelling} is {owner}'s to say, not a server argument's")
-
-
 @dataclass(frozen=True)
 class Option:
     """One argparse action of the engine's server parser."""
@@ -189,7 +181,7 @@ class OptionTable:
 
     @property
     def label(self) -> str:
-        return f"{_LABELS.get(self.engine, self.engine)} {self.version}"
+        return f"{engine_label(self.engine)} {self.version}"
 
     def find(self, spelling: str) -> Option | None:
         return self._by_spelling.get(spelling)
@@ -212,6 +204,11 @@ class OptionTable:
 
 
 _LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def engine_label(engine: str) -> str:
+    """The engine's name as people write it: vLLM, SGLang."""
+    return _LABELS.get(engine, engine)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +264,7 @@ def table_version(engine: str, version: str | None) -> tuple[str, str]:
     key = version_key(version)
     below = [v for v in versions if version_key(v) <= key]
     chosen = below[-1] if below else versions[0]
-    label = _LABELS.get(engine, engine)
+    label = engine_label(engine)
     return chosen, f"no option table for {label} {version}: checking its flags with {label} {chosen}'s"
 
 
@@ -331,19 +328,24 @@ class CheckedArgs:
         return default if value is None else value
 
 
-def check_args(
-    table: OptionTable, args: Sequence[str], where: str = "server argument", *, strict: bool = True
+# What an unknown flag most likely means, said after "is not a <engine> server flag: ".
+Hint = Callable[["OptionTable", str], str]
+
+
+def read_args(
+    table: OptionTable, args: Sequence[str], where: str, *, strict: bool, hint: Hint
 ) -> CheckedArgs:
     """Walk ``args`` as the engine's parser would; the first bad one is a one-line CockpitError.
 
     ``args`` are what follows the model and the parallel flags: a profile's server args and the
     knobs typed after a layout. A bare word that belongs to no flag is refused too. Not
     ``strict`` (the table is another version's than the engine on the box): a flag the table
-    lacks is a note, not an error, since that engine may have it."""
+    lacks is a note, not an error, since that engine may have it. ``hint`` says what a flag the
+    table lacks most likely means."""
     values: dict[str, object] = {}
     notes: list[str] = []
     groups: list[Given] = []
-    items = _expand(table, list(args))
+    items = expanded_args(table, list(args))
     i = 0
     while i < len(items):
         token = items[i]
@@ -354,7 +356,7 @@ def check_args(
             )
         written, eq, inline = token.partition("=")
         try:
-            option, spelling = _resolve(table, written, where)
+            option, spelling = _resolve(table, written, where, hint)
         except UnknownFlag as exc:
             if strict:
                 raise
@@ -367,8 +369,8 @@ def check_args(
         if "." in spelling and table.find(spelling) is None:  # vLLM's --compilation-config.mode 3
             dest += spelling[spelling.index(".") :]
         if option.deprecated:
-            hint = option.help.removeprefix("Deprecated.").strip()
-            notes.append(f"{spelling} is deprecated in {table.label}" + (f": {hint}" if hint else ""))
+            advice = option.help.removeprefix("Deprecated.").strip()
+            notes.append(f"{spelling} is deprecated in {table.label}" + (f": {advice}" if advice else ""))
         if not option.takes_value:
             if eq:
                 raise CockpitError(
@@ -393,9 +395,9 @@ def check_args(
     return CheckedArgs(table, values, tuple(notes), tuple(groups))
 
 
-def _expand(table: OptionTable, args: list[str]) -> list[str]:
+def expanded_args(table: OptionTable, args: Sequence[str]) -> list[str]:
     """vLLM's rewrites before argparse sees the list: ``-O3`` and ``--a_b``; SGLang has none."""
-    return expand_vllm_args(args) if table.engine == "vllm" else args
+    return expand_vllm_args(args) if table.engine == "vllm" else list(args)
 
 
 def expand_vllm_args(args: Sequence[str]) -> list[str]:
@@ -416,7 +418,7 @@ def expand_vllm_args(args: Sequence[str]) -> list[str]:
     return out
 
 
-def _resolve(table: OptionTable, spelling: str, where: str) -> tuple[Option, str]:
+def _resolve(table: OptionTable, spelling: str, where: str, hint: Hint) -> tuple[Option, str]:
     """The option a spelling names: exact, vLLM's dotted JSON key, or a unique prefix (both
     parsers keep argparse's allow_abbrev, so `--max-num-seq` is vLLM's --max-num-seqs)."""
     option = table.find(spelling)
@@ -435,94 +437,28 @@ def _resolve(table: OptionTable, spelling: str, where: str) -> tuple[Option, str
             return found, matches[0]
         if len(matches) > 1:
             removed = REMOVED.get(table.engine, {}).get(spelling)
-            hint = f": {removed}" if removed else ""
+            said = f": {removed}" if removed else ""
             raise CockpitError(
-                f"{where} {spelling} is ambiguous in {table.label} (could be {', '.join(matches[:8])}){hint}"
+                f"{where} {spelling} is ambiguous in {table.label} (could be {', '.join(matches[:8])}){said}"
             )
     removed = REMOVED.get(table.engine, {}).get(spelling)
     if removed:
         raise UnknownFlag(f"{where} {spelling} is gone from {table.label}: {removed}")
-    raise UnknownFlag(f"{where} {spelling} is not a {table.label} server flag: {_nearest(table, spelling)}")
+    raise UnknownFlag(f"{where} {spelling} is not a {table.label} server flag: {hint(table, spelling)}")
 
 
-def _nearest(table: OptionTable, spelling: str) -> str:
-    """The other engine's flag said in this one's words, else the closest spelling."""
-    other = _other_engine(table)
-    said = _counterpart(table, spelling)
-    if said:
-        return f"that is {_LABELS[other]}'s; {table.label} says {said}"
-    guess = _closest(spelling, table.names)
-    return f"did you mean {guess}?" if guess else f"see `{_help_command(table)}` for the list"
-
-
-def _other_engine(table: OptionTable) -> str:
-    return "sglang" if table.engine == "vllm" else "vllm"
-
-
-def _counterpart(table: OptionTable, spelling: str) -> str | None:
-    from cockpit.engines.translate import counterpart  # translate builds on this module
-
-    return counterpart(spelling, _other_engine(table), table.engine)
-
-
-def _closest(spelling: str, names: Sequence[str]) -> str | None:
+def closest(spelling: str, names: Sequence[str]) -> str | None:
+    """The name most like ``spelling``, if any is close."""
     guess = difflib.get_close_matches(spelling, names, n=1, cutoff=0.6)
     return guess[0] if guess else None
-
-
-def nearest_flag(table: OptionTable, spelling: str) -> str | None:
-    """The real flag a flag the engine would not take most likely means: the other engine's flag
-    said in this one's words, the closest of the flags an ambiguous prefix could be, or the
-    closest spelling; None when nothing is close."""
-    return (
-        _counterpart(table, spelling)
-        or _closest(spelling, prefix_matches(table, spelling))
-        or _closest(spelling, table.names)
-    )
-
-
-def corrected_args(table: OptionTable, args: Sequence[str]) -> tuple[str, ...] | None:
-    """``args`` with every flag the engine would not take written as the flag it most likely means
-    (``nearest_flag``) and every value outside its flag's choices as the nearest choice, when that
-    list passes the check; None when there is no such correction. For the hint after a mistyped
-    knob: the line to type again."""
-    words = _expand(table, list(args))
-    fixed: list[str] = []
-    option: Option | None = None  # the flag the words that follow are values of
-    for word in words:
-        if not is_flag(word):
-            fixed.append(_meant_choice(table, option, word))
-            continue
-        name, eq, value = word.partition("=")
-        option = find_option(table, name)
-        if option is None and name.startswith("--"):
-            meant = None if name in REMOVED.get(table.engine, {}) else nearest_flag(table, name)
-            if meant is None:  # gone from the engine, or nothing close: no line to offer
-                return None
-            name, option = meant, find_option(table, meant)
-        fixed.append(name + eq + _meant_choice(table, option, value) if eq else name)
-    if fixed == words:
-        return None
-    try:
-        refuse_owned(check_args(table, fixed), "")
-    except CockpitError:
-        return None
-    return tuple(fixed)
-
-
-def _meant_choice(table: OptionTable, option: Option | None, value: str) -> str:
-    """A value outside the flag's choices as the choice it most likely means (fp8 -> fp8_e4m3)."""
-    choices = [str(c) for c in (_choices(table, option) or ())] if option else []
-    if not choices or value in choices:
-        return value
-    return _nearest_choice(value, choices) or value
 
 
 class UnknownFlag(CockpitError):
     """A flag the table does not have (or no longer has)."""
 
 
-def _help_command(table: OptionTable) -> str:
+def help_command(table: OptionTable) -> str:
+    """The command that lists every flag of the engine."""
     return "vllm serve --help=all" if table.engine == "vllm" else "python -m sglang.launch_server --help"
 
 
@@ -631,7 +567,7 @@ def _typed(table: OptionTable, option: Option, spelling: str, text: str, where: 
     choices = _choices(table, option)
     if choices and str(value) not in {str(c) for c in choices}:
         late = not option.choices  # checked by the engine's config after parsing, not by argparse
-        guess = _nearest_choice(str(value), [str(c) for c in choices])
+        guess = nearest_choice(str(value), [str(c) for c in choices])
         hint = f" (did you mean {guess}?)" if guess else ""
         listed = ", ".join(map(str, choices[:10])) + (
             f" and {len(choices) - 10} more" if len(choices) > 10 else ""
@@ -658,7 +594,8 @@ def _argparse_error(option: Option, kind: str, text: str) -> str:
 _MEANT = {"fp8": "fp8_e4m3", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def _nearest_choice(value: str, choices: list[str]) -> str | None:
+def nearest_choice(value: str, choices: list[str]) -> str | None:
+    """The choice a value outside the list most likely means (fp8 -> fp8_e4m3)."""
     meant = _MEANT.get(value.lower())
     if meant in choices:
         return meant

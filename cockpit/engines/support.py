@@ -25,7 +25,7 @@ GptOssForCausalLM                     yes  gpt_oss.py                          y
 Qwen3NextForCausalLM                  yes  qwen3_next.py                       no   sglang/srt/models/qwen3_next.py
 ====================================  =====================================  ==========================================
 
-SGLang's refusals live in ``PP_UNSUPPORTED`` (cockpit/engines/sglang.py); vLLM's in
+SGLang's refusals live in ``PP_UNSUPPORTED`` (cockpit/engines/sglang/adapter.py); vLLM's in
 ``VLLM_PP_UNSUPPORTED`` below.
 """
 

@@ -7,6 +7,10 @@ through, and everything else is dropped with a note that names it. Every word th
 is checked against the target engine's option table, so a translation can lose a knob but never
 produce an argument the engine refuses. See docs/placement.md#per-engine-arguments.
 
+The same rules say what a flag of the other engine is called here (``unknown_flag_hint``), for
+the error an argument checked against the wrong engine's table gets
+(``cockpit.engines.arguments.check_args``, which builds on this module).
+
 Read from vLLM 0.33.0 (vllm/engine/arg_utils.py and vllm/config/) and SGLang 0.5.23
 (sglang/srt/server_args.py and sglang/srt/arg_groups/).
 """
@@ -19,13 +23,17 @@ from dataclasses import dataclass, field
 
 from cockpit.engines.options import (
     SET_BY_COCKPIT,
+    CheckedArgs,
     Given,
     Option,
     OptionTable,
-    check_args,
+    closest,
+    engine_label,
     find_option,
+    help_command,
     is_flag,
     option_table,
+    read_args,
     size_value,
 )
 from cockpit.errors import CockpitError
@@ -56,7 +64,7 @@ class _Translation:
         """Add ``words`` for ``given`` if the target's parser takes them, else drop them with the reason."""
         group = tuple(words)
         try:
-            check_args(self.target, group, where="")
+            _checked(self.target, group, "")
         except CockpitError as exc:
             self.notes.append(f"{_shown_flag(given)} dropped: {str(exc).strip()}")
             return
@@ -94,11 +102,11 @@ def translate_args(
     """``args`` written for ``source_engine``, said for ``target_engine``: (the arguments, the notes).
 
     The source list is checked first (a bad argument is a one-line CockpitError); what comes out
-    passes ``check_args`` with the target's table."""
+    passes the check with the target's table."""
     if source_engine == target_engine:
         return tuple(args), ()
     source, target = option_table(source_engine), option_table(target_engine)
-    checked = check_args(source, args, f"{source.label} argument")
+    checked = _checked(source, args, f"{source.label} argument")
     translation = _Translation(source, target, checked.values)
     rules = _RULES[(source_engine, target_engine)]
     for given in checked.groups:
@@ -203,7 +211,7 @@ def _same_switch(given: Given, spelling: str, option: Option, t: _Translation) -
         t.drop(given, f"{t.target.label} has no way to say it")
 
 
-# The layout says the parallelism (cockpit/engines/vllm.py, sglang.py); in a profile's args it
+# The layout says the parallelism (cockpit/engines/vllm/adapter.py, sglang/adapter.py); in a profile's args it
 # would override the layout's flags, and the two engines mean different things by the same words
 # (SGLang's --dp-size without DP attention starts whole replicas). The model, host and port are the
 # profile's and cockpit's.
@@ -454,3 +462,24 @@ def counterpart(spelling: str, source_engine: str, target_engine: str) -> str | 
     except CockpitError:
         return None
     return next((w.partition("=")[0] for w in words if is_flag(w)), None)
+
+
+def other_engine(engine: str) -> str:
+    """The engine a flag this one lacks most likely comes from."""
+    return "sglang" if engine == "vllm" else "vllm"
+
+
+def unknown_flag_hint(table: OptionTable, spelling: str) -> str:
+    """What a flag ``table`` lacks most likely means: the other engine's flag said in this one's
+    words, else the closest spelling, else where the list of flags is."""
+    other = other_engine(table.engine)
+    said = counterpart(spelling, other, table.engine)
+    if said:
+        return f"that is {engine_label(other)}'s; {table.label} says {said}"
+    guess = closest(spelling, table.names)
+    return f"did you mean {guess}?" if guess else f"see `{help_command(table)}` for the list"
+
+
+def _checked(table: OptionTable, args: Sequence[str], where: str) -> CheckedArgs:
+    """``args`` read through ``table`` strictly, an unknown flag named as ``check_args`` names it."""
+    return read_args(table, args, where, strict=True, hint=unknown_flag_hint)

@@ -144,8 +144,8 @@ def engine_versions(comp: Comparison) -> str:
 
 def engines_run(comp: Comparison) -> tuple[str, str]:
     """(engine, versions) of the compared launches, whatever engine the profile is open on now:
-    `("vLLM", "0.33.0")`; launches on two engines (`use P on sglang`) name each with its versions,
-    `("vLLM 0.33.0, SGLang 0.5.23", "")`; `("", "")` when nothing was launched."""
+    vLLM and 0.33.0; launches on two engines (`use P on sglang`) name each with its versions,
+    `vLLM 0.33.0, SGLang 0.5.23` and no version; two empty strings when nothing was launched."""
     from cockpit.engines import ENGINES
 
     by_engine = _launches_by_engine(comp)
@@ -175,7 +175,7 @@ def _launches_by_engine(comp: Comparison) -> dict[str, set[str]]:
         if exp is None:
             continue
         versions = by_engine.setdefault(exp.engine, set())
-        version = exp.facts.get("engine_version") or exp.engine_version
+        version = exp.launch_facts.engine_version or exp.engine_version
         if version:
             versions.add(str(version))
     return by_engine

@@ -16,7 +16,6 @@ throughput is about the rate offered, while every prediction is for C requests a
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from cockpit.calibrate import open_loop
 from cockpit.errors import CockpitError
 from cockpit.journal import BenchPoint, Experiment, Journal, default_path
 from cockpit.layout import parse_layout
+from cockpit.learning import Key
 from cockpit.planner import GiB, Learned, MemoryEstimate, Setup
 
 
@@ -66,27 +66,23 @@ def memory_of(estimate: MemoryEstimate | None) -> Memory:
 
 
 def predicted_memory(exp: Experiment) -> Memory:
-    """What the planner predicted for this launch (MemoryEstimate.to_json, journaled at launch)."""
-    memory = _mapping(exp.predicted.get("memory"))
-    tokens = _number(memory.get("kv_tokens"))
-    return Memory(
-        _number(memory.get("weights_gib")),
-        _number(memory.get("kv_budget_gib")),
-        int(tokens) if tokens is not None else None,
-        _number(memory.get("graph_gib")),
-    )
+    """What the planner predicted for this launch (its memory estimate, journaled at launch)."""
+    memory = exp.prediction.memory
+    if memory is None:
+        return Memory()
+    return Memory(memory.weights_gib, memory.kv_budget_gib, memory.kv_tokens, memory.graph_gib)
 
 
 def measured_memory(exp: Experiment) -> Memory:
     """What the engine logged for this launch: weights on its busiest rank, KV memory and tokens on
     its smallest (the one that bounds the batch), the pool counted once per attention replica."""
-    facts = exp.facts
-    tokens = _number(facts.get("kv_tokens"))
+    facts = exp.launch_facts
+    tokens = facts.kv_tokens
     return Memory(
-        _number(facts.get("weights_gib")),
-        _number(facts.get("kv_memory_gib")),
-        int(tokens) * replicas(exp.layout) if tokens is not None else None,
-        _number(facts.get("graph_gib")),
+        facts.weights_gib,
+        facts.kv_memory_gib,
+        tokens * replicas(exp.layout) if tokens is not None else None,
+        facts.graph_gib,
     )
 
 
@@ -110,14 +106,12 @@ def predicted_tok_s(exp: Experiment, point: BenchPoint) -> float | None:
     were journaled) and for an open-loop level, which no closed-loop prediction compares with."""
     if point.input_len is None or point.output_len is None or open_loop(point):
         return None
-    by_level = _mapping(_mapping(exp.predicted.get("tok_s")).get(f"{point.input_len}/{point.output_len}"))
-    return _number(by_level.get(str(point.concurrency)))
+    return exp.prediction.tok_s_at(point.input_len, point.output_len, point.concurrency)
 
 
 def learned_runs(exp: Experiment) -> int | None:
     """How many runs the prediction at launch was calibrated from; None when not journaled."""
-    runs = _number(exp.predicted.get("learned_runs"))
-    return int(runs) if runs is not None else None
+    return exp.prediction.learned_runs
 
 
 def ratio(measured: float | None, predicted: float | None) -> float | None:
@@ -154,27 +148,20 @@ MEASURED_NOTE = (
 
 @dataclass(frozen=True)
 class Box:
-    """Which journaled launches are this box's: the same host, GPU type, engine and model, and
-    simulated or real alike (a simulated run on this host measured the simulator, not the GPUs)."""
+    """Which journaled launches are this box's: the same host and model on the calibration box
+    (GPU type, engine, simulated or real alike: a simulated run on this host measured the
+    simulator, not the GPUs), whichever version of the engine ran them."""
 
+    key: Key
     host: str
-    gpu_type: str
-    engine: str
     model: str
-    simulated: bool = False
 
     @classmethod
     def of(cls, setup: Setup, host: str, simulated: bool = False) -> Box:
-        return cls(host, setup.hardware.gpu.key, setup.engine.name, setup.model_path, simulated)
+        return cls(Key.of(setup, simulated), host, setup.model_path)
 
     def holds(self, exp: Experiment) -> bool:
-        return (exp.host, exp.gpu_type, exp.engine, exp.model, exp.simulated) == (
-            self.host,
-            self.gpu_type,
-            self.engine,
-            self.model,
-            self.simulated,
-        )
+        return (exp.host, exp.model) == (self.host, self.model) and self.key.holds(exp, any_version=True)
 
 
 @dataclass(frozen=True)
@@ -271,17 +258,6 @@ def measured_here(
             return last_measured(journal, Box.of(setup, host or socket.gethostname(), simulated)), ""
     except CockpitError as err:
         return {}, f"no last-measured column: {err}"
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _number(value: object) -> float | None:
-    """A journaled JSON number; anything else (missing, a string someone wrote) is unknown."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def _round(value: float | None) -> float | None:

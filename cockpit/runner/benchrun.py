@@ -13,33 +13,23 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
 
 from cockpit.bench.command import PARENT_ENV, bench_argv, describe_level
-from cockpit.bench.metrics import REQUESTS_FAILED_EXIT, contention_note, request_failures
-from cockpit.commands import Bench
+from cockpit.bench.metrics import REQUESTS_FAILED_EXIT
+from cockpit.bench.result import LevelSummary, contention_note, request_failures
+from cockpit.benchrequest import BenchRequest
 from cockpit.profile import Profile
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event
 
 
-class _Result:
-    """A LevelResult seen through its JSON, enough for describe_level."""
-
-    def __init__(self, data: dict):
-        self.data = data
-
-    def to_json(self) -> dict:
-        return self.data
-
-
-def bench_flaws(levels: Iterable[Mapping[str, Any]]) -> str:
-    """One line after a bench whose levels are not all clean, from their JSON (``BenchLevel.result``):
-    `C=8 had 3/9 requests fail (HTTP 500); contended: the engine held 16 requests at C=32: those
-    levels are marked ...`; "" when every level is clean (or failed, which its own line says)."""
+def bench_flaws(levels: Iterable[LevelSummary]) -> str:
+    """One line after a bench whose levels are not all clean (``BenchLevel.result``): `C=8 had
+    3/9 requests fail (HTTP 500); contended: the engine held 16 requests at C=32: those levels
+    are marked ...`; "" when every level is clean (or failed, which its own line says)."""
     levels = list(levels)
     parts = [
         request_failures(levels),
-        *(contention_note(level) for level in levels if not level.get("failed")),
+        *(contention_note(level) for level in levels if not level.failed),
     ]
     text = "; ".join(part for part in parts if part)
     if not text:
@@ -47,28 +37,23 @@ def bench_flaws(levels: Iterable[Mapping[str, Any]]) -> str:
     return f"{text}: those levels are marked in `cockpit results`, and a clean run of them replaces them"
 
 
-def bench_child(url: str, model: str | None, bench: Bench, profile: Profile, experiment: int) -> list[str]:
-    defaults = profile.bench
-    requests = (
-        bench.requests if bench.requests is not None else (None if bench.duration_s else defaults.requests)
-    )
-    duration = (
-        bench.duration_s
-        if bench.duration_s is not None
-        else (None if bench.requests else defaults.duration_s)
-    )
+def bench_child(
+    url: str, model: str | None, bench: BenchRequest, profile: Profile, experiment: int
+) -> list[str]:
+    """The child `cockpit bench --jsonl` that runs ``bench``, the profile's defaults filling the rest."""
+    filled = bench.filled(profile.bench)
     return bench_argv(
         url,
         model,
-        bench.concurrency or defaults.concurrency,
-        input_len=bench.input_len or defaults.input_len,
-        output_len=bench.output_len or defaults.output_len,
-        requests=requests,
-        duration=duration,
+        filled.concurrency,
+        input_len=filled.input_len,
+        output_len=filled.output_len,
+        requests=filled.requests,
+        duration=filled.duration_s,
         experiment=experiment,
-        timeout=bench.timeout_s,
-        slo=bench.slo,
-        rate=bench.rate,
+        timeout=filled.timeout_s,
+        slo=filled.slo,
+        rate=filled.rate,
     )
 
 
@@ -100,10 +85,8 @@ def run_bench_child(argv: list[str], experiment: int, api_key: str | None = None
                 )
             elif kind == "level_done":
                 levels += 1
-                result = event.get("result", event)
-                yield BenchLevel(
-                    experiment, int(result.get("concurrency", 0)), result, describe_level(_Result(result))
-                )
+                level = LevelSummary.from_json(event.get("result", event))
+                yield BenchLevel(experiment, level.concurrency, level, describe_level(level))
         code = child.wait()
         error = ""
         if code not in (0, 130, REQUESTS_FAILED_EXIT):

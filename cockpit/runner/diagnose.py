@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from cockpit.engines.surface import EngineSurface, any_of, surfaces
 from cockpit.runner.events import Diagnosis
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
 
@@ -39,17 +40,7 @@ NEXT_MORE_SHARE = "or use more GPUs per replica so the weights take less of each
 
 # --- Wrappers: lines that say something failed elsewhere; never a root cause ---------------
 
-WRAPPER = re.compile(
-    r"EngineCore failed to start"
-    r"|Engine core initialization failed"
-    r"|WorkerProc failed to start"
-    r"|WorkerProc initialization failed"
-    r"|initialization failed due to an exception in a background process"
-    r"|Received sigquit from a child process"
-    r"|Scheduler hit an exception"
-    r"|scheduler is dead"
-    r"|Initialization failed\. Please see the error messages above"
-)
+WRAPPER = any_of(w for engine in surfaces() for w in engine.wrappers)
 ERROR_LOOKING = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Error\b|Exception\b|\bfailed\b", re.IGNORECASE)
 
 # --- Root causes -------------------------------------------------------------------------
@@ -71,75 +62,14 @@ OOM_OTHER = re.compile(
     r"CUDA error: out of memory|Cuda failure (?:\d+ )?'out of memory'|CUDA out of memory|OutOfMemoryError"
 )
 
-FP8_GATE_UP = re.compile(
-    r"The output_size of gate's and up's weight = (?P<size>\d+) is not divisible by weight quantization block_n = (?P<block>\d+)"
-)
-FP8_DOWN = re.compile(
-    r"The input_size of down's weight = (?P<size>\d+) is not divisible by weight quantization block_k = (?P<block>\d+)"
-)
-FP8_LINEAR_OUT = re.compile(
-    r"Weight output_partition_size = (?P<size>\d+) is not divisible by weight quantization block_n = (?P<block>\d+)"
-)
-FP8_LINEAR_IN = re.compile(
-    r"Weight input_size_per_partition = (?P<size>\d+) is not divisible by weight quantization block_k = (?P<block>\d+)"
-)
 # Marlin/GPTQ/AWQ kernels: "... = 14784 is not divisible by min_thread_k = 128", "size_n = 5472 is
 # not divisible by tile_n_size = 64".
 KERNEL_TILE = re.compile(
     r"(?P<name>\w+) = (?P<size>\d+) is not divisible by (?P<tile>\w*(?:thread|tile)\w*) = (?P<block>\d+)"
 )
 
-ATTENTION_HEADS = re.compile(
-    r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)"
-)
-# vllm/distributed/utils.py: ensure_divisibility.
-NOT_DIVISIBLE = re.compile(r"AssertionError: (?P<numerator>\d+) is not divisible by (?P<denominator>\d+)")
 BARE_ASSERTION = re.compile(r"^(?:\w+\.)*AssertionError:?\s*$")
 
-NO_CACHE_BLOCKS = re.compile(r"No available memory for the cache blocks")
-KV_MAX_LEN = re.compile(
-    r"To serve at least one request with the models?(?:'s|'s's|s's) max seq len \((?P<max_len>\d+)\), "
-    r"\((?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
-    r"\((?P<available>[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length "
-    r"is (?P<estimate>\d+))?"
-)
-# A context length above the model's own: vllm/config/model.py _get_and_verify_max_len; SGLang
-# sglang/srt/configs/model_config.py _derive_context_length.
-CONTEXT_TOO_LONG = re.compile(
-    r"User-specified (?:max_model_len|context_length) \((?P<asked>\d+)\) is greater than the derived "
-    r"(?:max_model_len \(\w+=(?P<vllm>\d+)|context_length \((?P<sglang>\d+))"
-)
-# SGLang before 0.5.23 when the pool had no room, and 0.5.23 when it rounds down to no token
-# (MemoryPoolConfig.__post_init__, sglang/srt/model_executor/pool_configurator.py).
-SGLANG_NOT_ENOUGH_MEMORY = re.compile(
-    r"Not enough memory\. Please try to increase --mem-fraction-static\.?"
-    r"(?: Current value: mem_fraction_static=(?P<share>[\d.]+))?"
-)
-# SGLang 0.5.23 when the loaded weights leave the static share no room for the pool
-# (KVCacheConfigurator._profile_available_bytes, sglang/srt/mem_cache/kv_cache_configurator.py).
-SGLANG_NO_KV_FOR_WEIGHTS = re.compile(
-    r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<share>\S+?)\. "
-    r"Raise --mem-fraction-static above (?P<suggested>[\d.]+)"
-    r"(?: \(minimum viable = 1 - available/pre = (?P<minimum>[\d.]+)\))?"
-)
-SGLANG_UNBALANCED_MEMORY = re.compile(
-    r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"
-)
-# vllm/v1/worker/utils.py: request_memory. vLLM 0.33 also checks against the engine's budget once
-# weights held outside the process are set aside ("the engine's budget after excluding ...").
-FREE_MEMORY_AT_START = re.compile(
-    r"Free memory on device(?: (?P<device>\S+))? \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
-    r"than (?:desired GPU memory utilization|(?P<budget>the engine's budget) after excluding external "
-    r"process's weights) \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
-)
-EXTERNAL_WEIGHTS = re.compile(  # vllm/v1/worker/utils.py: request_memory, vLLM 0.33
-    r"Externally held weights on device(?: (?P<device>\S+))? \((?P<held>[\d.]+)/(?P<total>[\d.]+) GiB\) exceed "
-    r"the desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested>[\d.]+) GiB\)"
-)
-
-WORLD_SIZE = re.compile(
-    r"World size \((?P<world>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)"
-)
 INVALID_DEVICE = re.compile(r"CUDA error: invalid device ordinal")
 
 NCCL_WATCHDOG = re.compile(
@@ -156,44 +86,10 @@ ADDRESS_IN_USE = re.compile(
     r"\[Errno 98\](?: error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>\d+)\):)? "
     r"[Aa]ddress already in use"
 )
-# vLLM logs the arguments that differ from its defaults before it binds (0.32:
-# vllm/entrypoints/serve/utils/api_utils.py): "non-default args: {'host': '127.0.0.1', 'port': 18002,
-# ...}"; a port not named there is the engine's default.
-NON_DEFAULT_PORT = re.compile(r"non-default args: \{.*?'port': (?P<port>\d+)")
-NON_DEFAULT_HOST = re.compile(r"non-default args: \{.*?'host': '(?P<host>[^']*)'")
-PP_UNSUPPORTED = re.compile(
-    r"Pipeline parallelism is not supported for this model"  # vllm/config/model.py
-    r"|Pipeline parallelism is only supported for the following architectures"  # older vLLM
-    r"|Pipeline Parallel is not compatible with this model"  # sglang/srt/model_executor/model_runner.py (an assert)
-)
-EPLB_UNEVEN = re.compile(
-    r"EPLB currently only supports even distribution of experts across ranks\.(?: Got (?P<experts>\d+) experts "
-    r"and (?P<ranks>\d+) EP ranks)?"
-)
-EPLB_NEEDS_EP = re.compile(r"enable_expert_parallel must be True to use EPLB")  # vllm/config/parallel.py
-EPLB_NEEDS_PARALLELISM = re.compile(  # vllm/config/parallel.py: _validate_parallel_config, vLLM 0.33
-    r"EPLB requires tensor, prefill-context, or data parallelism, but got "
-    r"TP=(?P<tp>\d+), PCP=(?P<pcp>\d+), DP=(?P<dp>\d+)"
-)
-EP_NEEDS_EXPERTS = re.compile(  # vllm/config/model.py: _verify_with_expert_parallelism
-    r"Number of experts in the model must be greater than 0 when expert parallelism is enabled"
-)
-# SGLang 0.5.23 checks a block-quantized MoE model after loading it
-# (sglang/srt/model_executor/model_runner_components/moe_ep_setup.py: check_quantized_moe_compatibility).
-SGLANG_EP_DIVIDES_TP = re.compile(r"tp_size (?P<tp>\d+) must be divisible by ep_size (?P<ep>\d+)")
-SGLANG_MOE_TP = re.compile(
-    r"moe_intermediate_size (?P<width>\d+) must be divisible by moe_tp_size \((?P<moe_tp>\d+)\) "
-    r"which is tp_size \((?P<tp>\d+)\) divided by moe_ep_size \((?P<ep>\d+)\)"
-)
-SGLANG_MOE_BLOCK = re.compile(
-    r"For quantized MoE models, please make sure \(moe_intermediate_size=(?P<width>\d+) / "
-    r"moe_tp_size=(?P<moe_tp>\d+)\) % weight_block_size_n=(?P<block>\d+) == 0"
-    r"(?: where moe_tp_size is equal to tp_size \((?P<tp>\d+)\) divided by ep_size \((?P<ep>\d+)\))?"
-)
 UNRECOGNIZED_ARGS = re.compile(r"^(?:(?P<program>[^:]+): )?error: unrecognized arguments: (?P<flags>.+)$")
-# argparse's usage error about one argument (exit code 2), under whatever name the parser has: "vllm
-# serve", "vllm", "api_server.py" (python -m vllm.entrypoints.openai.api_server), SGLang's
-# "launch_server.py" or "sglang serve". "error: argument --max-num-seqs: invalid int value: 'abc'",
+# argparse's usage error about one argument (exit code 2), under whatever name the parser has: vLLM's
+# `vllm serve`, `vllm`, `api_server.py` (python -m vllm.entrypoints.openai.api_server), SGLang's
+# `launch_server.py` or `sglang serve`. "error: argument --max-num-seqs: invalid int value: 'abc'",
 # "error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', 'bfloat16', ...)",
 # "expected one argument", or the words of the option's own type (vllm/utils/argparse_utils.py).
 BAD_ARGUMENT = re.compile(
@@ -225,22 +121,20 @@ EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<text>.*))?$"
 )
 
-# Traceback frames that tell what the engine was doing, innermost checked first.
-PHASE_HINTS = (
-    (
-        re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner"),
-        "cuda_graphs",
-    ),
-    (re.compile(r"profile_run|determine_available_memory|determine_num_available_blocks"), "profiling"),
-    (
-        re.compile(
-            r"initialize_kv_cache|allocate_kv_cache|init_memory_pool|alloc_memory_pool|kv_cache_configurator"
-            r"|_create_buffers"
-        ),
-        "kv_cache",
-    ),
-    (re.compile(r"load_weights|weight_loader|model_loader|load_model|Load weight begin"), "loading"),
-)
+# Traceback frames that tell what the engine was doing, innermost checked first; each phase's
+# functions are every engine's (its surface's traceback_phases), the later phases tried first.
+HINTED_PHASES = ("cuda_graphs", "profiling", "kv_cache", "loading")
+
+
+def _phase_hints() -> tuple[tuple[re.Pattern[str], str], ...]:
+    hints = {
+        phase: dict.fromkeys(hint for engine in surfaces() for hint in engine.traceback_phases.get(phase, ()))
+        for phase in HINTED_PHASES
+    }
+    return tuple((any_of(names), phase) for phase, names in hints.items() if names)
+
+
+PHASE_HINTS = _phase_hints()
 TRACEBACK_START = re.compile(
     r"Traceback \(most recent call last\)"
 )  # SGLang: "Scheduler hit an exception: Traceback ..."
@@ -268,6 +162,7 @@ class _Site:
     index: int
     given_phase: str | None
     quoted: str | None = None  # the engine's words inside a wrapper (pydantic's), shown alone
+    engine: EngineSurface | None = None  # whose words matched, when they are one engine's
 
     @property
     def evidence(self) -> str:
@@ -310,9 +205,9 @@ def diagnose(lines: Sequence[str], *, phase: str | None = None) -> Diagnosis | N
         inner = PYDANTIC_INNER.match(message)
         text = inner["text"] if inner else message
         site = _Site(lines, messages, index, phase, text if inner else None)
-        for pattern, explain in ROOT_CAUSES:
+        for pattern, explain, engine in ROOT_CAUSES:
             if match := pattern.search(text):
-                return explain(match, site)
+                return explain(match, replace(site, engine=engine) if engine else site)
         # Weak signals only count when no real error follows: NCCL warns about harmless things,
         # and an unknown exception may be a side effect of a known one further down.
         if nccl_warning is None and (match := NCCL_WARNING.search(message)):
@@ -558,12 +453,11 @@ def _no_cache_blocks(match: re.Match[str], site: _Site) -> Diagnosis:
 
 
 def _context_too_long(match: re.Match[str], site: _Site) -> Diagnosis:
-    derived = int(match["vllm"] or match["sglang"])
-    flag = "--max-model-len" if match["vllm"] else "--context-length"
+    flag = site.engine.context_flag if site.engine else "the context length"
     return site.diagnosis(
         "max-model-len",
         f"the context length asked is above the model's own: {_sentence(match)}",
-        f"set {flag} {derived} or less",
+        f"set {flag} {match['derived']} or less",
     )
 
 
@@ -590,20 +484,25 @@ def _kv_max_len(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
-def _sglang_not_enough_memory(match: re.Match[str], site: _Site) -> Diagnosis:
+def _label(site: _Site) -> str:
+    return site.engine.label if site.engine else "the engine"
+
+
+def _not_enough_memory(match: re.Match[str], site: _Site) -> Diagnosis:
     share = f" at --mem-fraction-static={match['share']}" if match["share"] else ""
     return site.diagnosis(
         "kv-cache",
-        f"SGLang has no room for its KV cache pool after the weights{share}",
+        f"{_label(site)} has no room for its KV cache pool after the weights{share}",
         f"raise --mem-fraction-static, {NEXT_MORE_SHARE}",
     )
 
 
-def _sglang_no_kv_for_weights(match: re.Match[str], site: _Site) -> Diagnosis:
+def _no_kv_for_weights(match: re.Match[str], site: _Site) -> Diagnosis:
     took = f": loading took {match['minimum']} of the memory free before it" if match["minimum"] else ""
     return site.diagnosis(
         "kv-cache",
-        f"SGLang has no room for its KV cache pool after the weights at --mem-fraction-static={match['share']}"
+        f"{_label(site)} has no room for its KV cache pool after the weights at "
+        f"--mem-fraction-static={match['share']}"
         f"{took}",
         f"raise --mem-fraction-static above {match['suggested']}, {NEXT_MORE_SHARE}",
     )
@@ -711,8 +610,8 @@ def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:
             f"stop whatever listens on port {port} or pick another --port",
         )
     # A bare OSError (vLLM 0.32 binds before uvicorn): the port is in the arguments vLLM logged.
-    port = _non_default(site, NON_DEFAULT_PORT, "port")
-    host = _non_default(site, NON_DEFAULT_HOST, "host")
+    port = _non_default(site, "port")
+    host = _non_default(site, "host")
     if port is None:
         where, listener = "the server's port", "that port"
     else:
@@ -725,11 +624,13 @@ def _address_in_use(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
-def _non_default(site: _Site, pattern: re.Pattern[str], name: str) -> str | None:
-    """A server argument vLLM logged among its non-default args above the error, if any."""
+def _non_default(site: _Site, name: str) -> str | None:
+    """A server argument the engine logged among its non-default args above the error, if any."""
+    patterns = [p for engine in surfaces() if (p := engine.failures.get(f"non-default-{name}"))]
     for message in reversed(site.messages[: site.index]):
-        if match := pattern.search(message):
-            return match[name]
+        for pattern in patterns:
+            if match := pattern.search(message):
+                return match[name]
     return None
 
 
@@ -776,16 +677,16 @@ def _ep_needs_experts(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
-def _sglang_ep_divides_tp(match: re.Match[str], site: _Site) -> Diagnosis:
+def _ep_divides_tp(match: re.Match[str], site: _Site) -> Diagnosis:
     tp, ep = int(match["tp"]), int(match["ep"])
     return site.diagnosis(
         "moe-split",
-        f"SGLang carves the EP group out of the TP group: EP {ep} does not divide TP {tp}",
+        f"{_label(site)} carves the EP group out of the TP group: EP {ep} does not divide TP {tp}",
         f"use an --ep-size that divides --tp-size {tp}: {_divisors(tp)}",
     )
 
 
-def _sglang_moe_tp(match: re.Match[str], site: _Site) -> Diagnosis:
+def _moe_tp(match: re.Match[str], site: _Site) -> Diagnosis:
     width, moe_tp, tp = int(match["width"]), int(match["moe_tp"]), int(match["tp"])
     return site.diagnosis(
         "moe-split",
@@ -795,7 +696,7 @@ def _sglang_moe_tp(match: re.Match[str], site: _Site) -> Diagnosis:
     )
 
 
-def _sglang_moe_block(match: re.Match[str], site: _Site) -> Diagnosis:
+def _moe_block(match: re.Match[str], site: _Site) -> Diagnosis:
     width, moe_tp, block = int(match["width"]), int(match["moe_tp"]), match["block"]
     return site.diagnosis(
         "fp8-block",
@@ -895,42 +796,53 @@ def _divisors(number: int, most: int = 16) -> str:
     return ", ".join(str(d) for d in range(1, min(number, most) + 1) if number % d == 0)
 
 
-# In this order within one line; across lines the first line that matches wins.
-ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain], ...] = (
+# In this order within one line; across lines the first line that matches wins. A name stands
+# for each engine's words for that failure (cockpit/engines/<engine>/surface.py), in the order
+# cockpit lists engines.
+_CAUSES: tuple[tuple[re.Pattern[str] | str, Explain], ...] = (
     (OOM_TORCH_NEW, _oom),
     (OOM_TORCH_OLD, _oom),
     (OOM_OTHER, _oom),
-    (FP8_GATE_UP, _fp8_block("gate/up shard", "block_n")),
-    (FP8_DOWN, _fp8_block("down shard", "block_k")),
-    (FP8_LINEAR_OUT, _fp8_block("linear output shard", "block_n")),
-    (FP8_LINEAR_IN, _fp8_block("linear input shard", "block_k")),
+    ("fp8-gate-up", _fp8_block("gate/up shard", "block_n")),
+    ("fp8-down", _fp8_block("down shard", "block_k")),
+    ("fp8-linear-out", _fp8_block("linear output shard", "block_n")),
+    ("fp8-linear-in", _fp8_block("linear input shard", "block_k")),
     (KERNEL_TILE, _kernel_tile),
-    (ATTENTION_HEADS, _attention_heads),
-    (NOT_DIVISIBLE, _not_divisible),
+    ("attention-heads", _attention_heads),
+    ("not-divisible", _not_divisible),
     (BARE_ASSERTION, _bare_assertion),
-    (KV_MAX_LEN, _kv_max_len),
-    (CONTEXT_TOO_LONG, _context_too_long),
-    (NO_CACHE_BLOCKS, _no_cache_blocks),
-    (SGLANG_NOT_ENOUGH_MEMORY, _sglang_not_enough_memory),
-    (SGLANG_NO_KV_FOR_WEIGHTS, _sglang_no_kv_for_weights),
-    (SGLANG_UNBALANCED_MEMORY, _unbalanced_memory),
-    (FREE_MEMORY_AT_START, _free_memory_at_start),
-    (EXTERNAL_WEIGHTS, _external_weights),
-    (WORLD_SIZE, _world_size),
+    ("kv-max-len", _kv_max_len),
+    ("context-too-long", _context_too_long),
+    ("no-cache-blocks", _no_cache_blocks),
+    ("not-enough-memory", _not_enough_memory),
+    ("no-kv-for-weights", _no_kv_for_weights),
+    ("unbalanced-memory", _unbalanced_memory),
+    ("free-memory-at-start", _free_memory_at_start),
+    ("external-weights", _external_weights),
+    ("world-size", _world_size),
     (INVALID_DEVICE, _invalid_device),
     (NCCL_WATCHDOG, _nccl_timeout),
     (NCCL_ERROR, _nccl_error),
     (NCCL_ERROR_CODE, _nccl_error),
     (ADDRESS_IN_USE, _address_in_use),
-    (PP_UNSUPPORTED, _pp_unsupported),
-    (EPLB_UNEVEN, _eplb_uneven),
-    (EPLB_NEEDS_EP, _eplb_needs_ep),
-    (EPLB_NEEDS_PARALLELISM, _eplb_needs_parallelism),
-    (EP_NEEDS_EXPERTS, _ep_needs_experts),
-    (SGLANG_EP_DIVIDES_TP, _sglang_ep_divides_tp),
-    (SGLANG_MOE_TP, _sglang_moe_tp),
-    (SGLANG_MOE_BLOCK, _sglang_moe_block),
+    ("pp-unsupported", _pp_unsupported),
+    ("eplb-uneven", _eplb_uneven),
+    ("eplb-needs-ep", _eplb_needs_ep),
+    ("eplb-needs-parallelism", _eplb_needs_parallelism),
+    ("ep-needs-experts", _ep_needs_experts),
+    ("ep-divides-tp", _ep_divides_tp),
+    ("moe-tp", _moe_tp),
+    ("moe-block", _moe_block),
     (UNRECOGNIZED_ARGS, _unrecognized_args),
     (BAD_ARGUMENT, _bad_argument),
     (CONFIG_NOT_JSON, _config_not_json),
+)
+ROOT_CAUSES: tuple[tuple[re.Pattern[str], Explain, EngineSurface | None], ...] = tuple(
+    entry
+    for cause, explain in _CAUSES
+    for entry in (
+        [(cause, explain, None)]
+        if isinstance(cause, re.Pattern)
+        else [(engine.failures[cause], explain, engine) for engine in surfaces() if cause in engine.failures]
+    )
 )

@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cockpit.bench.result import LevelSummary
 from cockpit.outcome import Diagnosis  # defined below the runner, so the journal can store one
 from cockpit.secrets import redact_argv, redact_env
 
@@ -130,11 +131,11 @@ class BenchTick:
 
 @dataclass(frozen=True)
 class BenchLevel:
-    """A finished concurrency level; ``result`` is the bench's JSON for it."""
+    """A finished concurrency level: what the bench measured of it."""
 
     experiment: int
     concurrency: int
-    result: dict
+    result: LevelSummary
     summary: str
 
     def __str__(self) -> str:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 
 import psutil
 
-from cockpit.commands import Bench, knob_next_step
+from cockpit.benchrequest import BenchRequest
 from cockpit.engines import api_keys
+from cockpit.engines.arguments import knob_next_step
 from cockpit.errors import CockpitError
 from cockpit.journal import Journal
 from cockpit.layout import Layout
@@ -26,6 +27,7 @@ from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
 from cockpit.perfmodel import predict_tok_s
 from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.profile import Profile
+from cockpit.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.runner.diagnose import describe_end
 from cockpit.runner.events import (
     BenchDone,
@@ -367,7 +369,7 @@ class Launcher:
                 # Journaled above; the refit (a second or so) comes after the face has shown it.
                 self._measured(exp)
 
-    def bench(self, bench: Bench) -> Iterator[Event]:
+    def bench(self, bench: BenchRequest) -> Iterator[Event]:
         """Benchmark the ready server in a child `cockpit bench`; levels land in the journal."""
         from cockpit.runner.benchrun import bench_child, run_bench_child
 
@@ -385,7 +387,7 @@ class Launcher:
         troubled = False  # a level met errors: the server may have ended under it
         for event in run_bench_child(argv, exp, self.api_key(handle)):
             if isinstance(event, BenchLevel):
-                troubled = troubled or bool(event.result.get("errors") or event.result.get("failed"))
+                troubled = troubled or bool(event.result.errors or event.result.failed)
             if isinstance(event, BenchDone) and not event.interrupted:
                 event = self._with_server_end(event, handle, troubled or bool(event.error))
             yield event
@@ -580,15 +582,13 @@ class Launcher:
             diagnosis, next_step=suggestion + (f" ({diagnosis.next_step})" if diagnosis.next_step else "")
         )
 
-    def _predict_bench(self, exp: int, layout: str, bench: Bench) -> None:
+    def _predict_bench(self, exp: int, layout: str, bench: BenchRequest) -> None:
         """The tok/s predicted for each of the bench's levels, journaled before it runs, with the
         setup the experiment was launched with: what this very launch taught must not make its
         own prediction (the results say "predicted when the layout was launched")."""
         setup = self._launched.get(exp, self.setup)
-        defaults = self.profile.bench
-        levels = bench.concurrency or defaults.concurrency
-        input_len = bench.input_len or defaults.input_len
-        output_len = bench.output_len or defaults.output_len
+        filled = bench.filled(self.profile.bench)
+        levels, input_len, output_len = filled.concurrency, filled.input_len, filled.output_len
         try:
             verdict = plan_layout(setup, layout)  # its secrets blanked: planned, never launched
         except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
@@ -603,8 +603,9 @@ class Launcher:
             )
 
     def _record_facts(self, exp: int, facts: Mapping[str, float | int | str]) -> None:
+        """The facts an event carries (``FactsReader.facts``, as JSON), journaled as the record."""
         if facts:
-            self.journal.set_facts(exp, facts)
+            self.journal.set_facts(exp, LaunchFacts.from_json(facts))
 
     def _measured(self, exp: int) -> None:
         """Tell ``after_measure``; a hook that fails must not take the experiment down with it."""
@@ -623,12 +624,12 @@ class Launcher:
                 self.journal.record_peak(exp, peaks)
 
 
-def predicted_at_launch(setup: Setup, verdict: Verdict) -> dict:
+def predicted_at_launch(setup: Setup, verdict: Verdict) -> LaunchPrediction:
     """What the planner says of a launch, kept beside what the engine will log."""
-    return {
-        "memory": verdict.memory.to_json() if verdict.memory else None,
-        "learned_runs": setup.learned.runs,
-    }
+    return LaunchPrediction(
+        memory=PredictedMemory.from_json(verdict.memory.to_json()) if verdict.memory else None,
+        learned_runs=setup.learned.runs,
+    )
 
 
 def journal_stopped(journal: Journal, exp: int, entry: ServerEntry | None = None) -> None:

@@ -21,15 +21,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cockpit.runner.events import LaunchReport
-from cockpit.runner.phases import (
-    CPU_KV_MEMORY,
-    KV_MEMORY,
-    KV_TOKENS,
-    LOADING_WEIGHTS_TOOK,
-    last_drawing,
-    log_message,
-)
+from cockpit.engines.vllm.surface import CPU_KV_MEMORY, KV_MEMORY, LOADING_WEIGHTS_TOOK
+from cockpit.records import LaunchFacts
+from cockpit.runner.phases import KV_TOKENS, last_drawing, log_message
 
 # -- who says it ---------------------------------------------------------------------------------
 
@@ -146,8 +140,8 @@ class _PerRank:
 
 
 @dataclass
-class LaunchFacts:
-    """Feed it the server's log lines in order; `to_json` says what the engine reported."""
+class FactsReader:
+    """Feed it the server's log lines in order; `facts` says what the engine reported."""
 
     weights_gib: _PerRank = field(default_factory=_PerRank)
     weights_seconds: _PerRank = field(default_factory=_PerRank)
@@ -276,9 +270,9 @@ class LaunchFacts:
         if sizes := _KV_SIZES.search(message):
             self.kv_memory_gib.set(rank, _pool_gib(sizes))
 
-    def to_json(self) -> LaunchReport:
-        """The journal's `facts`: only what the engine said (docs/measured.md names every key)."""
-        facts: LaunchReport = {}
+    def facts(self) -> LaunchFacts:
+        """Only what the engine said (docs/measured.md names every figure)."""
+        facts: dict[str, float | int | str] = {}
         busiest = {
             "weights_gib": self.weights_gib,
             "weights_seconds": self.weights_seconds if self.weights_seconds.values else self.loader_seconds,
@@ -307,10 +301,10 @@ class LaunchFacts:
             facts["max_concurrency_len"] = self.max_concurrency_len
         if self.engine_version:
             facts["engine_version"] = self.engine_version
-        return facts
+        return LaunchFacts.from_json(facts)
 
 
-def _put(facts: LaunchReport, name: str, value: float | None) -> None:
+def _put(facts: dict[str, float | int | str], name: str, value: float | None) -> None:
     if value is not None:
         facts[name] = round(value, 4)
 
@@ -336,9 +330,9 @@ def _rank(line: str) -> str:
     return (match["process"] or match["ranks"] or "").strip()
 
 
-def read_facts(lines: Iterable[str]) -> LaunchReport:
+def read_facts(lines: Iterable[str]) -> LaunchFacts:
     """The facts of a whole log at once (a log read after the fact, tests)."""
-    reader = LaunchFacts()
+    reader = FactsReader()
     for line in lines:
         reader.feed(line)
-    return reader.to_json()
+    return reader.facts()

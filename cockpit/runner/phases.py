@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from cockpit.engines.surface import any_of, surface, surfaces
 from cockpit.runner.events import Phase
 
 PHASES = ("starting", "loading", "loaded", "kv_cache", "cuda_graphs", "serving")
@@ -33,65 +34,24 @@ LOG_PREFIX = re.compile(
     re.VERBOSE,
 )
 
-# Each milestone in every wording cockpit has met: vLLM 0.33 and older (and 0.32's CPU build, whose
-# eager start has no CUDA graphs: tests/fixtures/real_vllm_cpu/), SGLang 0.5.23 and older.
-ENGINE_STARTING = re.compile(
-    r"Initializing an? (?:V1 )?LLM engine"  # vllm/v1/engine/core.py
-    r"|Init parallel begin"  # SGLang 0.5.23: sglang/srt/distributed/bootstrap.py
-    r"|Init torch distributed begin"  # older SGLang
-)
-LOAD_BEGIN = re.compile(r"Starting to load model|Load weight begin")
+# Each milestone in every engine's wordings (cockpit/engines/<engine>/surface.py); the log tells
+# its engine only now and then, so a line is read in every engine's words.
+SURFACES = surfaces()
+ENGINE_STARTING = any_of(p for s in SURFACES for p in s.starting)
+LOAD_BEGIN = any_of(p for s in SURFACES for p in s.load_begin)
 SHARD_PROGRESS = re.compile(
     r"(?:checkpoint shards|loading shards):\s*(?P<percent>\d{1,3})% Completed(?: \| (?P<done>\d+)/(?P<total>\d+))?",
     re.IGNORECASE,
 )
-# vLLM's weight loader on every device: "Loading weights took 0.03 seconds"
-# (vllm/model_executor/model_loader/default_loader.py: load_weights; sharded_state_loader.py says
-# the same). On a GPU "Model loading took" follows it; on CPU it is the only line that says the
-# weights are in: vllm/v1/worker/cpu_model_runner.py measures no memory.
-LOADING_WEIGHTS_TOOK = re.compile(r"^Loading weights took (?P<seconds>[\d.]+) seconds?")
-WEIGHTS_LOADED = (
-    # vLLM V1, with or without "memory and" (vllm/v1/worker/gpu_model_runner.py).
-    re.compile(r"Model loading took (?P<gib>[\d.]+) GiB"),
-    re.compile(r"Loading model weights took (?P<gib>[\d.]+) GB"),  # vLLM V0
-    # SGLang, any version: "Load weight end. [elapsed=X s, ]type=..., avail mem=X GB, mem usage=Y GB."
-    # (sglang/srt/model_executor/model_runner.py).
-    re.compile(r"Load weight end\.(?:.*?\bmem usage=(?P<gib>[\d.]+) GB)?"),
-    LOADING_WEIGHTS_TOOK,  # vLLM on CPU (and on GPU, before the line with the memory)
-)
-KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
-# vLLM on CPU: "Explicitly set (1.0/7.46) GiB for KV cache on node 0." (--kv-cache-memory-bytes or
-# VLLM_CPU_KVCACHE_SPACE) or "Auto set (X/Y) GiB for KV cache on node 0, with Z GiB requested memory
-# for the worker. ..." (vllm/v1/worker/cpu_worker.py: determine_available_memory), every worker:
-# the KV cache's GiB, then the NUMA node's total.
-CPU_KV_MEMORY = re.compile(
-    r"^(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache on node (?P<node>\d+)"
-)
-KV_TOKENS = (
-    # vLLM: "GPU KV cache size: N tokens" (0.33 goes on ", Maximum concurrency for ..." on the same
-    # line, and says "GPU + host" with a host pool: vllm/v1/core/kv_cache_utils.py).
-    re.compile(r"\bKV cache size: (?P<tokens>[\d,]+) tokens"),
-    # SGLang: "KV Cache is allocated. #tokens: N" (older), "KV Cache is allocated. dtype: torch.bfloat16,
-    # #tokens: N" (0.5.23, sglang/srt/mem_cache/memory_pool.py); a hybrid model's "Full KV Cache" is
-    # the one the scheduler counts, its "SWA KV Cache" and index pools are not.
-    re.compile(r"^(?:Full )?KV Cache is allocated\.(?: dtype: [^,]+,)? #tokens: (?P<tokens>[\d,]+)"),
-    # SGLang 0.5.23 sizing the pool again after capturing graphs: model_runner_components/kv_pool_runtime.py.
-    re.compile(r"^Post-capture KV sizing: KV cache allocated\. dtype: [^,]+, #tokens: (?P<tokens>[\d,]+)"),
-)
-CUDA_GRAPHS = re.compile(
-    r"Capturing CUDA graph"  # vLLM's progress bar: vllm/v1/worker/gpu_model_runner.py
-    # SGLang 0.5.23 "Capture target decode CUDA graph begin." (cuda_graph_setup.py); older "Capture cuda graph begin."
-    r"|Capture [\w ]*?(?:cuda|CUDA) graph begin"
-)
-VLLM_READY = re.compile(r"Application startup complete\.")
-SGLANG_READY = re.compile(r"The server is fired up and ready to roll!")
-# SGLang's uvicorn also prints "Application startup complete." before its warm-up request, so
-# the tracker must know an SGLang log when it sees one.
-SGLANG_LOG = re.compile(
-    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]|Load weight begin"
-    r"|Init parallel begin|server_args=\{"  # 0.5.23 (sglang/srt/entrypoints/engine.py logs server_args as a dict)
-    r"|Init torch distributed begin|server_args=ServerArgs"  # older
-)
+WEIGHTS_LOADED = tuple(p for s in SURFACES for p in s.weights_loaded)
+KV_MEMORY_LINES = tuple(p for s in SURFACES for p in s.kv_memory)
+KV_TOKENS = tuple(p for s in SURFACES for p in s.kv_tokens)
+CUDA_GRAPHS = any_of(p for s in SURFACES for p in s.cuda_graphs)
+
+
+def _engine_of(line: str) -> str | None:
+    """The engine whose log this line can only come from, if any."""
+    return next((s.name for s in SURFACES if s.signature is not None and s.signature.search(line)), None)
 
 
 def strip_ansi(text: str) -> str:
@@ -116,7 +76,7 @@ class PhaseTracker:
 
     def __init__(self, experiment: int, engine: str | None = None):
         self.experiment = experiment
-        self.engine = engine  # "vllm" or "sglang"; guessed from the log when not given
+        self.engine = engine  # the engine's name; guessed from the log when not given
         self.phase: str | None = None
         self.progress: float | None = None
         self.detail = ""
@@ -125,8 +85,8 @@ class PhaseTracker:
         self.kv_tokens: int | None = None  # the smallest rank's: the engine takes the minimum
 
     def feed(self, line: str) -> Phase | None:
-        if self.engine is None and SGLANG_LOG.search(strip_ansi(line).lstrip()):
-            self.engine = "sglang"
+        if self.engine is None:
+            self.engine = _engine_of(strip_ansi(line).lstrip())
         message = log_message(line)
         return self._read(message) if message else None
 
@@ -150,8 +110,9 @@ class PhaseTracker:
                 else:
                     weights = ""
                 return self._advance("loaded", detail=weights)
-        if match := KV_MEMORY.search(message) or CPU_KV_MEMORY.search(message):
-            return self._advance("kv_cache", detail=f"{match['gib']} GiB for the KV cache")
+        for pattern in KV_MEMORY_LINES:
+            if match := pattern.search(message):
+                return self._advance("kv_cache", detail=f"{match['gib']} GiB for the KV cache")
         for pattern in KV_TOKENS:
             if match := pattern.search(message):
                 tokens = int(match["tokens"].replace(",", ""))
@@ -159,10 +120,15 @@ class PhaseTracker:
                 return self._advance("kv_cache", detail=f"{self.kv_tokens:,} tokens of KV cache")
         if CUDA_GRAPHS.search(message):
             return self._advance("cuda_graphs")
-        if SGLANG_READY.search(message) or (VLLM_READY.search(message) and self.engine != "sglang"):
+        if self._is_ready(message):
             self.ready_line_seen = True
             return self._advance("serving")
         return None
+
+    def _is_ready(self, message: str) -> bool:
+        """An engine's ready line, unless the engine followed prints it before it is ready."""
+        not_ready = surface(self.engine).not_ready_lines if self.engine else ()
+        return any(s.ready_line in message and s.ready_line not in not_ready for s in SURFACES)
 
     def _advance(self, name: str, progress: float | None = None, detail: str = "") -> Phase | None:
         """Move forward only: every rank repeats the milestones, and a late one must not rewind."""

@@ -27,7 +27,7 @@ from cockpit.paths import private_dir
 from cockpit.processes import started_at
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
-from cockpit.runner.launchfacts import LaunchFacts
+from cockpit.runner.launchfacts import FactsReader
 from cockpit.runner.phases import PhaseTracker, strip_ansi
 from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
@@ -231,7 +231,7 @@ class Supervisor:
         the numbers the engine logged about its launch (``facts``)."""
         experiment = handle.entry.experiment
         tracker = PhaseTracker(experiment)
-        facts = LaunchFacts()
+        facts = FactsReader()
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         reader = LogTail(Path(handle.entry.log_path))
         error_at: float | None = None
@@ -262,13 +262,15 @@ class Supervisor:
                 if code is not None:
                     for line in reader.flush():
                         yield from take(line, phases=False)
-                    yield Failed(experiment, diagnose_exit(list(tail), code, tracker.phase), facts.to_json())
+                    yield Failed(
+                        experiment, diagnose_exit(list(tail), code, tracker.phase), facts.facts().to_json()
+                    )
                     return
                 now = time.monotonic()
                 if error_at is not None and now - error_at > ERROR_GRACE_S:
                     found = diagnose(list(tail), phase=tracker.phase)
                     if found is not None and found.kind in _CERTAIN:
-                        yield Failed(experiment, found, facts.to_json())
+                        yield Failed(experiment, found, facts.facts().to_json())
                         return
                     error_at = None  # a scary line that was not an error after all
                 if now >= next_health:
@@ -283,7 +285,7 @@ class Supervisor:
                             handle.url,
                             now - handle.started,
                             handle.entry.started or None,
-                            facts.to_json(),
+                            facts.facts().to_json(),
                         )
                         return
                 if now - handle.started > timeout:
@@ -302,7 +304,7 @@ class Supervisor:
                             next_step=f"read the log {handle.entry.log_path}; if loading is just slow, raise --startup-timeout",
                             phase=where,
                         ),
-                        facts.to_json(),
+                        facts.facts().to_json(),
                     )
                     return
                 time.sleep(poll)

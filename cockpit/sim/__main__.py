@@ -9,14 +9,15 @@ from __future__ import annotations
 import signal
 import sys
 
+from cockpit.engines.surface import engine_names
 from cockpit.errors import CockpitError
 
-USAGE = "usage: python -m cockpit.sim {vllm|sglang} -- <the engine's argv>"
+USAGE = f"usage: python -m cockpit.sim {{{'|'.join(engine_names())}}} -- <the engine's argv>"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("vllm", "sglang"):
+    if not argv or argv[0] not in engine_names():
         print(USAGE, file=sys.stderr)
         return 2
     engine, rest = argv[0], argv[1:]

@@ -31,11 +31,12 @@ import yaml
 from cockpit import eventloop
 from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
 from cockpit.engines import api_keys, get_engine
+from cockpit.engines.surface import surface
 from cockpit.errors import CockpitError, shown
 from cockpit.hardware import Hardware
 from cockpit.modelfiles import load_model
 from cockpit.perfmodel import Calibration, PerfModel, for_verdict
-from cockpit.planner import GiB, Learned, Setup, Verdict, oom_text, plan_layout
+from cockpit.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
 from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
@@ -273,10 +274,7 @@ class SimEngine:
             self.log.kv_failure(failure)
             return 1
         kv_bytes = int(max(0.0, memory.kv_budget_gib) * GiB)
-        # SGLang keeps activations and graphs outside its static pool: 1.5 GiB, plus whatever
-        # more the truth says it keeps.
-        sglang_reserve = 1.5 + max(0.0, self.truth.reserve_offset_gib)
-        reserve = int((memory.reserve_gib if self.args.engine == "vllm" else sglang_reserve) * GiB)
+        reserve = int(self._reserve_gib(memory) * GiB)
         for gpu in used:
             self.held[gpu] = int(memory.weights_gib * GiB + 0.5 * GiB + kv_bytes + reserve)
         self.held = {g: min(b, int(memory.capacity_gib * GiB)) for g, b in self.held.items()}
@@ -284,6 +282,15 @@ class SimEngine:
         self.log.kv_ready(setup, placement, memory)
         await asyncio.sleep(1.0 / self.scale)  # CUDA graphs
         return await self.serve(setup, verdict)
+
+    def _reserve_gib(self, memory: MemoryEstimate) -> float:
+        """What the engine holds beside weights and KV cache: its whole reserve (vLLM), or what
+        it keeps for activations and graphs outside its static pool (SGLang), plus whatever more
+        the truth says it keeps."""
+        activations = surface(self.args.engine).activations_gib
+        if activations is None:
+            return memory.reserve_gib
+        return activations + max(0.0, self.truth.reserve_offset_gib)
 
     async def load(self, gpus: list[int], target: float, total: int) -> None:
         """Fill each GPU's memory at LOAD_GBPS until ``target`` bytes of weights are in."""
@@ -327,7 +334,7 @@ class SimEngine:
             pacer, on_step=on_step, token_budget=perf.step_tokens or None, warn=self._behind_its_clock
         )
         values = dict(self.args.non_default)
-        vllm = self.args.engine == "vllm"
+        api = surface(self.args.engine)
         layout = self.args.layout
         app = make_app(
             model_id=self.args.served_name,
@@ -336,7 +343,7 @@ class SimEngine:
             max_model_len=setup.server.max_model_len or setup.model.max_context,
             model_path=self.args.model,
             api_key=api_keys(self.args.engine, self.args.argv, self.env),
-            metrics=self.args.engine != "sglang" or bool(values.get("enable_metrics")),
+            metrics=api.metrics_by_default or bool(values.get("enable_metrics")),
             version=self.args.version,
             fingerprint=(
                 system_fingerprint(
@@ -347,10 +354,10 @@ class SimEngine:
                     layout.expert_parallel,
                     config=f"{self.args.model}|{' '.join(self.args.argv)}",
                 )
-                if vllm
+                if api.system_fingerprint
                 else None
             ),
-            access_log=self.out if vllm and access_logged(values) else None,
+            access_log=self.out if self.log.access_lines and access_logged(values) else None,
         )
         try:
             runner = await serve(app, host=self.args.host, port=self.args.port, sock=self.sock)
@@ -364,7 +371,7 @@ class SimEngine:
             loop.add_signal_handler(sig, stop.set)
         self.log.ready(self.args)
         tasks = [asyncio.create_task(self._idle_publisher(batcher, stop))]
-        if vllm and not values.get("disable_log_stats"):
+        if self.log.periodic_stats and not values.get("disable_log_stats"):
             tasks.append(asyncio.create_task(self._log_stats(app, batcher, values)))
         if self.on_ready is not None:
             self.on_ready()
@@ -379,7 +386,7 @@ class SimEngine:
         return 0
 
     async def _log_stats(self, app: Any, batcher: Batcher, values: Mapping[str, object]) -> None:
-        """vLLM's periodic stats line (vllm/v1/metrics/loggers.py): throughputs over the interval,
+        """The periodic stats line of vLLM (vllm/v1/metrics/loggers.py): throughputs over the interval,
         logged unless they and the interval's before are all 0 (an idle engine logs at debug)."""
         from cockpit.sim.server import counters, kv_usage
 

@@ -12,39 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cockpit.engines import Option, OptionTable, check_args, option_table
 from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, size_value
 from cockpit.engines.options import _choices as engine_choices
+from cockpit.engines.surface import surface
+from cockpit.engines.vllm.surface import API_SERVER_MODULE
 from cockpit.layout import Layout
 
-# Leading words of the launcher, as the adapters write them, that the simulator skips.
-_API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-_LAUNCHERS = {
-    "vllm": (
-        ("vllm", "serve"),
-        ("serve",),
-        ("python", "-m", _API_SERVER_MODULE),
-        ("python3", "-m", _API_SERVER_MODULE),
-        ("-m", _API_SERVER_MODULE),
-        (_API_SERVER_MODULE,),
-    ),
-    "sglang": (
-        ("python", "-m", "sglang.launch_server"),
-        ("-m", "sglang.launch_server"),
-        ("sglang.launch_server",),
-    ),
-}
-# What the engine's parser calls itself in its errors: vLLM's serve subparser (its root parser
-# reports unrecognized arguments, with its own usage), or under `python -m
-# vllm.entrypoints.openai.api_server` that module's parser, named after its file, whose usage
-# argparse writes out option by option (vllm/entrypoints/launchers/api_server/entry.py: main);
-# SGLang's says "sglang serve" even under `python -m sglang.launch_server` (prepare_server_args).
-_PROG = {"vllm": "vllm serve", "sglang": "sglang serve"}
-_USAGE = {"vllm": "vllm serve [model_tag] [options]", "sglang": None}
+# The parser of `python -m vllm.entrypoints.openai.api_server` is that module's, named after its
+# file, whose usage argparse writes out option by option (vllm/entrypoints/launchers/api_server/
+# entry.py: main); the launcher words the simulator skips, and what each engine's parser calls
+# itself otherwise, are the engine's surface's (cockpit/engines/<engine>/surface.py).
 API_SERVER_PROG = "api_server.py"
 # What importing the old entrypoint warns, before its parser runs (vllm/entrypoints/openai/api_server.py).
 API_SERVER_WARNINGS = (
@@ -56,11 +38,6 @@ API_SERVER_WARNINGS = (
     "vllm.entrypoints.openai.api_server` command is deprecated and may be removed in a future release. "
     "Please use `vllm server` instead.",
     "  warnings.warn(",
-)
-_VLLM_ROOT_USAGE = (
-    "usage: vllm [-h] [-v]\n"
-    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
-    "            ...\n"
 )
 
 
@@ -112,14 +89,13 @@ def _converter(table: OptionTable, option: Option) -> Callable[[str], object] | 
 
 
 def _size_error(engine: str, kind: str, text: str) -> str:
-    """What each engine's human_readable_int says about a size it cannot read. vLLM
-    (vllm/utils/argparse_utils.py) only words decimals with a binary suffix; a plain bad number is
-    argparse's "invalid ... value". SGLang (sglang/srt/utils/common.py) words every failure."""
-    if engine == "sglang":
-        return (
-            f"Invalid integer value: '{text}'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes "
-            "(1Ki, 1Mi). Suffixes are case-sensitive."
-        )
+    """What the engine's human_readable_int says about a size it cannot read: its own words where
+    its surface has them (SGLang's, sglang/srt/utils/common.py). Else only decimals with a binary
+    suffix are worded (vLLM's, vllm/utils/argparse_utils.py); a plain bad number is argparse's
+    "invalid ... value"."""
+    words = surface(engine).size_error
+    if words is not None:
+        return words.format(text=text)
     number, suffix = text.strip()[:-1], text.strip()[-1:]
     if suffix and suffix in "KMGT" and "." in number:
         return (
@@ -132,13 +108,14 @@ def _size_error(engine: str, kind: str, text: str) -> str:
 def build_parser(table: OptionTable, entrypoint: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with every option of the engine version's server command (vLLM's
     ``api_server.py`` entrypoint: that module's parser, with no positional model)."""
-    api_server = table.engine == "vllm" and entrypoint == API_SERVER_PROG
+    api_server = entrypoint == API_SERVER_PROG  # only vLLM's launcher words name it
+    engine = surface(table.engine)
     parser = argparse.ArgumentParser(
-        prog=API_SERVER_PROG if api_server else _PROG[table.engine],
-        usage=None if api_server else _USAGE[table.engine],
+        prog=API_SERVER_PROG if api_server else engine.program,
+        usage=None if api_server else engine.usage,
         add_help=False,
     )
-    if table.engine == "vllm" and not api_server:
+    if engine.model_positional and not api_server:
         parser.add_argument("model_tag", nargs="?")
     for option in table.options:
         kwargs: dict[str, Any] = {"dest": option.dest, "default": option.default}
@@ -178,14 +155,14 @@ def strip_launcher(engine: str, argv: Sequence[str]) -> list[str]:
 def _launched(engine: str, argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """The entrypoint the launcher words name (vLLM's old module: "api_server.py"), and the rest."""
     args = list(argv)
-    for prefix in _LAUNCHERS[engine]:
+    for prefix in surface(engine).launchers:
         if tuple(args[: len(prefix)]) == prefix:
-            return (API_SERVER_PROG if _API_SERVER_MODULE in prefix else None), args[len(prefix) :]
+            return (API_SERVER_PROG if API_SERVER_MODULE in prefix else None), args[len(prefix) :]
     return None, args
 
 
-def _vllm_rewrites(flags: list[str], positional: bool = True) -> list[str]:
-    """What vLLM's parser does before argparse: `--model M` to the front (``positional``: `vllm
+def _flexible_rewrites(flags: list[str], positional: bool = True) -> list[str]:
+    """What vLLM's FlexibleArgumentParser does before argparse: `--model M` to the front (``positional``: `vllm
     serve`), dashes for underscores, -O3, and dotted JSON keys folded into their option's JSON."""
     flags = expand_vllm_args(flags)
     if positional and "--model" in flags:
@@ -220,19 +197,25 @@ def _json_value(text: str) -> object:
 def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = None) -> EngineArgs:
     """Parse like the real engine; argparse exits 2 with its usage line on a bad flag."""
     table = option_table(engine, version)
+    words_of = surface(engine)
     entrypoint, flags = _launched(engine, argv)
     if entrypoint == API_SERVER_PROG:
         from cockpit.sim.logs.base import SITE
 
         for line in API_SERVER_WARNINGS:
             sys.stderr.write(line.format(site=SITE) + "\n")
-    if engine == "vllm":
-        flags = _vllm_rewrites(flags, positional=entrypoint != API_SERVER_PROG)
+    if words_of.flexible_args:
+        flags = _flexible_rewrites(
+            flags, positional=words_of.model_positional and entrypoint != API_SERVER_PROG
+        )
     parser = build_parser(table, entrypoint)
     ns, extras = parser.parse_known_args(flags)
     if extras:  # vLLM's root parser says it (the api_server module's parser its own); SGLang's own
-        if engine == "vllm" and entrypoint != API_SERVER_PROG:
-            sys.stderr.write(_VLLM_ROOT_USAGE + f"vllm: error: unrecognized arguments: {' '.join(extras)}\n")
+        if words_of.root_usage is not None and entrypoint != API_SERVER_PROG:
+            root = words_of.console_script or words_of.program
+            sys.stderr.write(
+                words_of.root_usage + f"{root}: error: unrecognized arguments: {' '.join(extras)}\n"
+            )
             raise SystemExit(2)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     non_default = tuple(
@@ -241,7 +224,7 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
     # vLLM's `serve` puts the positional model in args.model (vllm/entrypoints/cli/serve.py), so
     # its "non-default args" name the model where --model sits among the options; model_tag is
     # not one of them (vllm/entrypoints/serve/utils/api_utils.py: get_non_default_args).
-    if engine == "vllm" and getattr(ns, "model_tag", None) is not None:
+    if getattr(ns, "model_tag", None) is not None:
         ns.model = ns.model_tag
     logged = tuple((k, v) for k, v in vars(ns).items() if v != parser.get_default(k) and k != "model_tag")
     # The same words through cockpit's own reading: what the planner takes as server arguments
@@ -252,19 +235,11 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
     named = flags[1:] if model_tag is not None and flags[:1] == [model_tag] else flags
     checked = check_args(table, named, strict=False)
     words = tuple(w for g in checked.groups if g.option.dest not in SET_BY_COCKPIT for w in g.words)
-    if engine == "vllm":
-        layout = Layout(
-            tp=ns.tensor_parallel_size,
-            pp=ns.pipeline_parallel_size,
-            dp=ns.data_parallel_size,
-            expert_parallel=bool(ns.enable_expert_parallel),
-        )
-        model = ns.model
-    else:
-        layout = _sglang_layout(ns)
-        model = ns.model_path
-        if not model:
-            parser.error("the following arguments are required: --model-path/--model")
+    layout = _layout(ns, words_of.parallel_dests)
+    model = getattr(ns, words_of.model_dest)
+    model_option = table.by_dest(words_of.model_dest)
+    if not model and model_option is not None and model_option.default is None:
+        parser.error(f"the following arguments are required: {'/'.join(model_option.spellings)}")
     served = ns.served_model_name
     if isinstance(served, list):
         served = served[0] if served else None
@@ -280,27 +255,35 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
         non_default,
         checked.deprecated,
         table.version,
-        entrypoint or _PROG[engine],
+        entrypoint or surface(engine).program,
         logged,
     )
 
 
-def _sglang_layout(ns: argparse.Namespace) -> Layout:
-    """SGLang's parallel flags as a Layout: `--attn-dp-size D` (0.5.23) or the deprecated
-    `--dp-size D --enable-dp-attention` (moved to attn_dp_size by the engine) splits attention
-    inside the TP group; a plain --dp-size starts replicas."""
-    attn_dp = getattr(ns, "attn_dp_size", 1) or 1
-    dp = ns.dp_size
+def _layout(ns: argparse.Namespace, dests: Mapping[str, str]) -> Layout:
+    """The parsed parallel flags as a Layout (``dests``: the surface's parallel_dests). SGLang's
+    `--attn-dp-size D` (0.5.23) or deprecated `--dp-size D --enable-dp-attention` (moved to
+    attn_dp_size by the engine) split attention inside the TP group; a plain DP size starts
+    replicas. vLLM's expert parallelism is a switch, SGLang's a size."""
+
+    def value(part: str, default: Any) -> Any:
+        dest = dests.get(part)
+        return getattr(ns, dest, default) if dest is not None else default
+
+    attn_dp = value("attn_dp", 1) or 1
+    dp = value("dp", 1)
     if attn_dp > 1 and dp > 1:  # sglang/srt/arg_groups/parallel_hook.py
         raise SystemExit(
             f"ValueError: --dp-size {dp} with --attn-dp-size {attn_dp}: data-parallel replicas combined "
             "with attention data parallelism are not supported."
         )
-    dpa = bool(ns.enable_dp_attention) or attn_dp > 1
+    dpa = bool(value("dpa", False)) or attn_dp > 1
+    ep = value("ep", 1)
     return Layout(
-        tp=ns.tp_size,
-        pp=ns.pp_size,
+        tp=value("tp", 1),
+        pp=value("pp", 1),
         dp=attn_dp if attn_dp > 1 else dp,
-        ep=ns.ep_size if ns.ep_size > 1 else None,
+        ep=ep if ep > 1 else None,
+        expert_parallel=bool(value("expert_parallel", False)),
         dpa=dpa and max(attn_dp, dp) > 1,
     )

@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from cockpit.engines.surface import EngineSurface
+
 from .batcher import BatcherClosed
 
 WORDS = (
@@ -91,17 +93,17 @@ def _choice(
     finish: str | None,
     *,
     delta: dict[str, str] | None = None,
-    engine: str = "vllm",
+    extended: bool = True,
 ) -> dict[str, Any]:
-    """A streamed choice. vLLM (vllm/entrypoints/openai/completion/serving.py and
+    """A streamed choice. Extended, as vLLM's (vllm/entrypoints/openai/completion/serving.py and
     chat_completion/serving.py, dumped with exclude_unset): a completion's carries stop_reason,
     prompt_token_ids and token_ids, null; a chat token's token_ids, and stop_reason only on the
-    one that finishes; the chat role's neither."""
+    one that finishes; the chat role's neither. Plain: stop_reason on every one."""
     if chat:
         body: dict[str, Any] = {"index": 0, "delta": delta if delta is not None else {"content": text}}
     else:
         body = {"index": 0, "text": text}
-    if engine != "vllm":
+    if not extended:
         return {**body, "logprobs": None, "finish_reason": finish, "stop_reason": None}
     body = {**body, "logprobs": None, "finish_reason": finish}
     if not chat:
@@ -122,25 +124,26 @@ def _head(chat: bool, request_id: str, created: int, model_id: str) -> dict[str,
     }
 
 
-def _tail(engine: str, last: bool, include_usage: bool, fingerprint: str | None) -> dict[str, Any]:
-    """vLLM stamps its system_fingerprint on the finishing chunk when no usage chunk follows."""
-    if engine == "vllm" and last and not include_usage and fingerprint is not None:
+def _tail(last: bool, include_usage: bool, fingerprint: str | None) -> dict[str, Any]:
+    """The system_fingerprint, where the engine has one (vLLM), goes on the finishing chunk when
+    no usage chunk follows."""
+    if last and not include_usage and fingerprint is not None:
         return {"system_fingerprint": fingerprint}
     return {}
 
 
 @functools.lru_cache(maxsize=32)
 def _token_templates(
-    chat: bool, model_id: str, created: int, engine: str = "vllm", fingerprint: str | None = None
+    chat: bool, model_id: str, created: int, extended: bool = True, fingerprint: str | None = None
 ) -> tuple[tuple[bytes, bytes, bytes], ...]:
     """A token event of any request of this shape and second, cut around its id and its text:
     (before the id, between id and text, after the text), for not-last and last (without and
     with the fingerprint vLLM puts on the last when no usage chunk follows). Rendered once per
     second per shape, not per request."""
     pieces = []
-    for last, tail in ((False, {}), (True, {}), (True, _tail(engine, True, False, fingerprint))):
+    for last, tail in ((False, {}), (True, {}), (True, _tail(True, False, fingerprint))):
         head = _head(chat, _ID_HOLE, created, model_id)
-        choice = _choice(chat, _TEXT_HOLE, "length" if last else None, engine=engine)
+        choice = _choice(chat, _TEXT_HOLE, "length" if last else None, extended=extended)
         event = b"data: " + dumps({**head, "choices": [choice], **tail}).encode()
         before_id, rest = event.split(dumps(_ID_HOLE).encode())
         between, after = rest.split(dumps(_TEXT_HOLE).encode())
@@ -155,34 +158,28 @@ class Chunks:
     ``chunked``: whether the response body goes in HTTP/1.1 chunks. aiohttp chunks a body of
     unknown length exactly when the request is HTTP/1.1; an HTTP/1.0 body is sent bare and ended
     by closing the connection (aiohttp/web_response.py, ``StreamResponse._prepare_headers``).
-    ``fingerprint``: vLLM's system_fingerprint (vllm/entrypoints/serve/utils/fingerprint.py).
+    ``api``: the engine's surface, which says the shapes (response_fields, request ids).
+    ``fingerprint``: its system_fingerprint, where it has one (vllm/entrypoints/serve/utils/fingerprint.py).
     """
 
     def __init__(
         self,
         ask: Ask,
         model_id: str,
+        api: EngineSurface,
         chunked: bool = True,
-        engine: str = "vllm",
         fingerprint: str | None = None,
     ) -> None:
         self.ask = ask
         self.chunked = chunked
-        self.engine = engine
-        self.fingerprint = fingerprint
+        self.extended = api.response_fields == "extended"
+        self.fingerprint = fingerprint if api.system_fingerprint else None
         created = int(time.time())
         kind = "chatcmpl" if ask.chat else "cmpl"
-        if (
-            engine == "vllm"
-        ):  # vllm/utils/__init__.py: random_uuid, 16 hex digits; or the client's X-Request-Id
-            request_id = (
-                f"{kind}-{ask.request_id if ask.request_id is not None else f'{random.getrandbits(64):016x}'}"
-            )
-        else:
-            request_id = f"{kind}-{random.getrandbits(128):032x}"  # uuid4().hex's shape
+        request_id = f"{kind}-{_request_id(api, ask.request_id)}"
         self.head = _head(ask.chat, request_id, created, model_id)
         quoted_id = dumps(request_id).encode()
-        templates = _token_templates(ask.chat, model_id, created, engine, fingerprint)
+        templates = _token_templates(ask.chat, model_id, created, self.extended, self.fingerprint)
         last = 2 if not ask.include_usage else 1
         self._templates = tuple(
             (before_id + quoted_id + between, after)
@@ -193,7 +190,7 @@ class Chunks:
     def _choice(
         self, text: str, finish: str | None, *, delta: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        return _choice(self.ask.chat, text, finish, delta=delta, engine=self.engine)
+        return _choice(self.ask.chat, text, finish, delta=delta, extended=self.extended)
 
     def _event(
         self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None, **extra: Any
@@ -205,10 +202,10 @@ class Chunks:
         return b"data: " + dumps(obj).encode() + b"\n\n"
 
     def _usage(self, completion_tokens: int, *, chunk: bool = True) -> dict[str, Any]:
-        """vLLM's UsageInfo (fields: prompt, total, completion tokens; a chat chunk's continuous
-        usage also says completion_tokens_details, null); SGLang's in its own order."""
+        """UsageInfo. Extended, as vLLM's: prompt, total, completion tokens, and on a chat chunk's
+        continuous usage completion_tokens_details, null. Plain, as SGLang's: prompt, completion, total."""
         prompt = self.ask.prompt_tokens
-        if self.engine != "vllm":
+        if not self.extended:
             return {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion_tokens,
@@ -228,7 +225,7 @@ class Chunks:
         prompt's token ids and text, null, on this first chunk only)."""
         usage = self._usage(0) if self.ask.continuous_usage else None
         choice = self._choice("", None, delta={"role": "assistant", "content": ""})
-        if self.engine == "vllm":
+        if self.extended:
             return self._event([choice], usage, prompt_token_ids=None, prompt_text=None)
         return self._event([choice], usage)
 
@@ -237,7 +234,7 @@ class Chunks:
         last = is_last(position, self.ask.max_tokens)
         word = WORDS[position % len(WORDS)]
         if self.ask.continuous_usage:
-            tail = _tail(self.engine, last, self.ask.include_usage, self.fingerprint)
+            tail = _tail(last, self.ask.include_usage, self.fingerprint)
             return self._event(
                 [self._choice(word, "length" if last else None)], self._usage(position + 1), **tail
             )
@@ -261,15 +258,15 @@ class Chunks:
     def usage(self) -> bytes:
         """The last event before [DONE] when usage is asked for (vLLM: with its fingerprint, nulls left out)."""
         usage = self._usage(self.ask.max_tokens, chunk=False)
-        if self.engine == "vllm" and self.fingerprint is not None:
+        if self.fingerprint is not None:
             return self._event([], usage, system_fingerprint=self.fingerprint)
         return self._event([], usage)
 
     def whole(self, text: str) -> dict[str, Any]:
-        """The non-streaming response object (vLLM: every field of its CompletionResponse or
-        ChatCompletionResponse, nulls included)."""
-        if self.engine != "vllm":
-            return self._sglang_whole(text)
+        """The non-streaming response object (extended, as vLLM's: every field of its
+        CompletionResponse or ChatCompletionResponse, nulls included)."""
+        if not self.extended:
+            return self._plain_whole(text)
         usage = {
             **self._usage(self.ask.max_tokens, chunk=False),
             "prompt_tokens_details": None,
@@ -321,7 +318,7 @@ class Chunks:
             "metrics": None,
         }
 
-    def _sglang_whole(self, text: str) -> dict[str, Any]:
+    def _plain_whole(self, text: str) -> dict[str, Any]:
         if self.ask.chat:
             choice = {
                 "index": 0,
@@ -335,6 +332,15 @@ class Chunks:
             choice = self._choice(text, "length")
             kind = "text_completion"
         return {**self.head, "object": kind, "choices": [choice], "usage": self._usage(self.ask.max_tokens)}
+
+
+def _request_id(api: EngineSurface, client_id: str | None) -> str:
+    """What follows "cmpl-": the client's X-Request-Id where the engine takes it, else random hex
+    digits (vLLM's random_uuid, vllm/utils/__init__.py: 16; SGLang's uuid4().hex: 32)."""
+    if api.client_request_id and client_id is not None:
+        return client_id
+    digits = api.request_id_digits
+    return f"{random.getrandbits(4 * digits):0{digits}x}"
 
 
 class _Ends:

@@ -26,13 +26,16 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
+from cockpit.engines.sglang.surface import SURFACE as SGLANG
+from cockpit.engines.surface import EngineSurface, engine_names, surface
+from cockpit.engines.vllm.surface import SURFACE as VLLM
+
 from .batcher import Batcher, BatcherClosed
 from .frames import Ask, Chunks, SseStream, Whole, dumps, text_of
-from .logs.vllm import VLLM_ROUTES, uvicorn_access_line
+from .logs.vllm import uvicorn_access_line
 from .metrics import Family, RequestStats, Series, VllmFigures, render, vllm_families
 from .pacing import summary_ms
 
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 DEFAULT_MAX_TOKENS = 16
 
 
@@ -42,6 +45,7 @@ class _Served:
 
     model_id: str
     engine: str
+    api: EngineSurface  # the engine's surface: how its server answers
     batcher: Batcher
     max_model_len: int
     model_path: str | None
@@ -96,11 +100,11 @@ class ApiError(Exception):
 
 
 def error_body(
-    status: int, message: str, err_type: str, engine: str = "vllm", param: str | None = None
+    status: int, message: str, err_type: str, api: EngineSurface, param: str | None = None
 ) -> dict[str, Any]:
-    """vLLM's ErrorResponse nests its ErrorInfo under "error" (vllm/entrypoints/serve/engine/
-    protocol.py); SGLang's is flat, with "object": "error"."""
-    if engine == "vllm":
+    """The engine's ErrorResponse: nested, its ErrorInfo under "error" (vLLM's, vllm/entrypoints/
+    serve/engine/protocol.py), or flat, with "object": "error" (SGLang's)."""
+    if api.error_body == "nested":
         return {
             "error": {"message": sanitize_message(message), "type": err_type, "param": param, "code": status}
         }
@@ -108,7 +112,7 @@ def error_body(
 
 
 def validation_error(message: str, param: str, value: object) -> ApiError:
-    """vLLM's VLLMValidationError as its handler answers it: 400, the parameter named in the
+    """The VLLMValidationError of vLLM as its handler answers it: 400, the parameter named in the
     message's tail and in "param" (vllm/exceptions.py, vllm/entrypoints/serve/exception_handling/)."""
     return ApiError(400, f"{message} (parameter={param}, value={value})", "BadRequestError", param)
 
@@ -116,7 +120,7 @@ def validation_error(message: str, param: str, value: object) -> ApiError:
 def system_fingerprint(
     version: str, tp: int = 1, pp: int = 1, dp: int = 1, ep: bool = False, config: str = ""
 ) -> str:
-    """vLLM's system_fingerprint in its default "full" mode: vllm-<version>[-tpN][-ppN][-dpN][-ep]-<hash8>
+    """The system_fingerprint of vLLM in its default "full" mode: vllm-<version>[-tpN][-ppN][-dpN][-ep]-<hash8>
     (vllm/entrypoints/serve/utils/fingerprint.py); the hash is the config's, here of what names it."""
     parts = [f"vllm-{version}"]
     parts += [f"tp{tp}"] if tp > 1 else []
@@ -151,56 +155,42 @@ def make_app(
     vLLM: ``version`` is what /version and the system fingerprint say (default: the newest option
     table's), ``fingerprint`` the system_fingerprint (default: built from the version),
     ``access_log`` gets uvicorn's line for each request."""
-    if engine not in DEFAULT_PORTS:
-        raise ValueError(f"engine must be one of {sorted(DEFAULT_PORTS)}, got {engine!r}")
+    if engine not in engine_names():
+        raise ValueError(f"engine must be one of {sorted(engine_names())}, got {engine!r}")
+    api = surface(engine)
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     middlewares = [_errors_as_json]
     if any(keys):
-        middlewares.insert(0, _require_key(engine, tuple(k for k in keys if k)))
+        middlewares.insert(0, _require_key(api, tuple(k for k in keys if k)))
     if access_log is not None:
         middlewares.insert(0, _access_log)
     app = web.Application(middlewares=middlewares)
-    if engine == "vllm" and not version:
+    if not version:
         from cockpit.engines.options import table_version
 
-        version = table_version("vllm", None)[0]
-    if engine == "vllm" and fingerprint is None:
+        version = table_version(engine, None)[0]
+    if not api.system_fingerprint:
+        fingerprint = None
+    elif fingerprint is None:
         fingerprint = system_fingerprint(version, config=model_id)
     app[STATE] = _Served(
-        model_id,
-        engine,
-        batcher,
-        max_model_len,
-        model_path,
-        int(time.time()),
-        version,
-        fingerprint,
-        access_log,
-        RequestStats(max_model_len),
+        model_id=model_id,
+        engine=engine,
+        api=api,
+        batcher=batcher,
+        max_model_len=max_model_len,
+        model_path=model_path,
+        created=int(time.time()),
+        version=version,
+        fingerprint=fingerprint,
+        access_log=access_log,
+        stats=RequestStats(max_model_len),
     )
-    handlers = {
-        "/load": _load,
-        "/version": _version,
-        "/health": _health,
-        "/metrics": _metrics,
-        "/v1/models": _models,
-        "/ping": _health,
-        "/v1/chat/completions": _chat_completions,
-        "/v1/completions": _completions,
-    }
-    if engine == "vllm":  # in the order its launcher logs them (cockpit/sim/logs/vllm.py)
-        for path, methods in VLLM_ROUTES:
-            if path != "/metrics" or metrics:
-                for method in methods.split(", "):
-                    app.router.add_route(method, path, handlers[path])
-    else:
-        app.router.add_get("/health", _health)
-        app.router.add_get("/v1/models", _models)
-        app.router.add_post("/v1/completions", _completions)
-        app.router.add_post("/v1/chat/completions", _chat_completions)
-        if metrics:
-            app.router.add_get("/metrics", _metrics)
-        app.router.add_get("/get_model_info", _model_info)
+    # The engine's routes, in the order it lists them (vLLM's launcher logs them so).
+    for path, methods in api.routes:
+        if path != "/metrics" or metrics:
+            for method in methods.split(", "):
+                app.router.add_route(method, path, _HANDLERS[path])
     app.router.add_get("/cockpit/truth", _truth)
     app.on_shutdown.append(_close_batcher)
     return app
@@ -217,7 +207,7 @@ async def serve(
     the batcher gives its place back.
     """
     if port is None:
-        port = DEFAULT_PORTS[app[STATE].engine]
+        port = app[STATE].api.default_port
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     try:
@@ -238,20 +228,20 @@ async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamRespo
     """Every error leaves as JSON, never as an HTML page: vLLM's own errors as its ErrorResponse,
     an unknown route or method as FastAPI's default handler answers it ({"detail": "Not Found"}:
     vLLM registers its handler for fastapi's HTTPException, not the router's starlette one)."""
-    engine = request.app[STATE].engine
+    api = request.app[STATE].api
     try:
         return await handler(request)
     except ApiError as err:
-        body = error_body(err.status, err.message, err.err_type, engine, err.param)
+        body = error_body(err.status, err.message, err.err_type, api, err.param)
         return _json(body, status=err.status)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        if engine == "vllm":
+        if api.unrouted_detail:
             return _json({"detail": exc.reason}, status=exc.status, headers=headers)
         return web.json_response(
-            error_body(exc.status, exc.reason, exc.reason, engine), status=exc.status, headers=headers
+            error_body(exc.status, exc.reason, exc.reason, api), status=exc.status, headers=headers
         )
 
 
@@ -289,21 +279,16 @@ def _log_access(request: web.Request, status: int, reason: str) -> None:
     served.access_log(uvicorn_access_line(client, request.method, request.path_qs, version, status, reason))
 
 
-# vLLM guards these prefixes only (/health, /metrics, /ping stay open); SGLang guards every
-# path but health, readiness and metrics probes. Both let OPTIONS through, both answer 401 so.
-_VLLM_GUARDED = ("/v1", "/v2", "/inference", "/cohere")
-_SGLANG_OPEN = ("/health", "/ready", "/metrics")
 UNAUTHORIZED = {"error": "Unauthorized"}
 
 
-def _require_key(engine: str, keys: tuple[str, ...]) -> Any:
-    """The engines' API-key middleware: a missing or wrong bearer token gets 401."""
+def _require_key(api: EngineSurface, keys: tuple[str, ...]) -> Any:
+    """The engines' API-key middleware: a missing or wrong bearer token gets 401 on the paths
+    the engine guards (its surface's key_protected_paths but key_open_paths); OPTIONS passes."""
     digests = [hashlib.sha256(k.encode()).digest() for k in keys]
 
     def guarded(path: str) -> bool:
-        if engine == "vllm":
-            return path.startswith(_VLLM_GUARDED)
-        return not path.startswith(_SGLANG_OPEN)
+        return path.startswith(api.key_protected_paths) and not path.startswith(api.key_open_paths)
 
     def allowed(header: str | None) -> bool:
         scheme, _, token = (header or "").partition(" ")
@@ -333,7 +318,8 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
-    """vLLM's ModelList: one ModelCard with one ModelPermission (vllm/entrypoints/openai/models/serving.py)."""
+    """The ModelList: one ModelCard, with one ModelPermission in the extended shape
+    (vLLM's, vllm/entrypoints/openai/models/serving.py)."""
     served = request.app[STATE]
     card: dict[str, Any] = {
         "id": served.model_id,
@@ -344,7 +330,7 @@ async def _models(request: web.Request) -> web.Response:
         "parent": None,
         "max_model_len": served.max_model_len,
     }
-    if served.engine == "sglang":
+    if served.api.response_fields != "extended":
         return web.json_response({"object": "list", "data": [card]})
     card["permission"] = [
         {
@@ -386,7 +372,7 @@ async def _metrics(request: web.Request) -> web.Response:
     """Prometheus text under the engine's own names and labels, driven by the batcher (see
     docs/metrics.md): what cockpit's engine line and the benchmark read from a real engine."""
     served = request.app[STATE]
-    families = _vllm_metrics(served) if served.engine == "vllm" else _sglang_metrics(served)
+    families = _FAMILIES[served.api.metric_prefix](served)
     # The simulator's own health: steps that started late mean the machine, not the model, paced them.
     batcher = served.batcher
     label = {"model_name": served.model_id}
@@ -499,6 +485,13 @@ def _sglang_metrics(served: _Served) -> list[Family]:
     return families
 
 
+# Each engine's metric families, by the prefix of its Prometheus names.
+_FAMILIES: dict[str, Callable[[_Served], list[Family]]] = {
+    VLLM.metric_prefix: _vllm_metrics,
+    SGLANG.metric_prefix: _sglang_metrics,
+}
+
+
 # -- generation --------------------------------------------------------------------------------
 
 
@@ -526,16 +519,30 @@ async def _truth(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+# What answers each path an engine's surface lists.
+_HANDLERS = {
+    "/load": _load,
+    "/version": _version,
+    "/health": _health,
+    "/metrics": _metrics,
+    "/v1/models": _models,
+    "/ping": _health,
+    "/v1/chat/completions": _chat_completions,
+    "/v1/completions": _completions,
+    "/get_model_info": _model_info,
+}
+
+
 async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     received = time.perf_counter()
     served = request.app[STATE]
-    body = await _json_body(request, served.engine)
+    body = await _json_body(request, served.api)
     ask = _validate(body, served, chat=chat, request_id=request.headers.get("X-Request-Id"))
     chunks = Chunks(
         ask,
         served.model_id,
+        served.api,
         chunked=request.version >= HttpVersion11,
-        engine=served.engine,
         fingerprint=served.fingerprint,
     )
     sink = SseStream(chunks, served.truth.ttft_s, served.truth.gaps_s, received) if ask.stream else Whole()
@@ -553,14 +560,14 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         finished = served.finished_tokens[ask.stream]
         finished[0] += ask.prompt_tokens
         finished[1] += seq.generated
-        if served.engine == "vllm":
-            _finish(served, ask, seq.generated, seq.admitted, sink, received)
+        _finish(served, ask, seq.generated, seq.admitted, sink, received)
 
 
 def _finish(
     served: _Served, ask: Ask, generated: int, admitted: float | None, sink: Any, received: float
 ) -> None:
-    """vLLM's per-request statistics (vllm/v1/metrics/stats.py), once the request has ended."""
+    """The per-request statistics of vLLM (vllm/v1/metrics/stats.py), once the request has ended;
+    only its metrics read them."""
     served.stats.finish(
         reason="length" if generated >= ask.max_tokens else "abort",
         prompt_tokens=ask.prompt_tokens,
@@ -574,15 +581,17 @@ def _finish(
     )
 
 
-async def _json_body(request: web.Request, engine: str = "vllm") -> dict[str, Any]:
-    """The request's JSON object. vLLM's FastAPI reads a bad body as a validation error: "Bad
-    Request", FastAPI's json_invalid error as vLLM's handler words it (fastapi/routing.py,
-    vllm/entrypoints/serve/exception_handling/handlers/validation.py)."""
+async def _json_body(request: web.Request, api: EngineSurface) -> dict[str, Any]:
+    """The request's JSON object. Where FastAPI validates the body (vLLM), a bad one is a
+    validation error: "Bad Request", FastAPI's json_invalid error as vLLM's handler words it
+    (fastapi/routing.py, vllm/entrypoints/serve/exception_handling/handlers/validation.py)."""
+    fastapi = api.body_errors == "fastapi"
+    refused = "Bad Request" if fastapi else "BadRequestError"
     raw = await request.read()
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        if engine == "vllm":
+        if fastapi:
             error = {
                 "type": "json_invalid",
                 "loc": f"body.{exc.pos}",
@@ -593,26 +602,21 @@ async def _json_body(request: web.Request, engine: str = "vllm") -> dict[str, An
             raise ApiError(400, f"1 validation error:\n  {error}", "Bad Request", f"body.{exc.pos}") from None
         raise ApiError(400, f"Invalid JSON body: {exc}") from None
     except ValueError as exc:  # bad UTF-8
-        raise ApiError(
-            400, f"Invalid JSON body: {exc}", "Bad Request" if engine == "vllm" else "BadRequestError"
-        ) from None
+        raise ApiError(400, f"Invalid JSON body: {exc}", refused) from None
     if not isinstance(body, dict):
-        raise ApiError(
-            400,
-            "The request body must be a JSON object.",
-            "Bad Request" if engine == "vllm" else "BadRequestError",
-        )
+        raise ApiError(400, "The request body must be a JSON object.", refused)
     return body
 
 
 def _validate(body: dict[str, Any], served: _Served, *, chat: bool, request_id: str | None = None) -> Ask:
     model = body.get("model")
-    vllm = served.engine == "vllm"
-    if vllm and model and model != served.model_id:  # vllm/entrypoints/serve/engine/serving.py: _check_model
+    api = served.api
+    if api.model_aliases and model and model != served.model_id:  # vLLM's _check_model
         message = f"The model `{model}` does not exist. Valid aliases: {served.model_id}."
         raise ApiError(404, message, "NotFoundError", "model")
-    if not vllm and model is not None and model != served.model_id:
+    if not api.model_aliases and model is not None and model != served.model_id:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    clamps = api.context_check == "clamp"
     prompt_tokens = _messages_tokens(body) if chat else _prompt_tokens(body)
     param = "max_tokens"
     max_tokens = body.get("max_completion_tokens") if chat else None
@@ -625,14 +629,16 @@ def _validate(body: dict[str, Any], served: _Served, *, chat: bool, request_id: 
         max_tokens = DEFAULT_MAX_TOKENS
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
         raise ApiError(400, f"max_tokens must be an integer, got {max_tokens!r}.")
-    if not vllm and max_tokens < 1:
+    if not clamps and max_tokens < 1:
         raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.")
     n = body.get("n")
     if n is not None and n != 1:
         raise ApiError(400, f"The simulated engine generates one choice per request (n=1), got n={n!r}.")
-    if vllm:
+    if clamps:
         text = not (isinstance(body.get("prompt"), list) and _is_token_ids(body.get("prompt")))
-        max_tokens = _vllm_max_tokens(served.max_model_len, prompt_tokens, max_tokens, requested, param, text)
+        max_tokens = _clamped_max_tokens(
+            served.max_model_len, prompt_tokens, max_tokens, requested, param, text
+        )
     else:
         _check_context(served, prompt_tokens, max_tokens)
     stream = body.get("stream") is True
@@ -659,10 +665,10 @@ def _is_token_ids(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
 
 
-def _vllm_max_tokens(
+def _clamped_max_tokens(
     limit: int, prompt_tokens: int, max_tokens: int, requested: bool, param: str, text: bool
 ) -> int:
-    """vLLM's checks, in its order: max_tokens above the context (vllm/renderers/params.py:
+    """The checks of vLLM, in its order: max_tokens above the context (vllm/renderers/params.py:
     TokenizeParams), a prompt above it (counted on a text truncated to one token past it, hence
     "at least"), then max_tokens cut to what the context leaves (vllm/entrypoints/serve/utils/
     api_utils.py: get_max_tokens), which must still be 1 or more (vllm/sampling_params.py)."""
@@ -778,7 +784,7 @@ _PATHS = (  # vllm/entrypoints/serve/exception_handling/utils.py: sanitize_messa
 
 
 def sanitize_message(message: str) -> str:
-    """vLLM's error messages without file paths: "<path>" stands for each."""
+    """An error message without file paths, as vLLM words its own: "<path>" stands for each."""
     for pattern in _PATHS:
         message = pattern.sub("<path>", message)
     return message.strip()

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
+from cockpit.engines.surface import EngineSurface, surfaces
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -48,41 +50,24 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-# vLLM 0.33: vllm/v1/metrics/loggers.py (PrometheusStatLogger). prometheus_client adds `_total` to a
-# counter's name on the wire. The old spellings are vLLM v0's (vllm/engine/metrics.py) and early
-# v1's: `gpu_cache_usage_perc` was deprecated for `kv_cache_usage_perc` and `gpu_prefix_cache_*`
-# for `prefix_cache_*` (vllm-project/vllm#18354), then hidden. v0 kept a prefix hit-rate gauge.
-VLLM: dict[str, _Family] = {
-    "running": _Family(("vllm:num_requests_running",), sum),
-    "waiting": _Family(("vllm:num_requests_waiting",), sum),
-    "kv_usage": _Family(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), max),
-    "preemptions_total": _Family(("vllm:num_preemptions_total",), sum),
-    "prefix_hits_total": _Family(("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"), sum),
-    "prefix_queries_total": _Family(
-        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"), sum
-    ),
-    "prefix_hit_rate": _Family(("vllm:gpu_prefix_cache_hit_rate",), _mean),
-    "generation_tokens_total": _Family(("vllm:generation_tokens_total",), sum),
+# How the series of several replicas combine, per figure; each engine's names for the figures are
+# its surface's (cockpit/engines/<engine>/surface.py).
+COMBINE: dict[str, Callable[[Sequence[float]], float]] = {
+    "running": sum,
+    "waiting": sum,
+    "kv_usage": max,
+    "preemptions_total": sum,
+    "prefix_hits_total": sum,
+    "prefix_queries_total": sum,
+    "prefix_hit_rate": _mean,
+    "generation_tokens_total": sum,
+    "gen_throughput": sum,
 }
 
-# SGLang 0.5.23: sglang/srt/observability/metrics_collector.py (sglang/srt/metrics/collector.py in
-# earlier releases, same names). Scheduler gauges: SchedulerMetricsCollector; token counters (counted
-# when a request finishes, labelled is_streaming): TokenizerMetricsCollector. Retractions are
-# SGLang's preemptions: the counter `num_retracted_requests_total` (older releases only had the
-# `num_retracted_reqs` gauge, a count per report, which sums to nothing meaningful and is not read).
-# The prefix hit rate comes from cached over prompt tokens where both counters are served; the
-# `cache_hit_rate` gauge (the last prefill batch's) is the fallback.
-SGLANG: dict[str, _Family] = {
-    "running": _Family(("sglang:num_running_reqs",), sum),
-    "waiting": _Family(("sglang:num_queue_reqs",), sum),
-    "kv_usage": _Family(("sglang:token_usage",), max),
-    "preemptions_total": _Family(("sglang:num_retracted_requests_total",), sum),
-    "prefix_hits_total": _Family(("sglang:cached_tokens_total",), sum),
-    "prefix_queries_total": _Family(("sglang:prompt_tokens_total",), sum),
-    "prefix_hit_rate": _Family(("sglang:cache_hit_rate",), _mean),
-    "generation_tokens_total": _Family(("sglang:generation_tokens_total",), sum),
-    "gen_throughput": _Family(("sglang:gen_throughput",), sum),
-}
+
+def _families(engine: EngineSurface) -> dict[str, _Family]:
+    return {key: _Family(spellings, COMBINE[key]) for key, spellings in engine.metrics.items()}
+
 
 # cockpit's simulated engine serves both engines' names, and these of its own (cockpit/sim/server.py):
 # the time its clock could not keep because its CPU was short. A level measured then measured
@@ -90,7 +75,7 @@ SGLANG: dict[str, _Family] = {
 SIMULATOR: dict[str, _Family] = {
     "sim_dropped_s_total": _Family(("cockpit_sim_dropped_seconds_total",), max),
 }
-ENGINES: dict[str, dict[str, _Family]] = {"vllm": {**VLLM, **SIMULATOR}, "sglang": {**SGLANG, **SIMULATOR}}
+ENGINES: dict[str, dict[str, _Family]] = {e.name: {**_families(e), **SIMULATOR} for e in surfaces()}
 
 # Labels that tell apart the schedulers of one replica: with --enable-metrics-for-all-schedulers
 # every TP rank reports the same scheduler state, which must count once, not once per rank.
@@ -134,7 +119,7 @@ def parse_engine_metrics(text: str, at: float = 0.0) -> EngineMetrics | None:
     by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
     for name, labels, value in parse_series(text):
         by_name.setdefault(name, []).append((labels, value))
-    engine = next((e for e in ENGINES if any(n.startswith(e + ":") for n in by_name)), None)
+    engine = next((e.name for e in surfaces() if any(n.startswith(e.metric_prefix) for n in by_name)), None)
     if engine is None:
         return None
     figures = {key: _figure(family, by_name) for key, family in ENGINES[engine].items()}

@@ -15,14 +15,15 @@ import time
 
 import psutil
 
+from cockpit.engines.surface import any_of, surfaces
 from cockpit.telemetry.base import GpuProcess, GpuSample, GpuSource
 
-# The processes of a real engine: vLLM's renamed ones ("VLLM::EngineCore", "VLLM::Worker": the
-# setproctitle names of vllm/utils/system_utils.py), SGLang's ("sglang::scheduler"), and the
-# launchers by their module or subcommand. cockpit's simulated engine is not one of them: it
-# lives on a simulated box.
-_ENGINE_NAME = re.compile(r"^(?:VLLM|sglang)::", re.IGNORECASE)
-_ENGINE_MODULE = re.compile(r"^(?:vllm\.entrypoints\.|sglang\.launch_server)")
+# The processes of a real engine: the names its processes give themselves, and the launchers by
+# their module or console script (cockpit/engines/<engine>/surface.py). cockpit's simulated engine
+# is not one of them: it lives on a simulated box.
+_ENGINE_NAME = any_of((f"^{e.process_title}" for e in surfaces()), re.IGNORECASE)
+_ENGINE_MODULE = any_of(f"^{e.launcher_module}" for e in surfaces())
+_CONSOLE_SCRIPTS = frozenset(e.console_script for e in surfaces() if e.console_script)
 
 
 def is_engine_process(name: str, cmdline: list[str]) -> bool:
@@ -34,7 +35,7 @@ def is_engine_process(name: str, cmdline: list[str]) -> bool:
     for i, word in enumerate(cmdline[:4]):
         if word == "-m" and i + 1 < len(cmdline) and _ENGINE_MODULE.match(cmdline[i + 1]):
             return True
-        if os.path.basename(word) == "vllm" and cmdline[i + 1 : i + 2] == ["serve"]:
+        if os.path.basename(word) in _CONSOLE_SCRIPTS and cmdline[i + 1 : i + 2] == ["serve"]:
             return True
     return False
 

@@ -32,24 +32,13 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Input
 
-from cockpit.commands import (
-    Bench,
-    Export,
-    Help,
-    Plan,
-    Quit,
-    Results,
-    Stop,
-    Sweep,
-    Try,
-    Tune,
-    Use,
-    parse_command,
-)
+from cockpit.benchrequest import BenchRequest
+from cockpit.commands import Command, Export, Help, Plan, Quit, Results, Stop, Sweep, Try, Tune, Use
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.planner import FAILS, Verdict
 from cockpit.profile import find_profile
+from cockpit.prompt import parse_command
 from cockpit.reports.tune import level_text, newest_tune
 from cockpit.runner import sweep
 from cockpit.runner.events import (
@@ -64,6 +53,7 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
+from cockpit.runner.jobs import Running, SweepDone, SweepStep, refusal, unlaunchable
 from cockpit.runner.registry import ServerEntry
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.enginemetrics import EngineMetrics, EngineScraper
@@ -75,8 +65,6 @@ from cockpit.tui.control import (
     Notice,
     Relearned,
     StopFinished,
-    SweepDone,
-    SweepStep,
 )
 from cockpit.tui.history import PromptHistory
 from cockpit.tui.messages import (
@@ -218,10 +206,10 @@ class CockpitApp(App[None]):
         self._listen_for_signals()
         if self.session.sim:
             self.main.say(
-                f"{self.session.sim_reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs"
+                f"{self.session.box.reason}: a simulated box ({self.session.setup.hardware}); nothing runs on real GPUs"
             )
-        elif self.session.engine_note:
-            self.main.say(self.session.engine_note)
+        elif self.session.box.note:
+            self.main.say(self.session.box.note)
         self._tell_learning()  # a calibration file that could not be read: after, so it stays in sight
         self._tell_problems()
 
@@ -602,7 +590,7 @@ class CockpitApp(App[None]):
         match parse_command(text):
             case Try() as command:
                 self.cmd_try(command)
-            case Bench() as command:
+            case BenchRequest() as command:
                 self.cmd_bench(command)
             case Stop() as command:
                 self.cmd_stop(command)
@@ -626,10 +614,27 @@ class CockpitApp(App[None]):
     def cmd_try(self, command: Try) -> None:
         self.request_launch(command.layout)
 
+    def _what_runs(self) -> Running:
+        """What runs now, for the refusals (``runner.jobs.refusal``)."""
+        control = self.control
+        return Running(
+            server=control.has_server,
+            ready=self.server.state == READY and self.session.launcher.handle is not None,
+            benching=control.benching,
+            sweeping=control.sweeping,
+            tuning=control.tuning,
+            profile=self.session.profile.name,
+        )
+
+    def _refuse(self, command: Command) -> None:
+        """A command that cannot run now is one line on the status bar, and changes nothing."""
+        why = refusal(command, self._what_runs())
+        if why is not None:
+            raise CockpitError(why)
+
     def request_launch(self, layout: Layout) -> None:
         """Launch a layout; one the planner says fails asks first, one that cannot run is refused."""
-        if self.control.sweeping:
-            raise CockpitError("a sweep is running: `stop` ends it first")
+        self._refuse(Try(layout))
         verdict = self.session.verdict(layout)
         if layout.knobs and verdict.placement is not None:
             self.main.picker.add(verdict)  # its argv, knobs and all, in the picker's detail
@@ -637,17 +642,9 @@ class CockpitApp(App[None]):
             self.main.say(f"⚠ {warning}")
         engine = self.session.setup.engine.label
         suggestion = self.session.suggest(verdict)
-        if verdict.placement is None:
-            raise CockpitError(
-                f"{verdict.reasons[0]}"
-                + (f"; {suggestion}" if suggestion and "nearest" not in str(verdict.reasons[0]) else "")
-            )
-        count = self.session.setup.hardware.count
-        if verdict.gpus_used > count:
-            raise CockpitError(
-                f"{layout} needs {verdict.gpus_used} GPUs and this box has {count}"
-                + (f": {suggestion}" if suggestion else "")
-            )
+        why = unlaunchable(layout, verdict, self.session.setup.hardware.count, suggestion)
+        if why is not None:
+            raise CockpitError(why)
         if verdict.verdict == FAILS:
             reasons = "\n".join(f"✗ {r}" for r in verdict.reasons)
             body = f"The planner says {layout} fails on {engine}:\n{reasons}"
@@ -677,16 +674,9 @@ class CockpitApp(App[None]):
         self.control.launch(layout, force=force)
         self.main.show_view("log")
 
-    def cmd_bench(self, command: Bench) -> None:
-        if self.control.benching:
-            raise CockpitError("a benchmark is running: wait for it, or `stop`")
-        if self.control.sweeping:
-            raise CockpitError("a sweep is running: it benches each layout itself")
-        if self.control.tuning:
-            raise CockpitError("a tune is running: it benches each candidate itself")
-        if self.server.state != READY or self.session.launcher.handle is None:
-            raise CockpitError("no server is ready: `try <layout>` first, then `bench`")
-        levels = self._bench_levels = command.concurrency or self.session.levels
+    def cmd_bench(self, command: BenchRequest) -> None:
+        self._refuse(command)
+        levels = self._bench_levels = command.filled(self.session.profile.bench).concurrency
         self.bench_view.start(self.server.experiment, self.server.layout, levels)
         self.main.bench.show_live(self.bench_view)
         self.control.bench(command)
@@ -698,12 +688,10 @@ class CockpitApp(App[None]):
     @property
     def _busy(self) -> bool:
         """A server of ours runs or loads, or a job (bench, sweep, tune) is at work."""
-        control = self.control
-        return control.has_server or control.sweeping or control.benching or control.tuning
+        return self._what_runs().busy
 
     def cmd_stop(self, command: Stop | None = None) -> None:
-        if not self._busy:
-            raise CockpitError("no server is running")
+        self._refuse(command or Stop())
         if self.control.tuning:
             self.main.say(
                 "ending the tune after its current level, then its server stops (`tune --resume` continues it) …"
@@ -723,10 +711,9 @@ class CockpitApp(App[None]):
         self.main.say(f"{verdict}")
 
     def cmd_sweep(self, command: Sweep) -> None:
-        if self.control.sweeping or self.control.benching:
-            raise CockpitError("a sweep or benchmark is running: `stop` ends it first")
+        self._refuse(command)
         sweep.refuse_unrunnable(self.session.verdict(layout) for layout in command.layouts)
-        self._bench_levels = command.bench.concurrency or self.session.levels
+        self._bench_levels = command.bench.filled(self.session.profile.bench).concurrency
         self.control.sweep(command.layouts, command.bench)
         self.main.say(
             sweep.opening(command.layouts, self._bench_levels) + (ENDING_TUNE if self.control.tuning else "")
@@ -735,8 +722,7 @@ class CockpitApp(App[None]):
 
     def cmd_tune(self, command: Tune) -> None:
         """Tune (or `tune --resume`): what runs ends first; the tune view comes to the front."""
-        if self.control.sweeping or self.control.benching:
-            raise CockpitError("a sweep or benchmark is running: `stop` ends it first")
+        self._refuse(command)
         spec = command.spec
         if spec is None:
             record = self.session.journal.open_tune(self.session.profile.name)
@@ -770,10 +756,7 @@ class CockpitApp(App[None]):
         self.main.say(f"✓ wrote {path.resolve()}")
 
     def cmd_use(self, command: Use) -> None:
-        if self.control.has_server or self.control.sweeping or self.control.tuning:
-            raise CockpitError(
-                f"a server of profile {self.session.profile.name} is running: `stop` it before `use`"
-            )
+        self._refuse(command)
         find_profile(command.profile)  # an unknown name fails here, in one line
         on = f" on {command.engine}" if command.engine else ""
         self.main.say(f"opening profile {command.profile}{on} …")
@@ -792,7 +775,7 @@ class CockpitApp(App[None]):
         """Open a profile off the loop (on ``engine`` if given); with `attach`, follow that server once it is open."""
         try:
             session = Session.open(
-                name, sim=self.session.sim, engine=engine, interval=self.session.monitor.interval
+                name, sim=self.session.box.sim_asked, engine=engine, interval=self.session.monitor.interval
             )
         except CockpitError as exc:
             if attach is not None:  # its profile is gone: follow it under the open one
@@ -908,8 +891,9 @@ class CockpitApp(App[None]):
         self.push_screen(HelpScreen(keys))
 
     def action_stop(self) -> None:
-        if not self._busy:
-            self.main.say("no server is running", error=True)
+        why = refusal(Stop(), self._what_runs())
+        if why is not None:
+            self.main.say(why, error=True)
             return
         what = self._server_words()
 

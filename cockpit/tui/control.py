@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from cockpit.commands import Bench
+from cockpit.benchrequest import BenchRequest
 from cockpit.errors import CockpitError
 from cockpit.layout import Layout
 from cockpit.runner.events import BenchDone, Event, Failed, LogLine, Phase, Ready, Stopped
-from cockpit.runner.experiment import Launcher, journal_stopped
+from cockpit.runner.experiment import Launcher
+from cockpit.runner.jobs import SweepDone, SweepJob, SweepStep, stop_left_running
 from cockpit.runner.phases import ANSI_ESCAPE
 from cockpit.runner.registry import ServerEntry
-from cockpit.runner.sweep import stop_reason
 from cockpit.tune.events import TuneEvent
 from cockpit.tune.spec import TuneSpec
 from cockpit.tuner import Tuner
@@ -59,23 +59,6 @@ class JobFailed:
 
     def __str__(self) -> str:
         return f"{self.job} failed: {self.error}"
-
-
-@dataclass(frozen=True)
-class SweepStep:
-    index: int  # 1-based
-    total: int
-    layout: str
-
-    def __str__(self) -> str:
-        return f"sweep {self.index}/{self.total}: {self.layout}"
-
-
-@dataclass(frozen=True)
-class SweepDone:
-    done: int
-    total: int
-    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -243,7 +226,7 @@ class Control:
         with self._lock:
             self._server_thread = self._spawn("attach", job)
 
-    def bench(self, bench: Bench) -> None:
+    def bench(self, bench: BenchRequest) -> None:
         def job() -> None:
             self._consume(self.launcher.bench(bench))
 
@@ -269,21 +252,18 @@ class Control:
         """Stop servers an earlier cockpit left running (found in the registry at start)."""
 
         def job() -> None:
-            supervisor = self.launcher.supervisor
-            for entry in entries:
-                try:
-                    how = supervisor.stop(supervisor.attach(entry))
-                except CockpitError as exc:  # not verifiably cockpit's: left alone, the others stopped
-                    self.on_job(Notice(f"stop: {exc}", error=True))
-                    continue
-                journal_stopped(self.session.journal, entry.experiment, entry)
-                self.on_job(Notice(f"✓ stopped {entry}: {how}"))
+            for stop in stop_left_running(entries, self.launcher.supervisor, self.session.journal):
+                if stop.refused:  # not verifiably cockpit's: left alone, the others stopped
+                    self.on_job(Notice(f"stop: {stop.refused}", error=True))
+                else:
+                    self.on_job(Notice(f"✓ stopped {stop.entry}: {stop.how}"))
 
         self._spawn("stop-left-running", job)
 
-    def sweep(self, layouts: Iterable[Layout], bench: Bench) -> None:
-        """Each layout in turn: launch, bench, stop; a layout that fails is journaled and skipped."""
-        layouts = tuple(layouts)
+    def sweep(self, layouts: Iterable[Layout], bench: BenchRequest) -> None:
+        """Each layout in turn (``runner.jobs.SweepJob``): launch, bench, stop; a layout that fails
+        is journaled and skipped."""
+        sweep = SweepJob(tuple(layouts), bench)
         launcher, since = self.launcher, self.launcher.cancels  # a stop after this ends the sweep
 
         def stopped() -> bool:
@@ -291,19 +271,15 @@ class Control:
 
         def job() -> None:
             self._end_tune()
-            self._stop_current(f"to sweep {', '.join(map(str, layouts))}", replacing=True)
-            done = 0
-            for index, layout in enumerate(layouts, 1):
-                if stopped() or self._closed.is_set():
-                    break
-                self.on_job(SweepStep(index, len(layouts), str(layout)))
-                outcome = self._run(layout, False, since)
-                if isinstance(outcome, Ready) and not stopped():
-                    self._consume(self.launcher.bench(bench))
-                # Stopped by the person or not, a server this step launched goes down here.
-                self._stop_current(stop_reason(index, len(layouts)))
-                done += 1
-            self.on_job(SweepDone(done, len(layouts), stopped=stopped()))
+            self._stop_current(f"to sweep {', '.join(map(str, sweep.layouts))}", replacing=True)
+            sweep.run(
+                launch=lambda layout: self._run(layout, False, since),
+                measure=lambda bench: self._consume(self.launcher.bench(bench)),
+                stop=self._stop_current,
+                on_step=self.on_job,
+                should_stop=lambda: stopped() or self._closed.is_set(),
+            )
+            self.on_job(SweepDone(sweep.done, sweep.total, stopped=stopped()))
 
         with self._lock:
             self._sweep_thread = self._spawn("sweep", job)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from cockpit.boxcontext import BoxContext
 from cockpit.engines.options import SET_BY_COCKPIT
 from cockpit.errors import CockpitError
 from cockpit.lab import Lab
@@ -63,16 +64,19 @@ class Session(Lab):
         cls,
         profile: Profile | str | None = None,
         *,
+        box: BoxContext | None = None,
         sim: bool = False,
         engine: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         collect_problems: bool = True,
     ) -> Session:
-        """Open the profile's lab and plan every layout; the monitor is not started yet. Damaged
-        records read back are collected for the screen to say (it owns the terminal)."""
+        """Open the profile's lab (on ``box`` when the caller decided it, as ``Lab.open``) and plan
+        every layout; the monitor is not started yet. Damaged records read back are collected for
+        the screen to say (it owns the terminal)."""
         session = super().open(
             profile,
+            box=box,
             sim=sim,
             engine=engine,
             interval=interval,
@@ -159,7 +163,7 @@ class Session(Lab):
     def flag_names(self) -> tuple[str, ...]:
         """The engine version's server flags for Tab after a layout (Tab asks at every key, so
         once), less those the layout and cockpit say."""
-        options = self.setup.engine.options
+        options = self.box.options
         return tuple(n for n in options.names if (o := options.find(n)) and o.dest not in SET_BY_COCKPIT)
 
     @staticmethod
@@ -232,7 +236,7 @@ class Session(Lab):
         if cached is not None and cached[0] == generation:
             return cached[1]
         # the host the journal files launches under; a simulated box's own launches only
-        box = Box.of(self.setup, socket.gethostname(), self.sim)
+        box = Box(self.box.key, socket.gethostname(), self.setup.model_path)
         measured = last_measured(self.journal, box)
         self._measured = (generation, measured)  # kept only while no forget came since it began
         return measured

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from cockpit.bench.result import LevelSummary
 from cockpit.outcome import FAILED, READY, STOPPED
 from cockpit.reports.numbers import format_ms
 from cockpit.runner.events import (
@@ -122,7 +123,7 @@ class BenchView:
     levels_done: int = 0
     tok_s: float | None = None  # the latest tick
     ticks: deque[float] = field(default_factory=lambda: deque(maxlen=600))  # tok/s, one a tick
-    last: dict | None = None  # the last finished level's JSON
+    last: LevelSummary | None = None  # the last finished level
     error: str = ""
     interrupted: bool = False
 
@@ -171,17 +172,14 @@ class BenchView:
         return f"■ bench {self.layout} {how}: {self.levels_done} level(s) journaled"
 
     def latency(self) -> str:
-        if not self.last:
+        level = self.last
+        if level is None:
             return ""
-        data = self.last
-
-        def ms(metric: str, stat: str) -> str:
-            return format_ms((data.get(metric) or {}).get(stat))
-
+        ttft, itl = level.ttft_ms, level.itl_ms
         return (
-            f"C={data.get('concurrency')}: {data.get('output_tok_s', 0):,.1f} tok/s · "
-            f"TTFT p50 {ms('ttft_ms', 'p50')} p99 {ms('ttft_ms', 'p99')} ms · "
-            f"ITL p50 {ms('itl_ms', 'p50')} p99 {ms('itl_ms', 'p99')} ms"
+            f"C={level.concurrency}: {level.output_tok_s:,.1f} tok/s · "
+            f"TTFT p50 {format_ms(ttft.p50)} p99 {format_ms(ttft.p99)} ms · "
+            f"ITL p50 {format_ms(itl.p50)} p99 {format_ms(itl.p99)} ms"
         )
 
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from cockpit.errors import CockpitError
-from cockpit.layout import Layout, enumerate_layouts
+from cockpit.knobs import Knobs
+from cockpit.layout import Layout
 from cockpit.perfmodel import ClosedLoop, PerfModel, for_verdict
 from cockpit.planner import FAILS, Setup, Verdict, plan_layout
 from cockpit.tune.spec import TuneSpec
@@ -96,14 +97,14 @@ def knob_combinations(spec: TuneSpec) -> list[tuple[str, ...]]:
 
 def candidate_layouts(setup: Setup, spec: TuneSpec) -> list[Layout]:
     """Every layout the engine can be asked for on the box, with every knob combination."""
-    layouts = enumerate_layouts(setup.hardware.count, moe=setup.model.is_moe, engine=setup.engine.name)
+    layouts = setup.engine.candidate_layouts(setup.hardware.count, moe=setup.model.is_moe)
     combos = knob_combinations(spec)
     if len(layouts) * len(combos) > MAX_CANDIDATES:
         raise CockpitError(
             f"tune: {len(layouts)} layouts x {len(combos)} knob combinations is more than "
             f"{MAX_CANDIDATES:,} candidates: give fewer knob values"
         )
-    return [replace(layout, knobs=combo) for layout in layouts for combo in combos]
+    return [replace(layout, knobs=Knobs(combo)) for layout in layouts for combo in combos]
 
 
 def nothing_fits_reason(left_out: Sequence[Verdict], spec: TuneSpec, usable_gpus: int) -> str:

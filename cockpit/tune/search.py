@@ -19,7 +19,7 @@ when to stop.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cockpit.layout import Layout
 from cockpit.tune.candidates import Candidate
@@ -202,7 +202,7 @@ def start_level(ladder: Sequence[float], predicted_level: float) -> float:
 
 
 def _parallel(layout: Layout) -> str:
-    return str(replace(layout, knobs=()))
+    return str(layout.parallel)
 
 
 def _no_roomier(candidate: Candidate, failed: Candidate, kind: str) -> bool:

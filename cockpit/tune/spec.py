@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from cockpit.benchlimits import MAX_LEVELS, check_rate
-from cockpit.commands import check_bench_number, check_seconds, parse_levels
+from cockpit.benchrequest import MAX_LEVELS, check_bench_number, check_rate, check_seconds, parse_levels
 from cockpit.errors import CockpitError, shown
 
 Goal = Literal["tok/s", "tok/s/gpu"]

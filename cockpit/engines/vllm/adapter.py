@@ -9,7 +9,8 @@ vllm/model_executor/layers/fused_moe/config.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from cockpit.engines import checks, support
 from cockpit.engines.base import (
@@ -21,7 +22,10 @@ from cockpit.engines.base import (
     experts_per_gpu,
     stage_layers,
 )
-from cockpit.layout import Layout
+from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
+from cockpit.engines.vllm import memory as memory_rules
+from cockpit.hardware import Hardware
+from cockpit.layout import Layout, gpu_totals, in_listing_order, splits
 from cockpit.model import ModelArch
 
 # vLLM's configs are pydantic dataclasses: a ValueError raised while one is built (in
@@ -56,6 +60,8 @@ class VLLM(Engine):
     label = "vLLM"
     default_command = ("vllm", "serve")
     ready_paths = ("/health", "/v1/models")
+    calibration = memory_rules.CALIBRATION
+    ssm_dtype_dest = "mamba_ssm_cache_dtype"
 
     def model_args(self, model_path: str, command: Sequence[str] = ()) -> list[str]:
         """Positional after ``vllm serve`` (the `model_tag` of vllm/entrypoints/cli/serve.py);
@@ -70,6 +76,87 @@ class VLLM(Engine):
     ) -> float:
         """--gpu-memory-utilization as given (vLLM derives nothing from the box)."""
         return server.gpu_memory_utilization
+
+    def prefix_caching(self, values: Mapping[str, object]) -> bool:
+        """On unless --no-enable-prefix-caching (on by default for hybrid models,
+        is_prefix_caching_supported in vllm/config/model.py)."""
+        return values.get("enable_prefix_caching") is not False
+
+    def pools_windows(self, model: ModelArch, server: ServerArgs) -> bool:
+        """Unless --disable-hybrid-kv-cache-manager."""
+        return server.hybrid_kv_cache
+
+    def expert_weight_factor(self, model: ModelArch, hw: Hardware, moe_tp: int) -> float:
+        return memory_rules.mxfp4_expert_factor(model, hw, self.version, moe_tp)
+
+    def memory_budget(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        *,
+        weights_gib: float,
+        layers: int,
+        last_stage: bool,
+        reserve_offset_gib: float,
+    ) -> MemoryBudget:
+        return memory_rules.memory_budget(
+            model,
+            self.version,
+            placement,
+            server,
+            hw,
+            fraction=self.memory_fraction(server, hw.smi_total_gib, placement, model),
+            weights_gib=weights_gib,
+            layers=layers,
+            last_stage=last_stage,
+            reserve_offset_gib=reserve_offset_gib,
+        )
+
+    def cache_dtype_bytes(self, model: ModelArch, server: ServerArgs, hw: Hardware) -> float:
+        return memory_rules.cache_dtype_bytes(model, server, hw)
+
+    def cache_pool(
+        self,
+        model: ModelArch,
+        hw: Hardware,
+        placement: Placement,
+        server: ServerArgs,
+        state: StateArgs,
+        kv_dtype: float,
+        kv_budget_gib: float,
+        layers: int,
+    ) -> CachePool:
+        return memory_rules.cache_pool(model, hw, placement, server, state, kv_dtype, kv_budget_gib, layers)
+
+    def context_length_refusal(self, model: ModelArch, server: ServerArgs) -> Rule | None:
+        return memory_rules.context_length_refusal(model, server)
+
+    def memory_refusal(
+        self, model: ModelArch, placement: Placement, memory: MemoryEstimate, server: ServerArgs
+    ) -> Rule | None:
+        return memory_rules.memory_refusal(model, placement, memory, server)
+
+    def default_max_running(self, hw: Hardware) -> int:
+        """max_num_seqs's default for the card."""
+        return memory_rules.max_num_seqs(ServerArgs(), hw)
+
+    def step_tokens(self, server: ServerArgs, hw: Hardware, model: ModelArch) -> int:
+        """``max_num_batched_tokens``, by card (get_batch_defaults in vllm/engine/arg_utils.py)."""
+        return memory_rules.batched_tokens(server, hw, model)
+
+    def graph_max_bs(self, server: ServerArgs, hw: Hardware, model: ModelArch, placement: Placement) -> int:
+        return memory_rules.graph_max_bs(server, hw, model)
+
+    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
+        """GPUs = tp x pp x dp; vLLM has no EP size, only the switch (EP = tp x dp)."""
+        totals = gpu_totals(n_gpus)
+        layouts = [Layout(tp, pp, dp) for p in totals for tp, pp, dp in splits(p, 3)]
+        layouts += [Layout(tp=k) for k in range(1, n_gpus + 1)]
+        if moe:
+            layouts += [replace(x, expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
+        return in_listing_order(layouts, lambda x: x.gpus_product)
 
     def placement(
         self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cockpit.engines.surface import surface
 from cockpit.sim.logs.base import EngineLog, Out
 from cockpit.sim.logs.sglang import SGLangLog
 from cockpit.sim.logs.vllm import VLLMLog
 
+_LOGS: dict[str, type[VLLMLog] | type[SGLangLog]] = {log.name: log for log in (VLLMLog, SGLangLog)}
+
 
 def for_engine(engine: str, out: Out, env: Mapping[str, str] | None = None) -> EngineLog:
-    """The engine's log; ``env`` (default: this process's) holds the variables vLLM's logger reads."""
-    return VLLMLog(out, env) if engine == "vllm" else SGLangLog(out)
+    """The engine's log; ``env`` (default: this process's) holds the variables its logger reads."""
+    return _LOGS[surface(engine).name](out, env)
 
 
 __all__ = ["EngineLog", "SGLangLog", "VLLMLog", "for_engine"]

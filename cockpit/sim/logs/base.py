@@ -50,7 +50,7 @@ def graph_gib(memory: MemoryEstimate) -> float:
 
 
 def gb(value: float) -> str:
-    """vLLM's format_gib (vllm/utils/mem_utils.py): round to 2 places, no padding."""
+    """GiB as vLLM's format_gib writes them (vllm/utils/mem_utils.py): round to 2 places, no padding."""
     return f"{round(value, 2)}"
 
 
@@ -102,6 +102,8 @@ class EngineLog:
     """The hooks the simulated engine calls, in order; each engine prints them in its own words."""
 
     name = "engine"
+    access_lines = False  # uvicorn's access line for each request (cockpit/sim/server.py writes them)
+    periodic_stats = False  # a throughput line every few seconds while serving (``stats``)
 
     def __init__(self, out: Out):
         self.out = out

@@ -5,11 +5,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cockpit.engines import Placement
+from cockpit.engines.sglang.memory import static_share
+from cockpit.engines.sglang.surface import (
+    CHILD_DIED,
+    INIT_PARALLEL_BEGIN,
+    LOAD_WEIGHT_BEGIN,
+    SCHEDULER_EXCEPTION,
+    SURFACE,
+    UVICORN_STARTUP_COMPLETE,
+)
 from cockpit.layout import Layout
-from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict, sglang_static_share
+from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs.base import (
     EngineLog,
@@ -80,32 +89,20 @@ _NO_TOKEN = (
     ),
     Frame("sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"),
 )
-_SGLANG_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
-    (re.compile(pattern), raised)
-    for pattern, raised in (
-        # moe_ep_setup.py: check_quantized_moe_compatibility, after a block-quantized MoE model loads
-        (
-            r"tp_size \d+ must be divisible by ep_size",
-            raises(_MOE_EP_SETUP, 151, "check_quantized_moe_compatibility"),
+# Each error by the words cockpit's diagnosis reads it by (cockpit/engines/sglang/surface.py), so
+# what the simulated engine raises is what the diagnosis explains.
+_SGLANG_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = (
+    # moe_ep_setup.py: check_quantized_moe_compatibility, after a block-quantized MoE model loads
+    (SURFACE.failures["ep-divides-tp"], raises(_MOE_EP_SETUP, 151, "check_quantized_moe_compatibility")),
+    (SURFACE.failures["moe-tp"], raises(_MOE_EP_SETUP, 163, "check_quantized_moe_compatibility")),
+    (SURFACE.failures["moe-block"], raises(_MOE_EP_SETUP, 172, "check_quantized_moe_compatibility")),
+    (  # sglang/srt/model_executor/model_runner.py: ModelRunner.__init__
+        SURFACE.failures["pp-unsupported"],
+        Raise(
+            Frame("sglang/srt/model_executor/model_runner.py", 514, "__init__", "assert self.support_pp, ("),
+            exception="AssertionError",
         ),
-        (
-            r"moe_intermediate_size \d+ must be divisible by moe_tp_size",
-            raises(_MOE_EP_SETUP, 163, "check_quantized_moe_compatibility"),
-        ),
-        (
-            "For quantized MoE models, please make sure",
-            raises(_MOE_EP_SETUP, 172, "check_quantized_moe_compatibility"),
-        ),
-        (  # sglang/srt/model_executor/model_runner.py: ModelRunner.__init__
-            "Pipeline Parallel is not compatible with this model",
-            Raise(
-                Frame(
-                    "sglang/srt/model_executor/model_runner.py", 514, "__init__", "assert self.support_pp, ("
-                ),
-                exception="AssertionError",
-            ),
-        ),
-    )
+    ),
 )
 
 # What SGLang prints for each deprecated flag: DeprecatedStoreTrueAction and DeprecatedStoreConstAction
@@ -172,12 +169,12 @@ def _sglang_rank(layout: Layout) -> str:
 
 
 class SGLangLog(EngineLog):
-    """SGLang's logger: "[YYYY-MM-DD HH:MM:SS TP0] text" in a scheduler, no rank in the main
+    """The SGLang logger: "[YYYY-MM-DD HH:MM:SS TP0] text" in a scheduler, no rank in the main
     process (sglang/srt/utils/common.py: configure_logger)."""
 
-    name = "sglang"
+    name = SURFACE.name
 
-    def __init__(self, out: Out):
+    def __init__(self, out: Out, env: Mapping[str, str] | None = None):
         super().__init__(out)
         self.rank = "TP0"
 
@@ -213,18 +210,16 @@ class SGLangLog(EngineLog):
             "ep_size": layout.ep or 1,
             # resolved: the flag, or the share SGLang derived (None only before any memory estimate)
             "mem_fraction_static": (
-                server.mem_fraction_static
-                if verdict.memory is None
-                else sglang_static_share(server, verdict.memory)
+                server.mem_fraction_static if verdict.memory is None else static_share(server, verdict.memory)
             ),
             "host": args.host,
             "port": args.port,
         }
         self.main_line(f"server_args={settings}")
-        self.line("Init parallel begin.")  # sglang/srt/distributed/bootstrap.py
+        self.line(INIT_PARALLEL_BEGIN)
         self.line("Init parallel ends. elapsed=0.50 s")
         # sglang/srt/model_executor/model_runner.py: load_model
-        self.line(f"Load weight begin. avail mem={setup.hardware.memory_gib - 0.5:.2f} GB")
+        self.line(f"{LOAD_WEIGHT_BEGIN} avail mem={setup.hardware.memory_gib - 0.5:.2f} GB")
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None:
         """The scheduler logs the traceback (its first line beside the prefix), the main process
@@ -237,14 +232,14 @@ class SGLangLog(EngineLog):
             self._scheduler_died([_SGLANG_SCHEDULER, raised.frame], exception_line(message, raised.exception))
 
     def _scheduler_died(self, frames: Sequence[Frame], error: str) -> None:
-        self.line("Scheduler hit an exception: Traceback (most recent call last):")
+        self.line(SCHEDULER_EXCEPTION)
         for frame in frames:
             for text in frame.lines():
                 self.out(text)
         for text in error.splitlines():
             self.out(text)
         self.out("")
-        self.main_line("Received sigquit from a child process. It usually means the child failed.")
+        self.main_line(CHILD_DIED)
 
     def oom(self, text: str, rank: int = 0) -> None:
         loader = Frame(
@@ -311,8 +306,8 @@ class SGLangLog(EngineLog):
         # uvicorn, then the warm-up requests and the main process's line (sglang/srt/entrypoints/http_server.py)
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
-        self.out("INFO:     Application startup complete.")
+        self.out(f"INFO:     {UVICORN_STARTUP_COMPLETE}")
         self.out(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
         self.out('INFO:     127.0.0.1:0 - "GET /model_info HTTP/1.1" 200 OK')
         self.out('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
-        self.main_line("The server is fired up and ready to roll!")
+        self.main_line(SURFACE.ready_line)

@@ -1,4 +1,4 @@
-"""vLLM's log, as the simulated engine prints it (docs/simulator.md#log-texts).
+"""The log of vLLM, as the simulated engine prints it (docs/simulator.md#log-texts).
 
 The version it claims is its option table's (cockpit/engines/tables/); the texts, their order and
 the ``[file.py:line]`` each line carries are those a real vLLM 0.32.0 printed when it was checked
@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from cockpit.engines import Placement
+from cockpit.engines.vllm.surface import ENGINE_CORE_FAILED, SURFACE
 from cockpit.layout import Layout
 from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
@@ -163,61 +164,52 @@ def _frame_lines(frames: Sequence[Frame | None]) -> list[str]:
 
 
 _FP8_UTILS = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
-_VLLM_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = tuple(
-    (re.compile(pattern), raised)
-    for pattern, raised in (
-        # vllm/config/model.py: verify_with_parallel_config and _verify_with_expert_parallelism
-        (
-            "Total number of attention heads",
-            raises("vllm/config/model.py", 1560, "verify_with_parallel_config", "VllmConfig"),
+# Each error by the words cockpit's diagnosis reads it by (cockpit/engines/vllm/surface.py), so what
+# the simulated engine raises is what the diagnosis explains.
+_FAILURE = SURFACE.failures
+_VLLM_BY_TEXT: tuple[tuple[re.Pattern[str], Raise], ...] = (
+    # vllm/config/model.py: verify_with_parallel_config and _verify_with_expert_parallelism
+    (
+        _FAILURE["attention-heads"],
+        raises("vllm/config/model.py", 1560, "verify_with_parallel_config", "VllmConfig"),
+    ),
+    (
+        _FAILURE["ep-needs-experts"],
+        raises("vllm/config/model.py", 1500, "_verify_with_expert_parallelism", "VllmConfig"),
+    ),
+    (  # a NotImplementedError: pydantic lets it through unwrapped
+        _FAILURE["pp-unsupported"],
+        raises(
+            "vllm/config/model.py", 1573, "verify_with_parallel_config", "VllmConfig", "NotImplementedError"
         ),
-        (
-            "Number of experts in the model must be greater than 0",
-            raises("vllm/config/model.py", 1500, "_verify_with_expert_parallelism", "VllmConfig"),
-        ),
-        (  # a NotImplementedError: pydantic lets it through unwrapped
-            "Pipeline parallelism is not supported",
-            raises(
-                "vllm/config/model.py",
-                1573,
-                "verify_with_parallel_config",
-                "VllmConfig",
-                "NotImplementedError",
-            ),
-        ),
-        (  # vllm/config/model.py: ModelConfig.__post_init__ -> _get_and_verify_max_len
-            "User-specified max_model_len",
-            raises("vllm/config/model.py", 2680, "_get_and_verify_max_len", "ModelConfig"),
-        ),
-        # vllm/config/parallel.py: ParallelConfig.__post_init__ and _validate_parallel_config
-        (
-            r"World size \(\d+\) is larger than",
-            raises("vllm/config/parallel.py", 1071, "__post_init__", "ParallelConfig"),
-        ),
-        (
-            "enable_expert_parallel must be True to use EPLB",
-            raises("vllm/config/parallel.py", 570, "_validate_parallel_config", "ParallelConfig"),
-        ),
-        (
-            "EPLB requires tensor, prefill-context, or data parallelism",
-            raises("vllm/config/parallel.py", 579, "_validate_parallel_config", "ParallelConfig"),
-        ),
-        (
-            "num_redundant_experts is set to",
-            raises("vllm/config/parallel.py", 587, "_validate_parallel_config", "ParallelConfig"),
-        ),
-        # In a worker, while it builds the model.
-        (
-            "EPLB currently only supports even distribution",
-            raises("vllm/model_executor/layers/fused_moe/layer.py", 275, "FusedMoEFactory"),
-        ),
-        ("output_size of gate's and up's weight", raises(_FP8_UTILS, 1362, "validate_fp8_block_shape_moe")),
-        ("input_size of down's weight", raises(_FP8_UTILS, 1369, "validate_fp8_block_shape_moe")),
-        (
-            "Weight (?:output_partition_size|input_size_per_partition) = ",
-            raises(_FP8_UTILS, 1324, "validate_fp8_block_shape"),
-        ),
-    )
+    ),
+    (  # vllm/config/model.py: ModelConfig.__post_init__ -> _get_and_verify_max_len
+        _FAILURE["context-too-long"],
+        raises("vllm/config/model.py", 2680, "_get_and_verify_max_len", "ModelConfig"),
+    ),
+    # vllm/config/parallel.py: ParallelConfig.__post_init__ and _validate_parallel_config
+    (_FAILURE["world-size"], raises("vllm/config/parallel.py", 1071, "__post_init__", "ParallelConfig")),
+    (
+        _FAILURE["eplb-needs-ep"],
+        raises("vllm/config/parallel.py", 570, "_validate_parallel_config", "ParallelConfig"),
+    ),
+    (
+        _FAILURE["eplb-needs-parallelism"],
+        raises("vllm/config/parallel.py", 579, "_validate_parallel_config", "ParallelConfig"),
+    ),
+    (  # no diagnosis of its own: the engine's sentence is shown as it is
+        re.compile("num_redundant_experts is set to"),
+        raises("vllm/config/parallel.py", 587, "_validate_parallel_config", "ParallelConfig"),
+    ),
+    # In a worker, while it builds the model.
+    (
+        _FAILURE["eplb-uneven"],
+        raises("vllm/model_executor/layers/fused_moe/layer.py", 275, "FusedMoEFactory"),
+    ),
+    (_FAILURE["fp8-gate-up"], raises(_FP8_UTILS, 1362, "validate_fp8_block_shape_moe")),
+    (_FAILURE["fp8-down"], raises(_FP8_UTILS, 1369, "validate_fp8_block_shape_moe")),
+    (_FAILURE["fp8-linear-out"], raises(_FP8_UTILS, 1324, "validate_fp8_block_shape")),
+    (_FAILURE["fp8-linear-in"], raises(_FP8_UTILS, 1324, "validate_fp8_block_shape")),
 )
 # Bare asserts say nothing: the rule says which one failed.
 _VLLM_BY_RULE = {
@@ -284,21 +276,6 @@ def _rank_names(layout: Layout, rank: int) -> tuple[int, int, int]:
     return rest // layout.pp, rest % layout.pp, tp_rank
 
 
-# The routes the simulated vLLM serves, in the order and words its launcher logs them
-# (vllm/entrypoints/launchers/launcher.py: serve_http, "Route: %s, Methods: %s"): the real list's
-# entries the simulator answers; the real server has more (docs, tokenize, responses, ...).
-VLLM_ROUTES: tuple[tuple[str, str], ...] = (
-    ("/load", "GET"),
-    ("/version", "GET"),
-    ("/health", "GET"),
-    ("/metrics", "GET"),
-    ("/v1/models", "GET"),
-    ("/ping", "GET"),
-    ("/ping", "POST"),
-    ("/v1/chat/completions", "POST"),
-    ("/v1/completions", "POST"),
-)
-
 # The logo vLLM prints when its logger has a formatter (vllm/entrypoints/serve/utils/api_utils.py:
 # log_version_and_model), monochrome: one message, its lines each under the logger's prefix.
 _LOGO = (
@@ -336,12 +313,14 @@ def logo_wanted(env: Mapping[str, str]) -> bool:
 
 
 class VLLMLog(EngineLog):
-    """vLLM's logger: "(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] text" (vllm/logger.py),
+    """The vLLM logger: "(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] text" (vllm/logger.py),
     a multi-line message with the prefix on each line; tracebacks from the API server and tqdm bars
     go to stderr bare. Its processes are the API server, the engine core(s) and one worker per GPU:
     the simulator is one process, so it names each its own pid (the API server's is its own)."""
 
-    name = "vllm"
+    name = SURFACE.name
+    access_lines = True  # unless --disable-uvicorn-access-log (cockpit.sim.engine.access_logged)
+    periodic_stats = True  # vllm/v1/metrics/loggers.py, unless --disable-log-stats
 
     def __init__(self, out: Out, env: Mapping[str, str] | None = None):
         super().__init__(out)
@@ -595,7 +574,7 @@ class VLLMLog(EngineLog):
             *(t for f in frames for t in f.lines()),
             *error.splitlines(),
         ]
-        self._logged_exception("EngineCore failed to start.", lines, self.engine_core, "core.py:1584")
+        self._logged_exception(ENGINE_CORE_FAILED, lines, self.engine_core, "core.py:1584")
         self.out("Traceback (most recent call last):")
         for text in Frame(
             "vllm/v1/engine/utils.py", 1473, "wait_for_engine_startup", "raise RuntimeError("
@@ -733,11 +712,11 @@ class VLLMLog(EngineLog):
         address = f"[{host}]" if ":" in str(host) else host
         self.line(f"Starting vLLM server on http://{address}:{args.port}", "entry.py:140")
         self.line("Available routes are:", "launcher.py:186")
-        for path, methods in VLLM_ROUTES:
+        for path, methods in SURFACE.routes:
             self.line(f"Route: {path}, Methods: {methods}", "launcher.py:195")
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
-        self.out("INFO:     Application startup complete.")
+        self.out(f"INFO:     {SURFACE.ready_line}")
 
     # -- serving ---------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cockpit.commands import COMMANDS
+from cockpit.prompt import COMMANDS
 from cockpit.tui.screens.dialog import DialogScreen
 
 

@@ -14,11 +14,16 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
+from cockpit.engines.surface import surfaces
 from cockpit.tui.format import Field, line, number, sparkline
 from cockpit.tui.state import EngineView
 
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 SPARK_MAX = 20  # cells per sparkline at most (one per scrape until then): the line reads as one phrase
+
+
+def _label(engine: str) -> str:
+    """The engine's name as people write it (vLLM, not vllm), or as the scrape said it."""
+    return next((s.label for s in surfaces() if s.name == engine), engine)
 
 
 def _kv_style(usage: float | None) -> str:
@@ -71,7 +76,7 @@ class EngineLine(Widget):
         running, waiting, kv = list(view.running), list(view.waiting), list(view.kv_usage)
         fields = [
             Field("engine", 5, "bold"),
-            Field(ENGINE_NAMES.get(m.engine, m.engine), 6),
+            Field(_label(m.engine), 6),
             Field(f"run {number(m.running)}", 0),
             _spark(running, 7),
             Field(f"wait {number(m.waiting)}", 1),

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input, Static
 
-from cockpit.commands import NAMES, completions
+from cockpit.prompt import NAMES, completions
 from cockpit.tui.history import PromptHistory
 
 Candidates = Callable[[str], list[str]]

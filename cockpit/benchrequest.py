@@ -1,18 +1,23 @@
-"""Every numeric bound of a benchmark, and the checks that read a typed value against them.
+"""A benchmark as it is asked for: every bound, every default, and the one merge of the two.
 
-The prompt (``commands``: `bench c=1,32 n=200`) and the command line (`cockpit bench -c 1,32
---requests 200`) both read their values through here, so one value gets one answer and one
-line, whichever way it was typed; only ``where`` (the word or the flag) differs. The bounds sit
-far above any real sweep: a typo (`c=99999999`, `--rate 1e-300`, `--output-len 1e12`) is refused
-in one line instead of opening that many connections, waiting for ages or running for years.
-Pure: text in, a number or a one-line CockpitError out.
+The prompt (``commands``: `bench c=1,32 n=200`), the command line (`cockpit bench -c 1,32
+--requests 200`), a profile's ``bench:`` section and a tune all read their values through here, so
+one value gets one answer and one line, whichever way it was typed; only ``where`` (the word or
+the flag) differs. The bounds sit far above any real sweep: a typo (`c=99999999`, `--rate
+1e-300`, `--output-len 1e12`) is refused in one line instead of opening that many connections,
+waiting for ages or running for years. What is not asked for comes from the profile
+(``BenchDefaults``), merged in one place (``BenchRequest.filled``), and what a profile does not
+say from the defaults here, which `cockpit bench` run alone uses too.
+Pure: text in, a number, a record or a one-line CockpitError out.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from cockpit.errors import CockpitError, shown
+from cockpit.slo import Slo
 
 MIN_CONCURRENCY = 1
 MAX_CONCURRENCY = 100_000  # requests in flight in one level
@@ -32,8 +37,15 @@ MAX_EVENT_BYTES = 1 << 20  # one SSE event; a token event is ~200 bytes
 MAX_PROMPTS_BYTES = 256 << 20  # a --prompts file
 MAX_PROMPT_LINE_BYTES = 16 << 20  # one line of it
 
+DEFAULT_LEVELS = (1, 32, 64, 256, 1024)  # a profile's sweep, and `cockpit bench` run alone
+DEFAULT_INPUT_LEN = 1024  # prompt tokens of one request
+DEFAULT_OUTPUT_LEN = 1024  # output tokens asked of one request
+DEFAULT_TIMEOUT_S = 600.0  # no bytes for this long: a loaded real engine still sends within it
+MIN_REQUEST_LIMIT_S = 3600.0  # the whole of one request, unless the timeout is longer
+
 _NUMBER_TEXT = 40  # a typed number longer than this is a typo, not a number
 _WHOLE_LIMITS = {"input_len": MAX_TOKENS, "output_len": MAX_TOKENS, "requests": MAX_REQUESTS}
+SECONDS_FIELDS = ("duration_s", "timeout_s")  # the sizes given in seconds, a fraction allowed
 
 
 def mib(size: int) -> str:
@@ -111,6 +123,15 @@ def check_workers(value: object, where: str) -> int:
     return value
 
 
+def check_bench_number(field_name: str, value: object, where: str, fix: str) -> int | float:
+    """A benchmark size (tokens, requests, seconds) from the prompt, a profile or a tune: positive
+    and bounded, as `cockpit bench`'s flags are. Seconds may have a fraction; the others are whole
+    numbers. ``where`` names what was typed."""
+    if field_name in SECONDS_FIELDS:
+        return check_seconds(value, where, fix)
+    return check_whole(field_name, value, where, fix)
+
+
 def parse_levels(text: str, flag: str) -> tuple[int, ...]:
     """Concurrency levels like ``1,32,64``; ``flag`` names where they were typed, for the error."""
     parts = [x for x in text.replace(" ", "").split(",") if x]
@@ -135,3 +156,64 @@ def request_deadline_s(timeout_s: float, tokens: int) -> float:
     """The most one request asking for ``tokens`` may take: its first ``timeout_s`` seconds
     (connecting, the prompt's prefill, the first token), then ``TOKEN_PACE_S`` a token."""
     return timeout_s + TOKEN_PACE_S * tokens
+
+
+# -- the request and its defaults -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchDefaults:
+    """What a profile's ``bench:`` section gives: the sweep a `bench` runs when it names none."""
+
+    concurrency: tuple[int, ...] = DEFAULT_LEVELS
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = DEFAULT_OUTPUT_LEN
+    requests: int | None = None  # per level; None means a few times the concurrency
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """A benchmark as asked for (`bench c=1,32 n=200`, `--bench`, a sweep's words, a tune's level):
+    None or empty where the asker said nothing, which the profile's defaults fill (``filled``)."""
+
+    concurrency: tuple[int, ...] = ()  # empty: the profile's levels
+    input_len: int | None = None
+    output_len: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    timeout_s: float | None = None  # per request; None: the bench client's default
+    slo: Slo | None = None  # latency bounds: each level also reports its goodput
+    rate: float | None = None  # open loop: Poisson arrivals per second, the levels capping requests in flight
+
+    def filled(self, defaults: BenchDefaults) -> FilledBench:
+        """The benchmark that runs: what was asked, the profile's ``defaults`` for the rest. A
+        request that sizes its levels one way (n= or t=) does not get the profile's other way too."""
+        requests = self.requests
+        duration_s = self.duration_s
+        if requests is None and duration_s is None:
+            requests, duration_s = defaults.requests, defaults.duration_s
+        return FilledBench(
+            concurrency=self.concurrency or defaults.concurrency,
+            input_len=self.input_len or defaults.input_len,
+            output_len=self.output_len or defaults.output_len,
+            requests=requests,
+            duration_s=duration_s,
+            timeout_s=self.timeout_s,
+            slo=self.slo,
+            rate=self.rate,
+        )
+
+
+@dataclass(frozen=True)
+class FilledBench:
+    """A benchmark with every size it runs with: a ``BenchRequest`` filled from a profile."""
+
+    concurrency: tuple[int, ...]
+    input_len: int
+    output_len: int
+    requests: int | None = None  # per level; with neither this nor duration_s, a few times C
+    duration_s: float | None = None
+    timeout_s: float | None = None  # per request; None: the bench client's DEFAULT_TIMEOUT_S
+    slo: Slo | None = None
+    rate: float | None = None
