@@ -2,6 +2,6 @@
 
 import sys
 
-from cockpit.entry import main
+from cockpit.faces.entry import main
 
 sys.exit(main())

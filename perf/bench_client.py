@@ -7,7 +7,7 @@ recording the true per-token gaps and TTFT. Then, pinned to ``--client-cpus`` (C
 each client at C = 1, 64, 256, 1024 against both:
 
 * ``cockpit``  -- cockpit's own load generator, as ``cockpit run`` drives it, one process
-  (``python -m cockpit.cli bench --jsonl --workers 1``; ``cockpit.bench.loadgen.run_sweep`` in
+  (``python -m cockpit.faces.cli bench --jsonl --workers 1``; ``cockpit.bench.concurrency_sweep.run_sweep`` in
   a child process when the CLI has no ``bench``);
 * ``cockpit-workers`` -- the same with each level spread over ``--workers-count`` (2) worker
   processes, at ``--workers-levels`` (1024) only. On CPU 1 alone both workers share one core:
@@ -324,14 +324,16 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args, workers:
     name = "cockpit" if workers == 1 else f"cockpit --workers {workers}"
     py = sys.executable
     has_cli = (
-        subprocess.run([py, "-m", "cockpit.cli", "bench", "--help"], capture_output=True, cwd=ROOT).returncode
+        subprocess.run(
+            [py, "-m", "cockpit.faces.cli", "bench", "--help"], capture_output=True, cwd=ROOT
+        ).returncode
         == 0
     )
     if has_cli:
         cmd = [
             py,
             "-m",
-            "cockpit.cli",
+            "cockpit.faces.cli",
             "bench",
             "--url",
             server.url,
@@ -349,10 +351,10 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args, workers:
             "--workers",
             str(workers),  # the CLI's default is auto: one process per level is the per-core figure
         ]
-        how = "python -m cockpit.cli bench --jsonl"
+        how = "python -m cockpit.faces.cli bench --jsonl"
     else:
         probe = subprocess.run(
-            [py, "-c", "import cockpit.bench.loadgen"], capture_output=True, text=True, cwd=ROOT
+            [py, "-c", "import cockpit.bench.concurrency_sweep"], capture_output=True, text=True, cwd=ROOT
         )
         if probe.returncode != 0:
             return [level(name, c, status=f"not installed ({last_line(probe.stderr)})") for c in levels]
@@ -364,7 +366,7 @@ def run_cockpit(test: str, server: MockServer, levels: list[int], args, workers:
                 {"url": server.url, "levels": levels, "output_len": spec["output_len"], "window": args.window}
             ),
         ]
-        how = "cockpit.bench.loadgen.run_sweep"
+        how = "cockpit.bench.concurrency_sweep.run_sweep"
     errlog = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
         pin_client() + cmd,
@@ -807,7 +809,7 @@ RUNNERS = {
 def cockpit_driver(spec: dict) -> int:
     import asyncio
 
-    from cockpit.bench import loadgen
+    from cockpit.bench import concurrency_sweep as loadgen
 
     cfg = loadgen.BenchConfig(
         url=spec["url"],

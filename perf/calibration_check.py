@@ -10,9 +10,9 @@ Run: .venv/bin/python perf/calibration_check.py
 
 from __future__ import annotations
 
-from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.perfmodel import predict_tok_s
+from cockpit.core.planner import plan_layout
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 MEASURED = {
     ("kimi-k2.6", "tp8"): {1: 26.3, 32: 577.8, 64: 693.1, "peak": 808},

@@ -23,11 +23,11 @@ import time
 
 import httpx
 
-from cockpit.bench.loadgen import BenchConfig, run_sweep
-from cockpit.children import simulated_engine
-from cockpit.perfmodel import for_verdict
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.bench.concurrency_sweep import BenchConfig, run_sweep
+from cockpit.core.perfmodel import for_verdict
+from cockpit.core.planner import plan_layout
+from cockpit.store.profile_setup import SetupOverrides, build_setup
+from cockpit.system.children import simulated_engine
 
 PROFILE = "minimax-m2.5"
 WORKLOADS = ((256, 128), (1024, 1024), (8192, 256))

@@ -47,10 +47,10 @@ from typing import Any, cast
 
 import psutil
 
-from cockpit.children import simulated_engine
-from cockpit.perfmodel import for_verdict
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.perfmodel import for_verdict
+from cockpit.core.planner import plan_layout
+from cockpit.store.profile_setup import SetupOverrides, build_setup
+from cockpit.system.children import simulated_engine
 
 MODEL = "qwen3-30b-a3b-fp8"
 LAYOUT = "tp8 ep"

@@ -42,7 +42,7 @@ def _profile(base: str) -> str:
 
     import yaml
 
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

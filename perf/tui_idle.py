@@ -46,7 +46,7 @@ def _free_port() -> int:
 def _profile(base: str) -> str:
     import yaml
 
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     data = yaml.safe_load(find_profile("demo").read_text())
     data.setdefault("server", {})["port"] = _free_port()

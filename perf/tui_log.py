@@ -67,7 +67,7 @@ def _busy_cpus() -> tuple[float, float]:
 async def measure(size: tuple[int, int], rate: int, seconds: float) -> dict:
     import psutil
 
-    from cockpit.tui.app import CockpitApp
+    from cockpit.faces.tui.app import CockpitApp
 
     app = CockpitApp(
         sim=True, host="perf", look_for_servers=False, poll=True, cursor_blink=False, interval=1.0

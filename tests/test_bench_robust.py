@@ -23,10 +23,10 @@ from simproc import SimProcess
 from test_sim_server import ServerThread
 
 from cockpit.bench.command import bench_argv
+from cockpit.bench.concurrency_sweep import run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import run_sweep
-from cockpit.journal import Journal
 from cockpit.sim.batcher import ConstantPacer
+from cockpit.store.journal import Journal
 
 MODEL = "qwen3-30b-a3b-fp8"
 SIM_ARGV = ["serve", MODEL, "--tensor-parallel-size", "2"]
@@ -34,7 +34,7 @@ SIM_ARGV = ["serve", MODEL, "--tensor-parallel-size", "2"]
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args],
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -275,7 +275,7 @@ def test_a_bench_child_whose_parent_is_killed_exits_and_journals_nothing_more(en
 def test_a_level_result_becomes_a_failed_journal_point_with_its_reason():
     from collections import Counter
 
-    from cockpit.bench.loadgen import level_failure
+    from cockpit.bench.concurrency_sweep import level_failure
 
     assert level_failure(10, Counter({"HTTP 500: boom": 3}), 100.0) is None
     assert level_failure(2, Counter({"HTTP 500: boom": 3}), 100.0) == "3 of 5 requests failed: HTTP 500: boom"

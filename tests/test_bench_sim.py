@@ -19,13 +19,13 @@ import pytest
 from helpers import free_port
 from simproc import SimProcess
 
+from cockpit.bench.concurrency_sweep import LevelDone, LevelStart, SweepDone, Tick, run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import LevelDone, LevelStart, SweepDone, Tick, run_sweep
 from cockpit.bench.result import LevelResult
 from cockpit.bench.workload import random_workload
-from cockpit.perfmodel import for_verdict
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.perfmodel import for_verdict
+from cockpit.core.planner import plan_layout
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 MODEL = "qwen3-30b-a3b-fp8"
 IN = 8  # prompt tokens: short, so prefill stalls stay small

@@ -21,8 +21,8 @@ import pytest
 from helpers import free_port
 
 from cockpit.bench.command import bench_argv
+from cockpit.bench.concurrency_sweep import run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import run_sweep
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -155,7 +155,7 @@ def _bench_cli(url: str) -> tuple[subprocess.CompletedProcess, float]:
         [
             sys.executable,
             "-m",
-            "cockpit.cli",
+            "cockpit.faces.cli",
             "bench",
             "--url",
             url,
@@ -203,7 +203,7 @@ def test_cockpit_bench_with_timeout_5_ends_within_20_s_and_fails(servers):
 
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
 def test_the_timeout_must_be_positive_and_finite(value, capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     assert main(["bench", "--url", "http://127.0.0.1:1", "--timeout", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()

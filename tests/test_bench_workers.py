@@ -17,10 +17,10 @@ import pytest
 from test_bench_sim import MODEL, engine  # noqa: F401  (the simulated engine, a real process, shared)
 
 from cockpit.bench import metrics
+from cockpit.bench.concurrency_sweep import LevelDone, run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import LevelDone, run_sweep
 from cockpit.bench.result import LevelResult
-from cockpit.bench.workers import plan_workers, shares
+from cockpit.bench.worker_pool import plan_workers, shares
 
 C, OUT = 32, 16
 
@@ -34,7 +34,7 @@ def worker_processes() -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process().children(recursive=True)
-        if "cockpit.bench.workers" in " ".join(child.cmdline())
+        if "cockpit.bench.worker_pool" in " ".join(child.cmdline())
     ]
 
 
@@ -113,7 +113,7 @@ def test_a_level_is_split_as_evenly_as_whole_streams_allow():
 
 
 def test_auto_spreads_a_level_only_when_the_one_before_says_one_core_will_not_do(monkeypatch):
-    monkeypatch.setattr("cockpit.bench.workers.usable_cpus", lambda url: 8)
+    monkeypatch.setattr("cockpit.bench.worker_pool.usable_cpus", lambda url: 8)
     auto = BenchConfig(url="http://10.0.0.1:8000", concurrency=(256, 1024), workers=None)
 
     def level(c: int, cores: float, lag_ms: float = 1.0, workers: int = 1) -> LevelResult:
@@ -130,7 +130,7 @@ def test_auto_spreads_a_level_only_when_the_one_before_says_one_core_will_not_do
     assert plan_workers(auto, 8, level(256, 0.6)) == 1
     assert plan_workers(replace(auto, workers=2), 1024, None) == 2
     assert plan_workers(replace(auto, workers=4), 2, None) == 2  # never more than the streams
-    monkeypatch.setattr("cockpit.bench.workers.usable_cpus", lambda url: 2)
+    monkeypatch.setattr("cockpit.bench.worker_pool.usable_cpus", lambda url: 2)
     assert plan_workers(auto, 1024, level(256, 0.9)) == 2  # no more than the CPUs
 
 

@@ -1,5 +1,5 @@
 """One box context per command: simulated or not and why, the engine version in force, the
-option table and the calibration key, decided once (cockpit.boxcontext) and read by every face."""
+option table and the calibration key, decided once (cockpit.lab.box) and read by every face."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import socket
 
 import pytest
 
-import cockpit.installed
-import cockpit.planner
+import cockpit.core.planner
+import cockpit.system.installed
 import cockpit.telemetry.nvml
-from cockpit.boxcontext import box_context
-from cockpit.cli import _calibration_key, main
+from cockpit.core.hardware import hardware
 from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.journal import Journal
-from cockpit.lab import Lab, lab_setup
-from cockpit.learning import Key
-from cockpit.profile import load_profile
+from cockpit.faces.cli import _calibration_key, main
+from cockpit.lab.box import box_context
+from cockpit.lab.lab import Lab, lab_setup
 from cockpit.reports.measured import Box
-from cockpit.resolve import setup_for
+from cockpit.store.calibration import Key
+from cockpit.store.journal import Journal
+from cockpit.store.profile import load_profile
+from cockpit.store.profile_setup import setup_for
 
 INSTALLED = "0.11.0"  # an older vLLM than the newest table: its own flags
 
@@ -35,7 +35,7 @@ def launcher(monkeypatch) -> list[tuple[str, ...]]:
         asked.append(tuple(command))
         return INSTALLED, f"{engine} {INSTALLED} installed for /usr/bin/python3"
 
-    monkeypatch.setattr(cockpit.installed, "engine_version", engine_version)
+    monkeypatch.setattr(cockpit.system.installed, "engine_version", engine_version)
     return asked
 
 
@@ -108,13 +108,13 @@ def test_plan_sim_and_the_lab_use_the_same_option_table(capsys, driver, launcher
     """An engine installed here is not what the simulator speaks: `cockpit plan --sim`, bare
     `cockpit --sim` and the simulated lab all plan with the newest table, and ask no launcher."""
     planned = []
-    plan_all = cockpit.planner.plan_all
+    plan_all = cockpit.core.planner.plan_all
 
     def spy(setup, layouts=None):
         planned.append(setup)
         return plan_all(setup, layouts)
 
-    monkeypatch.setattr(cockpit.planner, "plan_all", spy)
+    monkeypatch.setattr(cockpit.core.planner, "plan_all", spy)
     assert main(["--sim", "plan", "--profile", "minimax-m2.5", "--layout", "tp4", "--json"]) == 0
     assert main(["--sim", "--profile", "minimax-m2.5"]) == 0  # no terminal: the plan
     assert INSTALLED not in capsys.readouterr().err

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.engines import get_engine
-from cockpit.modelfiles import (
+from cockpit.store.modelfiles import (
     _BUNDLED_ALIASES,
     BUNDLED_REPO_IDS,
     bundled_dir,
@@ -156,8 +156,8 @@ def test_a_modelopt_checkpoint_keeps_its_fp8_in_hf_quant_config(tmp_path):
     """NVIDIA's Nemotron 3 Super FP8 repository says FP8 in hf_quant_config.json, not config.json;
     vLLM reads that file when config.json has no quantization_config
     (vllm/transformers_utils/config.py), and so does cockpit, bundled or in a model folder."""
-    from cockpit.errors import CockpitError
-    from cockpit.modelfiles import read_config
+    from cockpit.core.errors import CockpitError
+    from cockpit.store.modelfiles import read_config
 
     bundled = read_config(bundled_dir() / "nemotron-3-super-120b-a12b-fp8.json")
     assert bundled.quant.method == "fp8"

@@ -1,4 +1,4 @@
-"""A planner that calibrates itself: the fit (cockpit.calibrate), the store (cockpit.learning), the
+"""A planner that calibrates itself: the fit (cockpit.core.fitting), the store (cockpit.store.calibration), the
 command (`cockpit calibration`), the simulated box's own truth (COCKPIT_SIM_TRUTH), and the whole
 loop on real simulated processes: a hidden truth, three layouts measured, the fourth predicted."""
 
@@ -15,17 +15,25 @@ import pytest
 import yaml
 from helpers import free_port
 
-from cockpit import cli
-from cockpit.calibrate import engine_fell_behind, fit, launched_as_planned, usable_level
+from cockpit.core.errors import CockpitError
+from cockpit.core.fitting import engine_fell_behind, fit, launched_as_planned, usable_level
+from cockpit.core.perfmodel import predict_tok_s
+from cockpit.core.planner import FAILS, FITS, Learned, Setup, plan_layout
+from cockpit.core.secrets import redact_argv
 from cockpit.engines import get_engine
-from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint, Journal
-from cockpit.learning import CalibrationStore, Entry, Key, ModelMemory, default_path, learned_for, relearn
-from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, FITS, Learned, Setup, plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
-from cockpit.secrets import redact_argv
+from cockpit.faces import cli
 from cockpit.sim.engine import truth_from_env
+from cockpit.store.calibration import (
+    CalibrationStore,
+    Entry,
+    Key,
+    ModelMemory,
+    default_path,
+    learned_for,
+    relearn,
+)
+from cockpit.store.journal import BenchPoint, Journal
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 IN, OUT = 64, 32
 # The box's truth: speed constants 32% and 37% off the RTX PRO 6000 defaults for vLLM (eta_bw 0.62,
@@ -327,7 +335,7 @@ def test_relearn_fits_the_journal_of_this_box_and_keeps_it(tmp_path, minimax):
 
 
 def test_the_journal_gives_the_newest_launches_of_each_layout_of_this_model_and_box(tmp_path, minimax):
-    from cockpit.learning import RUNS_PER_LAYOUT, journal_runs
+    from cockpit.store.calibration import RUNS_PER_LAYOUT, journal_runs
 
     with Journal(tmp_path / "journal.sqlite") as journal:
         tp4 = [journal_launch(journal, minimax, "tp4") for _ in range(RUNS_PER_LAYOUT + 2)]
@@ -439,11 +447,13 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.fixture
 def no_driver(monkeypatch):
     """A machine without NVIDIA GPUs (this one, in CI): plan and reset take the simulated box's."""
-    import cockpit.installed
+    import cockpit.system.installed
     import cockpit.telemetry.nvml
 
     monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
-    monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: (None, "no launcher"))
+    monkeypatch.setattr(
+        cockpit.system.installed, "engine_version", lambda engine, command: (None, "no launcher")
+    )
 
 
 def test_calibration_show_lists_each_box_beside_the_defaults(capsys, no_driver):
@@ -527,7 +537,7 @@ def test_plan_predicts_with_what_the_box_taught(capsys, no_driver):
 
 
 def test_the_lab_plans_with_what_was_learned_and_learns_after_each_measurement(profile_file):
-    from cockpit.lab import Lab
+    from cockpit.lab.lab import Lab
 
     profile, _ = profile_file("minimax-m2.5")
     with Lab.open(profile, sim=True) as lab:
@@ -555,8 +565,8 @@ E2E_LEVELS = (1, 4, 8)  # compared at C=1 and C=8; C=4 between them steadies the
 def measure(lab, layout: str) -> tuple[dict[int, float], dict]:
     """Launch ``layout`` in the lab, benchmark it briefly, stop it: measured tok/s by level and
     what the engine logged."""
-    from cockpit.benchrequest import BenchRequest
-    from cockpit.layout import parse_layout
+    from cockpit.core.benchrequest import BenchRequest
+    from cockpit.core.layout import parse_layout
     from cockpit.runner.events import Ready
 
     events = list(lab.launcher.run(parse_layout(layout)))
@@ -583,7 +593,7 @@ def test_three_layouts_teach_the_box_and_the_fourth_is_predicted_as_it_measures(
     weights 4% larger); three layouts launched and briefly benchmarked teach the lab; the fourth,
     never tried, is then predicted within 10% of what the simulator measures (tok/s at C=1 and
     C=8, KV cache and weights per GPU), where the defaults were more than 20% off."""
-    from cockpit.lab import Lab
+    from cockpit.lab.lab import Lab
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
     monkeypatch.setenv("COCKPIT_SIM_TRUTH", truth_file(tmp_path, _truth_yaml(TRUTH))["COCKPIT_SIM_TRUTH"])
@@ -715,8 +725,8 @@ def test_a_reset_is_not_undone_by_the_next_measurement(tmp_path, minimax):
 def test_a_pool_capped_by_max_total_tokens_teaches_no_reserve(kimi):
     """SGLang logs the capped pool's tokens and its K and V sizes alike: neither says what memory
     was left (sglang/srt/mem_cache/kv_cache_configurator.py _apply_token_constraints)."""
-    from cockpit.calibrate import logged_kv_gib
-    from cockpit.records import LaunchFacts
+    from cockpit.core.fitting import logged_kv_gib
+    from cockpit.core.records import LaunchFacts
 
     capped = replace(kimi, server_args=(*kimi.server_args, "--max-total-tokens", "100000"))
     launch, points = launched(capped, "tp8", levels=(), truth=replace(TRUTH, reserve_offset_gib=-20.0))
@@ -735,7 +745,7 @@ def test_a_pool_capped_by_max_total_tokens_teaches_no_reserve(kimi):
 def test_vllm_pipeline_launches_teach_speed_but_not_memory(minimax):
     """vLLM logs weights and KV memory from local rank 0 only, the first pipeline stage's
     (logger.info_once scope="local"), while the planner's are the busiest stage's."""
-    from cockpit.calibrate import fit_memory
+    from cockpit.core.fitting import fit_memory
 
     assert plan_layout(minimax, "tp4 pp2").verdict == FITS
     piped = launched(minimax, "tp4 pp2")
@@ -818,7 +828,7 @@ def test_memory_is_each_models_own_and_speed_the_boxs(tmp_path, minimax):
 
 
 def test_the_journal_caps_each_layout_after_leaving_out_other_launches(tmp_path, minimax):
-    from cockpit.learning import RUNS_PER_LAYOUT, journal_runs
+    from cockpit.store.calibration import RUNS_PER_LAYOUT, journal_runs
 
     other = replace(minimax, server_args=tuple(a if a != "0.90" else "0.80" for a in minimax.server_args))
     with Journal(tmp_path / "journal.sqlite") as journal:
@@ -847,11 +857,13 @@ def test_the_last_measured_column_keeps_simulated_and_real_apart(tmp_path, minim
 def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, monkeypatch):
     """The simulated lab keeps the engine's default version whatever is installed (boxcontext):
     `reset --sim` (and `plan` without a driver) must look there, not at the installed version."""
-    import cockpit.installed
+    import cockpit.system.installed
     import cockpit.telemetry.nvml
 
     monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
-    monkeypatch.setattr(cockpit.installed, "engine_version", lambda engine, command: ("0.11.0", "installed"))
+    monkeypatch.setattr(
+        cockpit.system.installed, "engine_version", lambda engine, command: ("0.11.0", "installed")
+    )
     setup = build_setup(SetupOverrides(profile="demo"))[0]
     assert setup.engine.version != "0.11.0"
     store = CalibrationStore()
@@ -869,13 +881,13 @@ def test_reset_sim_finds_the_simulated_box_where_an_engine_is_installed(capsys, 
 def test_plan_without_a_driver_uses_the_simulated_calibration_whatever_is_installed(capsys, monkeypatch):
     """Without a driver `plan` is the simulated box's, as `cockpit run` would launch: the newest
     option table, the simulator's calibration, and the installed engine is not asked at all."""
-    import cockpit.installed
+    import cockpit.system.installed
     import cockpit.telemetry.nvml
 
     asked = []
     monkeypatch.setattr(cockpit.telemetry.nvml, "driver_present", lambda: False)
     monkeypatch.setattr(
-        cockpit.installed,
+        cockpit.system.installed,
         "engine_version",
         lambda engine, command: asked.append(command) or ("0.11.0", "installed"),
     )
@@ -981,10 +993,10 @@ def test_a_reset_that_cannot_be_written_fails_and_one_with_nothing_stored_says_s
 
 @pytest.mark.parametrize("everything", [False, True])
 def test_a_reset_made_while_a_fit_runs_is_not_undone_by_it(tmp_path, minimax, monkeypatch, everything):
-    import cockpit.learning
+    import cockpit.store.calibration
 
     store = CalibrationStore(tmp_path / "calibration.json")
-    fit_parts = cockpit.learning.fit_parts
+    fit_parts = cockpit.store.calibration.fit_parts
 
     def reset_meanwhile(*args, **kwargs):  # `cockpit calibration reset` in another process
         fitted = fit_parts(*args, **kwargs)
@@ -997,9 +1009,9 @@ def test_a_reset_made_while_a_fit_runs_is_not_undone_by_it(tmp_path, minimax, mo
         journal_launch(journal, minimax, "tp8 ep")
         assert relearn(journal, minimax, True, store).runs == 2
         journal_launch(journal, minimax, "tp4")
-        monkeypatch.setattr(cockpit.learning, "fit_parts", reset_meanwhile)
+        monkeypatch.setattr(cockpit.store.calibration, "fit_parts", reset_meanwhile)
         assert relearn(journal, minimax, True, store) == Learned()  # what the reset left
-        monkeypatch.setattr(cockpit.learning, "fit_parts", fit_parts)
+        monkeypatch.setattr(cockpit.store.calibration, "fit_parts", fit_parts)
         assert store.entries() == [] and learned_for(minimax, True, store) == Learned()
         assert relearn(journal, minimax, True, store) == Learned()  # the launches before it teach nothing
         time.sleep(0.01)
@@ -1009,7 +1021,7 @@ def test_a_reset_made_while_a_fit_runs_is_not_undone_by_it(tmp_path, minimax, mo
 
 
 def test_a_model_is_one_name_however_its_path_is_typed(tmp_path, monkeypatch):
-    from cockpit.learning import model_key
+    from cockpit.store.calibration import model_key
 
     home = tmp_path / "home"
     folder = home / "models" / "X"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from cockpit.tui.chart import legend, render_chart
+from cockpit.faces.tui.chart import legend, render_chart
 
 SERIES = [
     ("tp4", [1, 32, 64], [94.2, 655.0, 905.3]),

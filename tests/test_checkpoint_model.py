@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 from conftest import MODELS
 
-from cockpit.archs import parse_config
-from cockpit.checkpoint import CheckpointTensor, arch_from_checkpoint, classify_tensor
-from cockpit.engines import get_engine
-from cockpit.errors import CockpitError
-from cockpit.hardware import hardware
-from cockpit.model import (
+from cockpit.core.archs import parse_config
+from cockpit.core.checkpoint import CheckpointTensor, arch_from_checkpoint, classify_tensor
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import hardware
+from cockpit.core.model import (
     ATTN_REPLICATED,
     ATTN_SHARDED,
     DENSE_MLP,
@@ -33,9 +32,10 @@ from cockpit.model import (
     SHARED_EXPERTS,
     TENSOR_CLASSES,
 )
-from cockpit.modelfiles import load_model, read_config
-from cockpit.planner import FAILS, Setup, plan_layout
-from cockpit.safetensors import MAX_HEADER_BYTES, read_checkpoint, read_header
+from cockpit.core.planner import FAILS, Setup, plan_layout
+from cockpit.engines import get_engine
+from cockpit.store.modelfiles import load_model, read_config
+from cockpit.store.safetensors import MAX_HEADER_BYTES, read_checkpoint, read_header
 
 BITS = {"BF16": 16, "F16": 16, "F32": 32, "F8_E4M3": 8, "U8": 8, "I8": 8, "I32": 32}
 SKIP = "skip"  # tensors the engines do not load (multi-token prediction)

@@ -9,13 +9,17 @@ import sys
 
 import pytest
 
-from cockpit.cli import main
+from cockpit.faces.cli import main
 
 
 def run_cockpit(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "400"}
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
 
 
@@ -71,7 +75,7 @@ def test_errors_are_one_line_with_exit_2(capsys, args, message):
 
 
 def test_debug_shows_the_traceback():
-    from cockpit.errors import CockpitError
+    from cockpit.core.errors import CockpitError
 
     with pytest.raises(CockpitError):
         main(["--debug", "plan", "--layout", "tq4"])
@@ -95,8 +99,8 @@ def test_bad_concurrency_levels(capsys, value):
 
 
 def test_unknown_engine_name():
+    from cockpit.core.errors import CockpitError
     from cockpit.engines import get_engine
-    from cockpit.errors import CockpitError
 
     with pytest.raises(CockpitError, match="unknown engine 'trtllm': use one of vllm, sglang"):
         get_engine("trtllm")
@@ -227,7 +231,7 @@ def journal_launch(
 ) -> int:
     """A launch journaled as the launcher and `cockpit bench` write one: the engine's logged
     numbers, what was predicted, NVML peaks and benchmark points (with the engine's own figures)."""
-    from cockpit.journal import BenchPoint, Journal
+    from cockpit.store.journal import BenchPoint, Journal
 
     with Journal() as journal:
         exp = journal.start_experiment(
@@ -336,7 +340,7 @@ def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys, real_box)
 def test_plan_says_when_its_predictions_are_calibrated(minimax_vllm):
     from dataclasses import replace
 
-    from cockpit.planner import Learned
+    from cockpit.core.planner import Learned
     from cockpit.reports.measured import calibration_mark, prediction_basis
 
     assert calibration_mark(Learned()) == "default"
@@ -346,7 +350,7 @@ def test_plan_says_when_its_predictions_are_calibrated(minimax_vllm):
 
 
 def test_plan_makes_no_journal_to_look_for_measurements(capsys):
-    from cockpit.journal import default_path
+    from cockpit.store.journal import default_path
 
     assert main(["plan", "--layout", "tp4"]) == 0
     assert "last measured" not in capsys.readouterr().out and not default_path().exists()
@@ -355,7 +359,7 @@ def test_plan_makes_no_journal_to_look_for_measurements(capsys):
 def test_bare_cockpit_with_sim_plans_with_the_simulated_boxs_measurements(capsys, real_box):
     """`cockpit --sim` without a terminal prints the plan of the simulated box, even where a
     driver is found: its last-measured column is the simulator's launches, not the GPUs'."""
-    from cockpit.journal import BenchPoint, Journal
+    from cockpit.store.journal import BenchPoint, Journal
 
     journal_launch("tp4", points={32: 600.0})  # on the GPUs
     with Journal() as journal:
@@ -372,9 +376,9 @@ def test_bare_cockpit_with_sim_plans_with_the_simulated_boxs_measurements(capsys
 def test_plans_last_measured_column_takes_the_simulated_or_the_real_launches(capsys):
     """A simulated launch on this host measured the simulator, not the GPUs: `measured_here` reads
     one kind or the other, as the plan is for the simulated box or the real one."""
-    from cockpit.journal import BenchPoint, Journal
     from cockpit.reports.measured import measured_here
-    from cockpit.resolve import SetupOverrides, build_setup
+    from cockpit.store.journal import BenchPoint, Journal
+    from cockpit.store.profile_setup import SetupOverrides, build_setup
 
     journal_launch("tp4", points={32: 600.0})  # on the GPUs
     with Journal() as journal:
@@ -393,7 +397,7 @@ def test_plans_last_measured_column_takes_the_simulated_or_the_real_launches(cap
 def test_run_takes_the_profile_engine_and_sim_before_or_after_it():
     """`cockpit --profile P --sim run …` as `cockpit tune` and `sweep` do: run's own options do not
     set them back to their defaults."""
-    from cockpit.cli import _parse, build_parser
+    from cockpit.faces.cli import _parse, build_parser
 
     parser = build_parser()
     before = _parse(parser, ["--profile", "minimax-m2.5", "--engine", "sglang", "--sim", "run", "try tp4"])

@@ -10,9 +10,9 @@ import sys
 import pytest
 from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (fast_sim: sim, journal and state dirs)
 
-from cockpit.cli import main
-from cockpit.journal import Journal
+from cockpit.faces.cli import main
 from cockpit.runner.registry import Registry
+from cockpit.store.journal import Journal
 
 BENCH = "c=1,4 in=32 out=8 n=4"
 
@@ -21,7 +21,7 @@ def start_sweep(*args: str, hangup_ignored: bool = False) -> subprocess.Popen:
     """`cockpit sweep` in the background, its output a pipe (as a file under nohup: Python buffers
     it unless cockpit flushes each line), SIGHUP ignored as nohup leaves it when asked."""
     return subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", "sweep", *args],
+        [sys.executable, "-m", "cockpit.faces.cli", "sweep", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -142,10 +142,10 @@ def test_bad_sweep_command_lines_are_one_line_and_launch_nothing(capsys, args, m
 
 
 def test_unquoted_layouts_and_bench_words_read_as_one_sweep():
-    from cockpit.benchrequest import BenchRequest
-    from cockpit.cli import _parse, _sweep_words, build_parser
-    from cockpit.headless import sweep_command
-    from cockpit.layout import parse_layout
+    from cockpit.core.benchrequest import BenchRequest
+    from cockpit.core.layout import parse_layout
+    from cockpit.faces.cli import _parse, _sweep_words, build_parser
+    from cockpit.faces.headless import sweep_command
 
     argv = ["sweep", "tp8,", "tp4", "ep", "--bench", "c=1,32", "in=64", "out=8", "--max-num-seqs", "512"]
     args = _parse(build_parser(), argv)

@@ -13,14 +13,14 @@ import pytest
 import yaml
 from helpers import listening_socket
 
-from cockpit.boxcontext import simulated_reason
+from cockpit.core.hardware import GIB, gpu_type, hardware
+from cockpit.core.planner import Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.hardware import GIB, gpu_type, hardware
-from cockpit.lab import Lab
-from cockpit.modelfiles import load_model
-from cockpit.planner import Setup, plan_layout
-from cockpit.profile import load_profile
+from cockpit.lab.box import simulated_reason
+from cockpit.lab.lab import Lab
 from cockpit.runner.supervisor import _answered_by_another
+from cockpit.store.modelfiles import load_model
+from cockpit.store.profile import load_profile
 from cockpit.telemetry.host import HostSource, engine_processes, is_engine_process
 
 API_SERVER = "vllm.entrypoints.openai.api_server"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.core.planner import Reason, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.planner import Reason, Setup, plan_layout
 from cockpit.runner.diagnose import NEXT_LESS_MEMORY, NEXT_MORE_GPUS, WRAPPER, diagnose, diagnose_exit
 from cockpit.runner.phases import log_message
 from cockpit.runner.supervisor import LogTail
@@ -670,8 +670,8 @@ def test_a_bare_address_in_use_without_logged_arguments_says_the_servers_port():
 
 def test_every_engine_failure_has_an_explanation_and_an_unknown_engine_is_one_line():
     """The surfaces' failure ids are the diagnosis's: a pattern no explanation reads would be dead."""
-    from cockpit.engines.surface import surface, surfaces
-    from cockpit.errors import CockpitError
+    from cockpit.core.errors import CockpitError
+    from cockpit.engines import surface, surfaces
     from cockpit.runner.diagnose import _CAUSES
 
     explained = {cause for cause, _ in _CAUSES if isinstance(cause, str)}
@@ -723,8 +723,8 @@ REFUSALS = [
 def _refusal_model(name: str):
     from dataclasses import replace
 
-    from cockpit.model import ROUTED_EXPERTS
-    from cockpit.modelfiles import load_model
+    from cockpit.core.model import ROUTED_EXPERTS
+    from cockpit.store.modelfiles import load_model
 
     if name.startswith("llama"):
         llama = load_model("llama-3.1-70b", env={})
@@ -762,7 +762,7 @@ def _failure_read(text: str) -> str | None:
 def test_the_refusals_cockpit_writes_are_read_as_the_engines_failures(
     engine, model, layout, args, rule, failure, seed_box
 ):
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
     from cockpit.runner.diagnose import PYDANTIC_INNER
 
     setup = Setup(_refusal_model(model), seed_box, get_engine(engine), server_args=args)

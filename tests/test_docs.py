@@ -62,7 +62,7 @@ def test_nothing_cites_notes_outside_the_repository(path):
     assert not hits, "\n".join(hits)
 
 
-# A file or folder of this package named in prose: `cockpit/runner/diagnose.py`, `cockpit/tui/`.
+# A file or folder of this package named in prose: `cockpit/runner/diagnose.py`, `cockpit/faces/tui/`.
 OWN_PATH = re.compile(r"(?<![\w/.-])cockpit/((?:[\w]+/)*[\w]+(?:\.py|/))")
 
 

@@ -21,12 +21,12 @@ from aiohttp import web
 from helpers import free_port
 from simproc import SimProcess
 
+from cockpit.bench.concurrency_sweep import run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import run_sweep
 from cockpit.bench.result import LevelResult
-from cockpit.journal import Journal
 from cockpit.sim.batcher import Batcher, ConstantPacer
 from cockpit.sim.server import make_app, serve
+from cockpit.store.journal import Journal
 from cockpit.telemetry.enginemetrics import (
     AsyncEngineScraper,
     EngineMetrics,
@@ -426,7 +426,7 @@ def test_benchmark_points_in_the_journal_carry_the_engines_figures(tmp_path):
         with Journal() as journal:
             exp = journal.start_experiment(profile="p", model=MODEL, engine="vllm", layout="tp2", argv=[])
         done = subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", "bench", "--url", url, "--jsonl", "-c", "1,16"]
+            [sys.executable, "-m", "cockpit.faces.cli", "bench", "--url", url, "--jsonl", "-c", "1,16"]
             + ["--input-len", "16", "--output-len", "128", "--duration", "1.5", "--experiment", str(exp)],
             capture_output=True,
             text=True,

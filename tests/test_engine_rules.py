@@ -9,15 +9,15 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS
 
+from cockpit.core.hardware import hardware
+from cockpit.core.layout import parse_layout
+from cockpit.core.model import ROUTED_EXPERTS, ModelArch
+from cockpit.core.planner import Setup, plan_layout
 from cockpit.engines import check_args, get_engine
 from cockpit.engines.base import ServerArgs
 from cockpit.engines.sglang import derived_mem_fraction, prefill_graph_sizes, stage_layers
 from cockpit.engines.vllm import PYDANTIC_CONFIG, PYDANTIC_PREFIX
-from cockpit.hardware import hardware
-from cockpit.layout import parse_layout
-from cockpit.model import ROUTED_EXPERTS, ModelArch
-from cockpit.modelfiles import load_model, read_config
-from cockpit.planner import Setup, plan_layout
+from cockpit.store.modelfiles import load_model, read_config
 
 SGLANG = get_engine("sglang")
 VLLM = get_engine("vllm")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.errors import CockpitError
-from cockpit.prompt import parse_command
+from cockpit.core.errors import CockpitError
+from cockpit.faces.prompt import parse_command
 
 
 def test_a_cockpit_error_is_not_a_value_error():

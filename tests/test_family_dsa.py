@@ -32,13 +32,13 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.archs import parse_config
+from cockpit.core.archs import parse_config
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import hardware
+from cockpit.core.model import ATTN_REPLICATED, ROUTED_EXPERTS, SLIDING
+from cockpit.core.planner import FAILS, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.errors import CockpitError
-from cockpit.hardware import hardware
-from cockpit.model import ATTN_REPLICATED, ROUTED_EXPERTS, SLIDING
-from cockpit.modelfiles import bundled_dir
-from cockpit.planner import FAILS, Setup, plan_layout
+from cockpit.store.modelfiles import bundled_dir
 
 V32 = bundled_dir() / "deepseek-v3.2.json"
 GLM5 = bundled_dir() / "glm-5-fp8.json"

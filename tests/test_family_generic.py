@@ -1,4 +1,4 @@
-"""A family cockpit has not met, planned from the common config names (cockpit/archs/generic.py):
+"""A family cockpit has not met, planned from the common config names (cockpit/core/archs/generic.py):
 approximate, with what it assumed; refused, naming the keys, only when the config lacks them; and
 planned from its checkpoint instead when the *.safetensors lie beside its config.json."""
 
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.archs import parse_config
-from cockpit.cli import main
-from cockpit.errors import CockpitError
-from cockpit.model import (
+from cockpit.core.archs import parse_config
+from cockpit.core.errors import CockpitError
+from cockpit.core.model import (
     ATTN_REPLICATED,
     ATTN_SHARDED,
     DENSE_MLP,
@@ -26,7 +25,8 @@ from cockpit.model import (
     SLIDING,
     NeedsCheckpoint,
 )
-from cockpit.modelfiles import load_model
+from cockpit.faces.cli import main
+from cockpit.store.modelfiles import load_model
 
 # google/gemma-3-27b-it's config.json (https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json),
 # its text_config verbatim. It leaves the vocabulary, the layer pattern and the context to

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.archs import parse_config
-from cockpit.errors import CockpitError
-from cockpit.model import KIMI_DELTA, MAMBA2
-from cockpit.modelfiles import bundled_dir, read_config
+from cockpit.core.archs import parse_config
+from cockpit.core.errors import CockpitError
+from cockpit.core.model import KIMI_DELTA, MAMBA2
+from cockpit.store.modelfiles import bundled_dir, read_config
 
 BUNDLED = bundled_dir()
 QWEN35_397B = BUNDLED / "qwen3.5-397b-a17b.json"
@@ -179,7 +179,7 @@ def plan_json(model: Path, engine: str, gpus: int, gpu: str, layout: str) -> dic
     env = {**os.environ, "COLUMNS": "400"}
     args = ["plan", "--model", str(model), "--engine", engine, "--gpus", str(gpus), "--gpu", gpu]
     result = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args, "--layout", layout, "--json"],
+        [sys.executable, "-m", "cockpit.faces.cli", *args, "--layout", layout, "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.archs import parse_config
-from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.model import (
+from cockpit.core.archs import parse_config
+from cockpit.core.hardware import hardware
+from cockpit.core.model import (
     ATTN_SHARDED,
     CHUNKED,
     DENSE_MLP,
@@ -36,8 +35,9 @@ from cockpit.model import (
     SHARED_EXPERTS,
     WindowedLayers,
 )
-from cockpit.modelfiles import bundled_dir
-from cockpit.planner import FAILS, Setup, plan_layout
+from cockpit.core.planner import FAILS, Setup, plan_layout
+from cockpit.engines import get_engine
+from cockpit.store.modelfiles import bundled_dir
 
 SCOUT = bundled_dir() / "llama-4-scout-17b-16e.json"
 MAVERICK = bundled_dir() / "llama-4-maverick-17b-128e.json"
@@ -75,7 +75,7 @@ def plan(model, engine: str, gpu: str, layout: str, *args: str):
 
 @pytest.mark.parametrize(("path", "total", "moe_layers"), [(SCOUT, 109e9, 48), (MAVERICK, 400e9, 24)])
 def test_sizes_match_the_published_ones(path, total, moe_layers):
-    from cockpit.archs.llama4 import vision_params
+    from cockpit.core.archs.llama4 import vision_params
 
     model = arch(path, vision_config=VISION)
     vision = vision_params({"vision_config": VISION}, model.hidden)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.archs import parse_config
+from cockpit.core.archs import parse_config
+from cockpit.core.layout import parse_layout
+from cockpit.core.model import ModelArch
 from cockpit.engines import get_engine
 from cockpit.engines.base import ServerArgs
 from cockpit.engines.support import VLLM_PP_MESSAGE
-from cockpit.layout import parse_layout
-from cockpit.model import ModelArch
 
 BUNDLED = Path(__file__).resolve().parent.parent / "layouts" / "models"
 VLLM = get_engine("vllm")

@@ -1,7 +1,7 @@
 """The bench's own bounds, as a fault table: each absurd value, address, prompts file or server is
 one line and a non-zero exit, never a traceback, a hang, a leaked password or memory without end.
 
-The command-line cases run the real `cockpit bench`: in this process through `cockpit.cli.main`
+The command-line cases run the real `cockpit bench`: in this process through `cockpit.faces.cli.main`
 (a process start is most of such a case's time), except those a regression would turn into a hang
 or memory without end, which run as a subprocess under a timeout and keep the console script's
 path covered end to end. Each bound that the prompt knows too is typed there as well and must give
@@ -30,17 +30,22 @@ from typing import Any
 import pytest
 from helpers import free_port
 
-from cockpit import cli
-from cockpit.bench import client, rawclient
+from cockpit.bench import aiohttp_transport as client
+from cockpit.bench import raw_transport as rawclient
 from cockpit.bench.transport import RequestRecord, Timeouts
-from cockpit.benchrequest import MAX_EVENT_BYTES, MAX_LAYOUTS, MAX_LEVELS, MAX_PROMPT_LINE_BYTES
-from cockpit.commands import Sweep
-from cockpit.errors import CockpitError
-from cockpit.prompt import MAX_LINE, parse_command
+from cockpit.core.benchrequest import MAX_EVENT_BYTES, MAX_LAYOUTS, MAX_LEVELS, MAX_PROMPT_LINE_BYTES
+from cockpit.core.commands import Sweep
+from cockpit.core.errors import CockpitError
+from cockpit.faces import cli
+from cockpit.faces.prompt import MAX_LINE, parse_command
 
 PASSWORD = "hunter2-secret"
 # `python -m cockpit` where the package has its __main__, else the CLI module itself.
-CLI = [sys.executable, "-m", "cockpit" if importlib.util.find_spec("cockpit.__main__") else "cockpit.cli"]
+CLI = [
+    sys.executable,
+    "-m",
+    "cockpit" if importlib.util.find_spec("cockpit.__main__") else "cockpit.faces.cli",
+]
 
 
 # -- a server that misbehaves one way per path ---------------------------------------------------

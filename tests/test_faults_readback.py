@@ -28,10 +28,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.cli import main
-from cockpit.headless import list_servers, stop_servers
-from cockpit.journal import BenchPoint, Journal
+from cockpit.faces.cli import main
+from cockpit.faces.headless import list_servers, stop_servers
 from cockpit.runner.registry import PENDING_GRACE_S, TOKEN_ENV, Registry, ServerEntry
+from cockpit.store.journal import BenchPoint, Journal
 
 CLI = [sys.executable, "-m", "cockpit"]  # the console script's path: entry.main, then cli.main
 
@@ -669,7 +669,7 @@ def test_every_folder_cockpit_makes_is_private_under_umask_000(tmp_path, monkeyp
     assert result.returncode == 0, result.stdout + result.stderr
     old = os.umask(0)
     try:
-        from cockpit.tui.session import Session
+        from cockpit.faces.tui.session import Session
 
         session = Session.open(profile, sim=True)
         try:
@@ -692,10 +692,10 @@ def test_every_folder_cockpit_makes_is_private_under_umask_000(tmp_path, monkeyp
 
 def test_an_error_the_experiment_logs_during_a_run_makes_it_no_success():
     """`after_measure` failing logs its traceback and the run goes on: the run counts it (and
-    exits 1, `cockpit.headless._drive`); a GPU source failing is the box's, shown as n/a."""
+    exits 1, `cockpit.faces.headless._drive`); a GPU source failing is the box's, shown as n/a."""
     import logging
 
-    from cockpit.headless import LoggedErrors
+    from cockpit.faces.headless import LoggedErrors
 
     errors = LoggedErrors()
     with errors.watching():

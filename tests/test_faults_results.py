@@ -27,12 +27,12 @@ import pytest
 from helpers import free_port
 from simproc import SimProcess
 
-from cockpit.cli import main
-from cockpit.journal import BenchPoint, Journal
-from cockpit.outcome import READY
+from cockpit.core.outcome import READY
+from cockpit.faces.cli import main
+from cockpit.faces.tui.widgets.bench_pane import result_cells
 from cockpit.reports.comparison import comparison
 from cockpit.reports.results import MARK_NOTE
-from cockpit.tui.widgets.bench_pane import result_cells
+from cockpit.store.journal import BenchPoint, Journal
 
 PROFILE = "minimax-m2.5"
 LENGTHS = (512, 128)

@@ -20,11 +20,11 @@ import yaml
 from helpers import free_port
 from tuipilot import make_app, run, screen_text, submit, until
 
-from cockpit.journal import Journal
-from cockpit.layout import parse_layout
-from cockpit.profile import find_profile
-from cockpit.secrets import MASK, Scrubber, redact_line, redact_text
-from cockpit.tui.history import PromptHistory
+from cockpit.core.layout import parse_layout
+from cockpit.core.secrets import MASK, Scrubber, redact_line, redact_text
+from cockpit.faces.tui.history import PromptHistory
+from cockpit.store.journal import Journal
+from cockpit.store.profile import find_profile
 
 API_KEY = "sk-abc123456789"
 HF_TOKEN = "hf_abcdef123456"
@@ -65,7 +65,11 @@ def _env(root: Path) -> dict[str, str]:
 
 def _cockpit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
@@ -248,13 +252,13 @@ def test_an_engine_printing_the_knobs_key_is_blanked_on_screen_in_the_journal_an
 ):
     """An engine that prints its arguments whole (older vLLM) and fails quoting the key: a real
     process launched as the profile's launcher, as on a real box."""
-    from cockpit.hardware import parse_box
-    from cockpit.profile import load_profile
-    from cockpit.resolve import setup_for
+    from cockpit.core.hardware import parse_box
     from cockpit.runner.events import Failed, LogLine
     from cockpit.runner.experiment import Launcher
     from cockpit.runner.supervisor import Supervisor
     from cockpit.sim.box import SimBox
+    from cockpit.store.profile import load_profile
+    from cockpit.store.profile_setup import setup_for
     from cockpit.telemetry.monitor import Monitor
     from cockpit.telemetry.simbox import SimBoxSource
 
@@ -402,7 +406,7 @@ def screen_env(tmp_path, monkeypatch):
 
     fast_sim_env(tmp_path, monkeypatch)
     yield
-    from cockpit.headless import stop_servers
+    from cockpit.faces.headless import stop_servers
 
     stop_servers("all", out=lambda _: None)
 

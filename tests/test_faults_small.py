@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
-from cockpit.errors import CockpitError
-from cockpit.modelfiles import MAX_CONFIG_BYTES, read_config
-from cockpit.textfile import NotReadable, read_bounded
+from cockpit.core.errors import CockpitError
+from cockpit.store.modelfiles import MAX_CONFIG_BYTES, read_config
+from cockpit.store.textfile import NotReadable, read_bounded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,16 +31,16 @@ class Interrupt:
             raise KeyboardInterrupt
         return None
 sys.meta_path.insert(0, Interrupt())
-from cockpit.entry import main
+from cockpit.faces.entry import main
 sys.exit(main())
 """
 
 
 def test_the_console_script_starts_at_the_guarded_entry():
-    assert 'cockpit = "cockpit.entry:main"' in (ROOT / "pyproject.toml").read_text().splitlines()
+    assert 'cockpit = "cockpit.faces.entry:main"' in (ROOT / "pyproject.toml").read_text().splitlines()
 
 
-@pytest.mark.parametrize("module", ["cockpit.cli", "cockpit.resolve", "argparse"])
+@pytest.mark.parametrize("module", ["cockpit.faces.cli", "cockpit.store.profile_setup", "argparse"])
 def test_ctrl_c_while_the_command_imports_is_one_line(module):
     run = subprocess.run(
         [sys.executable, "-c", _INTERRUPT_ON_IMPORT.format(module=module), "plan"],

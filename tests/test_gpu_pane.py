@@ -9,9 +9,9 @@ import pytest
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
+from cockpit.faces.tui.format import SPARK, Field, fit, line, size, sparkline, used_of
+from cockpit.faces.tui.widgets.gpu_pane import GpuGrid, GpuPane
 from cockpit.telemetry.base import GpuProcess, GpuSample
-from cockpit.tui.format import SPARK, Field, fit, line, size, sparkline, used_of
-from cockpit.tui.widgets.gpu_pane import GpuGrid, GpuPane
 
 GIB = 2**30
 BIG, SMALL = 4194304, 1234567  # Linux's largest pid, and another 7-digit one

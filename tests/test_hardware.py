@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import (
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import (
     CATALOG,
     LINKS,
     Hardware,
@@ -207,7 +207,7 @@ def test_a_box_of_512_is_the_largest() -> None:
 
 
 def test_shown_values_stay_short() -> None:
-    from cockpit.errors import shown
+    from cockpit.core.errors import shown
 
     assert shown(10**5000) == "a number of about 5,000 digits"
     assert len(shown("x" * 1000)) == 60 and len(shown([[list(range(100))] * 100] * 100)) <= 60

@@ -16,10 +16,10 @@ import math
 import pytest
 from conftest import MODELS
 
+from cockpit.core.hardware import hardware
+from cockpit.core.planner import FAILS, FITS, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.modelfiles import read_config
-from cockpit.planner import FAILS, FITS, Setup, plan_layout
+from cockpit.store.modelfiles import read_config
 
 GiB = 2**30
 REQUEST = 2048  # Setup's default request length
@@ -246,7 +246,7 @@ def test_the_simulator_admits_as_many_hybrid_requests_as_the_planner_fits(qwen3_
     so it runs at once what MemoryEstimate.requests_fitting says, not what tokens alone would."""
     import asyncio
 
-    from cockpit.perfmodel import for_verdict
+    from cockpit.core.perfmodel import for_verdict
     from cockpit.sim.batcher import Batcher, VirtualClock
     from cockpit.sim.engine import PerfPacer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from cockpit.installed import engine_version, installed_engine
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.store.profile_setup import SetupOverrides, build_setup
+from cockpit.system.installed import engine_version, installed_engine
 
 
 def fake_package(root, name: str, version: str) -> None:
@@ -67,8 +67,8 @@ def test_plan_on_the_box_speaks_the_installed_sglangs_dp_attention(tmp_path, mon
 
     import yaml
 
-    from cockpit.cli import main
-    from cockpit.profile import find_profile
+    from cockpit.faces.cli import main
+    from cockpit.store.profile import find_profile
 
     monkeypatch.setattr("cockpit.telemetry.nvml.driver_present", lambda: True)
     fake_package(tmp_path / "site", "sglang", "0.5.9")

@@ -7,13 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from cockpit.benchrequest import BenchRequest
-from cockpit.commands import Export, Plan, Stop, Sweep, Try, Tune, Use
-from cockpit.errors import CockpitError
-from cockpit.journal import Journal
-from cockpit.layout import parse_layout
-from cockpit.outcome import Diagnosis
-from cockpit.prompt import parse_command
+from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.commands import Export, Plan, Stop, Sweep, Try, Tune, Use
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import parse_layout
+from cockpit.core.outcome import Diagnosis
+from cockpit.faces.prompt import parse_command
 from cockpit.runner.events import BenchDone, Failed, Ready
 from cockpit.runner.jobs import (
     Running,
@@ -25,6 +24,7 @@ from cockpit.runner.jobs import (
     unlaunchable,
 )
 from cockpit.runner.registry import ServerEntry
+from cockpit.store.journal import Journal
 
 TP8, TP4 = parse_layout("tp8"), parse_layout("tp4")
 READY_SERVER = Running(server=True, ready=True, profile="demo")

@@ -12,13 +12,13 @@ from typing import get_args
 
 import pytest
 
-from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint, Journal, default_path
-from cockpit.outcome import FAILED, LAUNCHING, OUTCOMES, READY, STOPPED, Diagnosis, Outcome
-from cockpit.records import LaunchFacts, LaunchPrediction, PredictedMemory
+from cockpit.core.errors import CockpitError
+from cockpit.core.outcome import FAILED, LAUNCHING, OUTCOMES, READY, STOPPED, Diagnosis, Outcome
+from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.reports.comparison import comparison
 from cockpit.reports.numbers import format_tok_s
 from cockpit.reports.results import format_comparison
+from cockpit.store.journal import BenchPoint, Journal, default_path
 
 KIMI = "kimi-k2.6"
 # The reference measurements (Kimi on 8 x RTX PRO 6000, SGLang; docs/performance.md#reference-measurements):
@@ -438,7 +438,7 @@ def test_notes_are_appended_one_line_each(journal):
 def test_a_journal_of_the_first_schema_is_migrated_keeping_its_rows(tmp_path):
     import sqlite3
 
-    from cockpit.journal import _MIGRATIONS, SCHEMA_VERSION
+    from cockpit.store.journal import _MIGRATIONS, SCHEMA_VERSION
 
     path = tmp_path / "journal.sqlite"
     db = sqlite3.connect(path, isolation_level=None)
@@ -489,7 +489,7 @@ def test_rows_with_broken_json_read_as_empty(tmp_path):
 def test_cockpit_results_reads_a_journal_with_broken_rows(tmp_path, capsys):
     import sqlite3
 
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     with Journal() as journal:  # conftest's COCKPIT_JOURNAL
         served(journal, "tp8", {1: 26.3})
@@ -606,13 +606,13 @@ def test_a_read_only_journal_is_read_but_not_written(tmp_path, locked):
     env = f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}; "
     read = as_user(
         env
-        + f"from cockpit.cli import main; raise SystemExit(main(['results', '--profile', {KIMI!r}, '--format', 'json']))"
+        + f"from cockpit.faces.cli import main; raise SystemExit(main(['results', '--profile', {KIMI!r}, '--format', 'json']))"
     )
     assert read.returncode == 0, read.stderr
     assert [r["output_tok_s"] for r in json.loads(read.stdout)] == [26.3, 577.8]
 
     write = as_user(
-        "from cockpit.journal import Journal, BenchPoint; from cockpit.errors import CockpitError\n"
+        "from cockpit.store.journal import Journal, BenchPoint; from cockpit.core.errors import CockpitError\n"
         f"journal = Journal({str(path)!r}); assert journal.readonly\n"
         f"try: journal.add_point({exp}, BenchPoint(64, 693.1))\n"
         "except CockpitError as err: print(err)"
@@ -633,7 +633,7 @@ def test_an_unwritable_data_folder_is_one_line(tmp_path, locked):
     for path in (folder / "journal.sqlite", folder / "cockpit" / "journal.sqlite"):
         result = as_user(
             f"import os; os.environ['COCKPIT_JOURNAL'] = {str(path)!r}\n"
-            "from cockpit.cli import main; raise SystemExit(main(['results']))"
+            "from cockpit.faces.cli import main; raise SystemExit(main(['results']))"
         )
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -687,7 +687,7 @@ def test_bench_predictions_merge_into_what_was_predicted_at_launch(journal):
 def test_a_journal_of_the_second_schema_gets_the_new_columns_empty(tmp_path):
     import sqlite3
 
-    from cockpit.journal import _MIGRATIONS, SCHEMA_VERSION
+    from cockpit.store.journal import _MIGRATIONS, SCHEMA_VERSION
 
     path = tmp_path / "journal.sqlite"
     db = sqlite3.connect(path, isolation_level=None)

@@ -11,15 +11,15 @@ import pytest
 from test_run import cockpit, fast_sim, journal_rows  # noqa: F401  (the fixture sets up sim, journal, state)
 from tuipilot import make_app, small_profile, status_text, submit, until
 
-from cockpit.commands import Sweep, Try
+from cockpit.core.commands import Sweep, Try
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import parse_layout
+from cockpit.core.perfmodel import for_verdict
+from cockpit.core.planner import FAILS, plan_layout
 from cockpit.engines.arguments import knob_next_step
 from cockpit.engines.options import option_table
-from cockpit.errors import CockpitError
-from cockpit.layout import parse_layout
-from cockpit.perfmodel import for_verdict
-from cockpit.planner import FAILS, plan_layout
-from cockpit.prompt import parse_command
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.faces.prompt import parse_command
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +174,8 @@ def test_every_way_to_turn_cuda_graphs_off_is_read(engine, args, graphs):
 
 
 def test_a_profiles_layout_knobs_are_said_again_on_the_other_engine():
-    from cockpit.profile import load_profile
-    from cockpit.resolve import profile_for_engine
+    from cockpit.store.profile import load_profile
+    from cockpit.store.profile_setup import profile_for_engine
 
     profile = replace(load_profile("demo"), layouts=("tp8 ep --max-num-seqs 512", "tp4"))
     switched, notes = profile_for_engine(profile, "sglang")
@@ -217,7 +217,7 @@ def test_a_context_length_above_the_models_stops_the_engine_and_is_diagnosed(tmp
 
 
 def test_use_names_a_profile_and_maybe_an_engine():
-    from cockpit.commands import Use
+    from cockpit.core.commands import Use
 
     assert parse_command("use kimi-k2.6 on vllm") == Use("kimi-k2.6", "vllm")
     assert parse_command("use /tmp/my profiles/p.yaml --engine=sglang") == Use(
@@ -227,7 +227,7 @@ def test_use_names_a_profile_and_maybe_an_engine():
 
 
 def test_tab_offers_server_flags_after_a_layout_only():
-    from cockpit.prompt import completions
+    from cockpit.faces.prompt import completions
 
     flags = ("--max-num-seqs", "--max-num-batched-tokens", "--engram-config")
     assert completions("try tp8 --max-num-s", flags=flags) == ["try tp8 --max-num-seqs"]

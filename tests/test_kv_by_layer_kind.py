@@ -22,11 +22,11 @@ import math
 
 import pytest
 
+from cockpit.core.hardware import hardware
+from cockpit.core.model import SLIDING, WindowedLayers
+from cockpit.core.planner import FAILS, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.model import SLIDING, WindowedLayers
-from cockpit.modelfiles import bundled_dir, read_config
-from cockpit.planner import FAILS, Setup, plan_layout
+from cockpit.store.modelfiles import bundled_dir, read_config
 
 GiB = 2**30
 CONTEXT = 131_072  # gpt-oss's max_position_embeddings: vLLM's default max model length

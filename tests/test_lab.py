@@ -11,18 +11,18 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from cockpit.boxcontext import box_context
-from cockpit.children import simulated_engine
-from cockpit.cli import main
-from cockpit.journal import Journal
-from cockpit.lab import Lab, lab_setup
-from cockpit.layout import parse_layout
-from cockpit.planner import Learned, plan_layout
-from cockpit.profile import load_profile
-from cockpit.resolve import setup_for
+from cockpit.core.layout import parse_layout
+from cockpit.core.planner import Learned, plan_layout
+from cockpit.core.secrets import shell_line
+from cockpit.faces.cli import main
+from cockpit.faces.tui.session import Session
+from cockpit.lab.box import box_context
+from cockpit.lab.lab import Lab, lab_setup
 from cockpit.runner.registry import Registry, ServerEntry
-from cockpit.secrets import shell_line
-from cockpit.tui.session import Session
+from cockpit.store.journal import Journal
+from cockpit.store.profile import load_profile
+from cockpit.store.profile_setup import setup_for
+from cockpit.system.children import simulated_engine
 
 SIM = simulated_engine("vllm", ())  # python -P -m cockpit.sim vllm --: then the real engine's argv
 
@@ -34,7 +34,7 @@ def fast_sim(monkeypatch):
 
 def cockpit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "cockpit.faces.cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -116,9 +116,9 @@ def test_attach_reads_simulated_from_the_registry_entry():
 
 def test_a_profile_opened_on_another_engine_launches_that_engines_argv(profile_file, tmp_path, monkeypatch):
     """`use kimi-k2.6 on vllm` / `cockpit run --engine vllm`: vLLM's launcher, the args translated, notes said."""
-    from cockpit.commands import Use
+    from cockpit.core.commands import Use
     from cockpit.engines import check_args, option_table
-    from cockpit.prompt import parse_command
+    from cockpit.faces.prompt import parse_command
     from cockpit.sim.flags import strip_launcher
 
     assert parse_command("use kimi-k2.6 on vllm") == Use("kimi-k2.6", "vllm")
@@ -152,8 +152,8 @@ def test_the_refit_waits_for_ready_and_a_bench_is_predicted_as_at_launch(profile
     """The hook runs once Ready was handed on (the banner does not wait for the refit), and the
     tok/s journaled for the bench are those of the setup the layout was launched with, not of
     what this very launch taught."""
-    from cockpit.benchrequest import BenchRequest
-    from cockpit.perfmodel import predict_tok_s
+    from cockpit.core.benchrequest import BenchRequest
+    from cockpit.core.perfmodel import predict_tok_s
 
     profile, _ = profile_file("minimax-m2.5")
     with Lab.open(profile, sim=True, interval=0.5) as lab:
@@ -212,8 +212,8 @@ def test_the_launchers_plan_is_kept_per_setup():
 
 def test_learning_problems_are_notices_once_each(monkeypatch):
     """A fit that fails and a calibration file that cannot be written: one line each, once."""
-    import cockpit.lab
-    from cockpit.errors import CockpitError
+    import cockpit.lab.lab
+    from cockpit.core.errors import CockpitError
 
     unwritable = "cannot write the calibration file /x/calibration.json (Not a directory): what was learned holds for this session only"
 
@@ -221,7 +221,7 @@ def test_learning_problems_are_notices_once_each(monkeypatch):
         store.warning = unwritable
         return TAUGHT
 
-    monkeypatch.setattr(cockpit.lab, "relearn", relearn)
+    monkeypatch.setattr(cockpit.lab.lab, "relearn", relearn)
     with Lab.open("minimax-m2.5", sim=True) as lab:
         assert lab.learning_notices() == []
         lab.learn(1)
@@ -233,7 +233,7 @@ def test_learning_problems_are_notices_once_each(monkeypatch):
         def fails(journal, setup, simulated, store):
             raise CockpitError("the journal cannot be read")
 
-        monkeypatch.setattr(cockpit.lab, "relearn", fails)
+        monkeypatch.setattr(cockpit.lab.lab, "relearn", fails)
         lab.learn(3)
         assert lab.learning_notices() == [
             "calibration not updated after experiment 3: the journal cannot be read"

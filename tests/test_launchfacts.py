@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.records import LaunchFacts
+from cockpit.core.records import LaunchFacts
 from cockpit.runner.launchfacts import FactsReader, read_facts
 from cockpit.runner.supervisor import LogTail
 
@@ -456,12 +456,12 @@ def sim_lab(tmp_path, monkeypatch):
 
 
 def launcher_for(profile_path: str, journal, **fields):
-    from cockpit.boxcontext import box_context
-    from cockpit.lab import gpu_source, lab_setup
-    from cockpit.resolve import SetupOverrides, resolve_profile
+    from cockpit.lab.box import box_context
+    from cockpit.lab.lab import gpu_source, lab_setup
     from cockpit.runner.experiment import Launcher
     from cockpit.runner.registry import Registry
     from cockpit.runner.supervisor import Supervisor
+    from cockpit.store.profile_setup import SetupOverrides, resolve_profile
 
     profile = resolve_profile(SetupOverrides(profile=profile_path))
     setup = lab_setup(profile, box_context(profile, sim=True))
@@ -470,7 +470,7 @@ def launcher_for(profile_path: str, journal, **fields):
 
 
 def launch(launcher, layout: str, *, force: bool = False) -> list:
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
 
     try:
         return list(launcher.run(parse_layout(layout), force=force))
@@ -486,8 +486,8 @@ def logged(path: str, pattern: str) -> str:
 
 
 def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_lab, profile_file):
-    from cockpit.journal import Journal
     from cockpit.runner.events import Ready
+    from cockpit.store.journal import Journal
 
     profile, _ = profile_file("minimax-m2.5")
     measured: list[int] = []
@@ -523,8 +523,8 @@ def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_
 
 
 def test_an_sglang_launch_journals_the_numbers_it_logged(sim_lab, profile_file):
-    from cockpit.journal import Journal
     from cockpit.runner.events import Ready
+    from cockpit.store.journal import Journal
 
     profile, _ = profile_file("kimi-k2.6")
     with Journal() as journal:
@@ -554,9 +554,9 @@ def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, pr
     """Too little room for the KV cache: vLLM loads the weights, says what is left, then stops."""
     import yaml
 
-    from cockpit.journal import Journal
-    from cockpit.profile import find_profile
     from cockpit.runner.events import Failed
+    from cockpit.store.journal import Journal
+    from cockpit.store.profile import find_profile
 
     args = yaml.safe_load(find_profile("minimax-m2.5").read_text())["server"]["args"]
     args[args.index("--gpu-memory-utilization") + 1] = "0.60"  # the weights fit, the KV cache does not
@@ -577,8 +577,8 @@ def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, pr
 
 
 def test_a_hook_that_fails_is_logged_and_the_launch_goes_on(sim_lab, profile_file, caplog):
-    from cockpit.journal import Journal
     from cockpit.runner.events import Ready
+    from cockpit.store.journal import Journal
 
     def broken(exp: int) -> None:
         raise RuntimeError("calibration exploded")
@@ -593,12 +593,12 @@ def test_a_hook_that_fails_is_logged_and_the_launch_goes_on(sim_lab, profile_fil
 
 
 def test_a_bench_journals_the_tok_s_predicted_for_its_levels_and_tells_the_hook(sim_lab, profile_file):
-    from cockpit.benchrequest import BenchRequest
-    from cockpit.journal import Journal
-    from cockpit.layout import parse_layout
-    from cockpit.perfmodel import predict_tok_s
-    from cockpit.planner import plan_layout
+    from cockpit.core.benchrequest import BenchRequest
+    from cockpit.core.layout import parse_layout
+    from cockpit.core.perfmodel import predict_tok_s
+    from cockpit.core.planner import plan_layout
     from cockpit.runner.events import BenchDone
+    from cockpit.store.journal import Journal
 
     profile, _ = profile_file("minimax-m2.5")
     measured: list[int] = []

@@ -7,62 +7,25 @@ A module may import from its own layer or any layer below it, never from one abo
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cockpit"
 
-# Lowest first. A name is the module or subpackage right under cockpit/.
+# Lowest first. A name is a package right under cockpit/ (`core`) or, where one package holds two
+# layers, a module in it (`faces.cli`): the most specific name wins.
 LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "the pure core: parsing, models, planning",
-        {
-            "errors",
-            "layout",
-            "hardware",
-            "model",
-            "archs",
-            "calibrate",
-            "checkpoint",
-            "engines",
-            "planner",
-            "perfmodel",
-            "commands",
-            "prompt",
-            "benchrequest",
-            "records",
-            "knobs",
-            "secrets",
-            "outcome",
-            "slo",
-            "tune",
-        },
-    ),
-    (
-        "the user's files and the environment",
-        {
-            "paths",
-            "textfile",
-            "layouts",
-            "modelfiles",
-            "profile",
-            "resolve",
-            "children",
-            "eventloop",
-            "installed",
-            "safetensors",
-            "processes",
-        },
-    ),
-    ("storage", {"journal", "learning"}),
+    ("the pure core: parsing, models, planning, predicting, fitting", {"core", "engines"}),
+    ("the user's files, what cockpit keeps, the machine's processes", {"store", "system", "layouts"}),
     ("the simulated box and engine", {"sim"}),
     ("GPU and engine telemetry", {"telemetry"}),
     ("the load generator", {"bench"}),
     ("running experiments", {"runner"}),
-    ("opening a lab, reports", {"boxcontext", "lab", "reports", "tuner"}),
-    ("the faces", {"headless", "tui", "webserve"}),
-    ("the command line", {"cli", "entry", "__main__"}),
+    ("a lab on a box, reports", {"lab", "reports"}),
+    ("the faces", {"faces"}),
+    ("the command line", {"faces.cli", "faces.entry", "__main__"}),
 ]
 
 CORE = LAYERS[0][1]
@@ -101,6 +64,9 @@ IO_LIBRARIES = {
 }
 
 
+NAMED = {name for _, names in LAYERS for name in names}
+
+
 def _layer_of(part: str) -> int:
     for index, (_, names) in enumerate(LAYERS):
         if part in names:
@@ -108,10 +74,28 @@ def _layer_of(part: str) -> int:
     raise AssertionError(f"cockpit.{part} is in no layer: add it to LAYERS in {Path(__file__).name}")
 
 
+def _named(parts: list[str]) -> str:
+    """The most specific name LAYERS gives to a module's dotted parts under cockpit."""
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in NAMED:
+            return ".".join(parts[:end])
+    return parts[0] if parts else ""
+
+
 def _part(path: Path) -> str:
-    """The top-level part of the package a file belongs to: `runner` for cockpit/runner/x.py."""
+    """The layer name a file belongs to: `runner` for a module under runner/, `faces.cli` for the command line."""
     relative = path.relative_to(PACKAGE).with_suffix("")
-    return relative.parts[0] if relative.parts[0] != "__init__" else ""
+    return "" if relative.parts == ("__init__",) else _named(list(relative.parts))
+
+
+def core_modules() -> list[str]:
+    """Every module of the pure core, dotted: what the purity test imports one by one."""
+    return sorted(_module_name(path) for path in _sources() if _part(path) in CORE)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -127,7 +111,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             else:
                 module = node.module or ""
             found.append((node.lineno, module))
-            # `from cockpit import journal` imports the module cockpit.journal
+            # `from cockpit import journal` imports the module cockpit.store.journal
             found += [
                 (node.lineno, f"{module}.{alias.name}")
                 for alias in node.names
@@ -162,7 +146,7 @@ def test_no_module_imports_a_higher_layer(path):
         parts = module.split(".")
         if parts[0] != "cockpit" or len(parts) < 2:
             continue
-        target = _layer_of(parts[1])
+        target = _layer_of(_named(parts[1:]))
         if target > own:
             wrong.append(f"line {line}: {module} ({LAYERS[target][0]}) from {LAYERS[own][0]}")
     assert not wrong, "\n".join(wrong)
@@ -182,16 +166,116 @@ def test_only_the_command_line_imports_the_headless_face():
     importers = [
         str(path.relative_to(PACKAGE.parent))
         for path in _sources()
-        if any(module == "cockpit.headless" for _, module in _imports(path)) and _part(path) != "cli"
+        if any(module == "cockpit.faces.headless" for _, module in _imports(path))
+        and _part(path) != "faces.cli"
     ]
     assert importers == []
 
 
 def test_no_widget_imports_the_journal():
-    widgets = sorted((PACKAGE / "tui" / "widgets").glob("*.py"))
+    widgets = sorted((PACKAGE / "faces" / "tui" / "widgets").glob("*.py"))
     importers = [
         str(path.relative_to(PACKAGE.parent))
         for path in widgets
-        if any(module.startswith("cockpit.journal") for _, module in _imports(path))
+        if any(module.startswith("cockpit.store.journal") for _, module in _imports(path))
     ]
     assert importers == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each cockpit module to the cockpit modules it imports (at the top or inside a function)."""
+    modules = {_module_name(path): path for path in _sources()}
+    modules["cockpit"] = PACKAGE / "__init__.py"
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {module for _, module in _imports(path) if module in modules and module != name}
+        # `from cockpit.bench import metrics` names the module; its package is not imported for it
+        graph[name] = {t for t in targets if not any(other.startswith(t + ".") for other in targets)}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    """A circle means neither module can be read or tested without the other: split what they share."""
+    assert _circles(_module_graph()) == []
+
+
+def test_the_core_never_imports_the_prompt_grammar():
+    """What a person types is a face's concern; the core takes typed requests, never prompt text."""
+    importers = [
+        _module_name(path)
+        for path in _sources()
+        if not _part(path).startswith("faces")
+        and any(module.startswith("cockpit.faces.prompt") for _, module in _imports(path))
+    ]
+    assert importers == []
+
+
+README = PACKAGE.parent / "README.md"
+
+
+def _readme_layers() -> list[set[str]]:
+    """The packages each row of the README's layer table names, lowest first."""
+    text = README.read_text().split("## Layout of the code", 1)[1]
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
+    return [
+        {
+            name.rstrip("/").removesuffix(".py").replace("/", ".")
+            for name in re.findall(r"`([\w./]+)`", row.split("|")[2])
+        }
+        for row in rows
+    ]
+
+
+def test_the_readme_maps_every_package_in_its_layer():
+    assert _readme_layers() == [names for _, names in LAYERS]
+
+
+ENGINE_NAME = re.compile(r"""["'](vllm|sglang|vLLM|SGLang)["']""")
+# Outside cockpit/engines/, an engine's name is written only where a person chooses one: the
+# command line's example of `--engine`. Everything else asks the engine package (its adapter, its
+# surface) or reads the name the person chose as data.
+ENGINE_NAME_LITERALS = 1
+
+
+def test_engine_names_stay_in_the_engine_packages():
+    """Adding an engine means a package under engines/, not edits across the tree."""
+    outside = {
+        str(path.relative_to(PACKAGE.parent)): len(ENGINE_NAME.findall(path.read_text()))
+        for path in _sources()
+        if _part(path) != "engines"
+    }
+    counted = {path: count for path, count in outside.items() if count}
+    assert sum(counted.values()) <= ENGINE_NAME_LITERALS, counted
+    assert not any(Path(path).stem in ("planner", "perfmodel") for path in counted), counted

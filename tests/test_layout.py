@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import Layout, parse_layout
 from cockpit.engines import get_engine
-from cockpit.errors import CockpitError
-from cockpit.layout import Layout, parse_layout
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,10 @@ import yaml
 from helpers import free_port, wait_for
 from test_run import read_until
 
-from cockpit.headless import stop_servers
-from cockpit.journal import Journal
-from cockpit.profile import find_profile
+from cockpit.faces.headless import stop_servers
 from cockpit.runner.registry import Registry
+from cockpit.store.journal import Journal
+from cockpit.store.profile import find_profile
 
 SIM_MARK = "cockpit.sim"
 
@@ -56,7 +56,7 @@ class Box:
 
     def spawn(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "cockpit.cli", *args],
+            [sys.executable, "-m", "cockpit.faces.cli", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -65,7 +65,7 @@ class Box:
 
     def cockpit(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", *args],
+            [sys.executable, "-m", "cockpit.faces.cli", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -334,9 +334,9 @@ class InProcess:
     """A Launcher in this process over a box of its own (a slow load: the server stays up)."""
 
     def __init__(self, tmp_path: Path, monkeypatch):
-        from cockpit.boxcontext import box_context
-        from cockpit.lab import lab_setup
-        from cockpit.resolve import SetupOverrides, resolve_profile
+        from cockpit.lab.box import box_context
+        from cockpit.lab.lab import lab_setup
+        from cockpit.store.profile_setup import SetupOverrides, resolve_profile
 
         self.box = Box(tmp_path, scale=0.05)
         for name in ("COCKPIT_STATE_DIR", "COCKPIT_JOURNAL", "COCKPIT_SIM_STATE", "COCKPIT_SIM_TIME_SCALE"):
@@ -345,7 +345,7 @@ class InProcess:
         self.setup = lab_setup(self.profile, box_context(self.profile, sim=True))
 
     def launcher(self, journal: Journal, registry: Registry | None = None):
-        from cockpit.lab import gpu_source
+        from cockpit.lab.lab import gpu_source
         from cockpit.runner.experiment import Launcher
         from cockpit.runner.supervisor import Supervisor
 
@@ -363,8 +363,8 @@ DISK_FULL = "cannot use the journal (database or disk is full)"
 
 @pytest.mark.parametrize("failing", ["pid", "outcome"], ids=["right-after-spawn", "at-ready-or-failure"])
 def test_a_journal_write_that_fails_after_launch_stops_the_server(in_process, failing, monkeypatch):
-    from cockpit.errors import CockpitError
-    from cockpit.layout import parse_layout
+    from cockpit.core.errors import CockpitError
+    from cockpit.core.layout import parse_layout
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")  # ready soon: the outcome write is reached
 
@@ -386,8 +386,8 @@ def test_a_journal_write_that_fails_after_launch_stops_the_server(in_process, fa
 
 
 def test_a_journal_that_fails_during_a_stop_does_not_keep_the_server_up(in_process):
-    from cockpit.errors import CockpitError
-    from cockpit.layout import parse_layout
+    from cockpit.core.errors import CockpitError
+    from cockpit.core.layout import parse_layout
     from cockpit.runner.events import Launching
 
     class FullDisk(Journal):
@@ -403,7 +403,7 @@ def test_a_journal_that_fails_during_a_stop_does_not_keep_the_server_up(in_proce
 
 
 def test_a_stop_cancels_a_launch_still_waiting_for_the_launch_lock(in_process):
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
 
     with Journal() as journal:
         launcher = in_process.launcher(journal)
@@ -423,8 +423,8 @@ def test_a_stop_cancels_a_launch_still_waiting_for_the_launch_lock(in_process):
 
 
 def test_a_registry_that_cannot_be_written_after_the_spawn_kills_the_engine(in_process):
-    from cockpit.errors import CockpitError
-    from cockpit.layout import parse_layout
+    from cockpit.core.errors import CockpitError
+    from cockpit.core.layout import parse_layout
 
     class FullRegistry(Registry):
         def confirm(self, pending, pid):
@@ -449,7 +449,7 @@ def test_a_hang_up_already_ignored_stays_ignored(tmp_path):
         [
             sys.executable,
             "-m",
-            "cockpit.cli",
+            "cockpit.faces.cli",
             "run",
             "try tp4",
             "--profile",
@@ -540,7 +540,7 @@ def _status(proc: psutil.Process) -> str:
 
 
 def test_a_server_killed_after_ready_is_reaped_unlisted_and_journaled_once(in_process, monkeypatch):
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
     with Journal() as journal:
@@ -564,7 +564,7 @@ def test_a_server_killed_after_ready_is_reaped_unlisted_and_journaled_once(in_pr
 
 
 def test_a_server_cockpit_stops_itself_ends_its_watch_quietly(in_process, monkeypatch):
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
     with Journal() as journal:
@@ -604,7 +604,7 @@ def test_a_re_attached_server_is_watched_by_its_pid(tmp_path, monkeypatch):
 
 
 def test_a_server_that_stops_answering_is_said_once_and_not_taken_for_ended(in_process, monkeypatch):
-    from cockpit.layout import parse_layout
+    from cockpit.core.layout import parse_layout
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
     with Journal() as journal:

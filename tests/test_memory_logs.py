@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from conftest import MODELS
 
+from cockpit.core.hardware import hardware
+from cockpit.core.model import ModelArch
+from cockpit.core.planner import MemoryEstimate, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.hardware import hardware
-from cockpit.model import ModelArch
-from cockpit.modelfiles import bundled_dir, read_config
-from cockpit.planner import MemoryEstimate, Setup, plan_layout
+from cockpit.store.modelfiles import bundled_dir, read_config
 
 LOGS = Path(__file__).parent / "fixtures" / "public_logs"
 WEIGHTS_REL = 0.02

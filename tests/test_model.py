@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest import MODELS
 
-from cockpit.archs import parse_config
-from cockpit.errors import CockpitError
-from cockpit.model import (
+from cockpit.core.archs import parse_config
+from cockpit.core.errors import CockpitError
+from cockpit.core.model import (
     ATTN_REPLICATED,
     ATTN_SHARDED,
     DENSE_MLP,
@@ -19,7 +19,7 @@ from cockpit.model import (
     ROUTER,
     SHARED_EXPERTS,
 )
-from cockpit.modelfiles import find_config, load_model, read_config
+from cockpit.store.modelfiles import find_config, load_model, read_config
 
 GB = 1e9
 

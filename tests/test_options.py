@@ -15,9 +15,9 @@ import pytest
 from helpers import free_port
 from simproc import SimProcess
 
+from cockpit.core.errors import CockpitError
 from cockpit.engines import check_args, get_engine, option_table, server_args
 from cockpit.engines.options import size_value, table_version
-from cockpit.errors import CockpitError
 from cockpit.sim.flags import parse_engine_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"

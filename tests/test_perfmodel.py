@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import hardware
-from cockpit.perfmodel import Calibration, calibration_for, for_verdict, predict_tok_s
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import hardware
+from cockpit.core.perfmodel import Calibration, calibration_for, for_verdict, predict_tok_s
+from cockpit.core.planner import plan_layout
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 KIMI = {
     "tp8": {1: 26.3, 32: 577.8, 64: 693.1, "peak": 808},
@@ -116,7 +116,7 @@ def test_plan_json_carries_predicted_tok_s():
     import io
     import json
 
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -184,8 +184,8 @@ def test_predictions_are_for_the_workload_prefill_included():
 def test_sglang_speed_uses_its_own_largest_decode_graph(minimax):
     """SGLang captures decode graphs up to its own default by card and TP (256 below TP4 on a
     94 GiB card, gpu_defaults), not vLLM's 512: batches above it run eager."""
+    from cockpit.core.planner import Setup
     from cockpit.engines import get_engine
-    from cockpit.planner import Setup
 
     box = hardware("rtx-pro-6000", 8)
     setup = Setup(minimax, box, get_engine("sglang"))

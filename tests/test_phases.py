@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.core.hardware import parse_box
+from cockpit.core.planner import Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.hardware import parse_box
-from cockpit.modelfiles import load_model
-from cockpit.planner import Setup, plan_layout
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
 from cockpit.runner.supervisor import LogTail
 from cockpit.sim.flags import parse_engine_args
 from cockpit.sim.logs import for_engine
+from cockpit.store.modelfiles import load_model
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 REAL_CPU = Path(__file__).parent / "fixtures" / "real_vllm_cpu"

@@ -9,13 +9,9 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS
 
-from cockpit.engines import get_engine, parse_server_args
-from cockpit.engines.base import stage_layers
-from cockpit.engines.sglang.memory import preload_gib
-from cockpit.errors import CockpitError
-from cockpit.hardware import hardware
-from cockpit.modelfiles import load_model, read_config
-from cockpit.planner import (
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import hardware
+from cockpit.core.planner import (
     FAILS,
     FITS,
     TIGHT,
@@ -25,6 +21,10 @@ from cockpit.planner import (
     plan_all,
     plan_layout,
 )
+from cockpit.engines import get_engine, parse_server_args
+from cockpit.engines.base import stage_layers
+from cockpit.engines.sglang.memory import preload_gib
+from cockpit.store.modelfiles import load_model, read_config
 
 
 def reason(verdict, rule):
@@ -430,8 +430,8 @@ def test_an_oom_on_one_gpu_says_one_gpu(minimax):
 
 def test_a_layout_that_does_not_fit_says_by_how_much_not_a_negative_kv_cache(minimax_vllm):
     """The issue's case: kimi-k2.6's tp4 ep2, whose KV cache read "-57.4 GiB"."""
-    from cockpit.resolve import SetupOverrides, build_setup
-    from cockpit.tui.format import memory_line
+    from cockpit.faces.tui.format import memory_line
+    from cockpit.store.profile_setup import SetupOverrides, build_setup
 
     kimi, _ = build_setup(SetupOverrides(profile="kimi-k2.6"))
     oom = plan_layout(kimi, "tp4 ep2").memory

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cockpit.errors import CockpitError
-from cockpit.profile import load_profile, parse_profile, profile_names
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.errors import CockpitError
+from cockpit.store.profile import load_profile, parse_profile, profile_names
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 
 @pytest.mark.parametrize("name", ["demo", "minimax-m2.5", "kimi-k2.6"])
@@ -274,7 +274,7 @@ def test_the_bundled_profiles_commented_engine_sections_load_when_uncommented(na
     """The example in each bundled profile's comments is a working section, not prose."""
     import re
 
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     text = find_profile(name).read_text()
     uncommented = re.sub(
@@ -288,7 +288,7 @@ def test_the_bundled_profiles_commented_engine_sections_load_when_uncommented(na
 
 
 def test_the_engine_override_uses_the_profiles_section_for_that_engine(tmp_path):
-    from cockpit.resolve import profile_for_engine
+    from cockpit.store.profile_setup import profile_for_engine
 
     path = tmp_path / "p.yaml"
     path.write_text(_MINIMAX_ON_SGLANG + "  sglang:\n    args: [--context-length, '16384']\n")
@@ -304,7 +304,7 @@ def test_the_engine_override_uses_the_profiles_section_for_that_engine(tmp_path)
 def test_the_engine_override_translates_without_a_section():
     from cockpit.engines.arguments import check_args
     from cockpit.engines.options import option_table
-    from cockpit.resolve import profile_for_engine
+    from cockpit.store.profile_setup import profile_for_engine
 
     on_sglang, notes = profile_for_engine(load_profile("minimax-m2.5"), "sglang")
     assert on_sglang.args == (
@@ -320,7 +320,7 @@ def test_the_engine_override_translates_without_a_section():
 
 
 def test_a_model_without_a_profile_starts_from_the_engines_defaults():
-    from cockpit.resolve import resolve
+    from cockpit.store.profile_setup import resolve
 
     profile, notes = resolve(SetupOverrides(model="qwen3-30b-a3b-fp8"))
     assert (profile.engine, profile.args, profile.command, notes) == ("vllm", (), (), ())
@@ -334,7 +334,7 @@ def test_a_model_without_a_profile_starts_from_the_engines_defaults():
     ["gpt-oss-120b", "kimi-k2.6", "llama-3.1-70b", "minimax-m2.5", "mixtral-8x7b-v0.1", "qwen3-30b-a3b-fp8"],
 )
 def test_a_bundled_name_is_launched_by_its_repository_id(name):
-    from cockpit.modelfiles import BUNDLED_REPO_IDS, bundled_names, find_config, model_argv_path
+    from cockpit.store.modelfiles import BUNDLED_REPO_IDS, bundled_names, find_config, model_argv_path
 
     assert set(BUNDLED_REPO_IDS) == set(bundled_names())
     repo = model_argv_path(name)
@@ -344,7 +344,7 @@ def test_a_bundled_name_is_launched_by_its_repository_id(name):
 
 
 def test_gpt_oss_is_openais_repository():
-    from cockpit.modelfiles import model_argv_path
+    from cockpit.store.modelfiles import model_argv_path
 
     assert model_argv_path("gpt-oss-120b") == "openai/gpt-oss-120b"
     assert model_argv_path("./some/folder") == "./some/folder"

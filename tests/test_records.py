@@ -9,8 +9,8 @@ import sqlite3
 
 import pytest
 
-from cockpit.journal import Journal
-from cockpit.records import BadRecord, LaunchFacts, LaunchPrediction, PredictedMemory
+from cockpit.core.records import BadRecord, LaunchFacts, LaunchPrediction, PredictedMemory
+from cockpit.store.journal import Journal
 
 FACTS = {
     "weights_gib": 53.63,
@@ -68,7 +68,7 @@ def test_a_prediction_round_trips_to_the_json_cockpit_always_wrote():
 
 
 def test_the_memory_journaled_at_launch_is_the_planners_estimate_as_it_wrote_it(minimax_vllm):
-    from cockpit.planner import plan_layout
+    from cockpit.core.planner import plan_layout
     from cockpit.runner.experiment import predicted_at_launch
 
     verdict = plan_layout(minimax_vllm, "tp4")
@@ -171,9 +171,9 @@ def test_the_journal_checks_what_it_is_given_to_write(tmp_path):
 
 
 def test_knobs_read_back_as_they_were_written_with_secrets_blanked():
-    from cockpit.errors import CockpitError
-    from cockpit.knobs import Knobs
-    from cockpit.layout import parse_layout
+    from cockpit.core.errors import CockpitError
+    from cockpit.core.knobs import Knobs
+    from cockpit.core.layout import parse_layout
 
     layout = parse_layout("tp4 ep2 --max-num-seqs 512 --api-key sk-secret --served-model-name 'a b'")
     assert isinstance(layout.knobs, Knobs)
@@ -199,8 +199,8 @@ def test_knobs_read_back_as_they_were_written_with_secrets_blanked():
 def test_a_layout_given_knobs_as_plain_words_holds_them_typed():
     from dataclasses import replace
 
-    from cockpit.knobs import Knobs
-    from cockpit.layout import parse_layout
+    from cockpit.core.knobs import Knobs
+    from cockpit.core.layout import parse_layout
 
     layout = replace(parse_layout("tp8 ep"), knobs=("--max-num-seqs", "512"))
     assert isinstance(layout.knobs, Knobs) and layout == parse_layout("tp8 ep --max-num-seqs 512")

@@ -10,14 +10,14 @@ import time
 
 import yaml
 
-from cockpit.cli import main
-from cockpit.journal import BenchPoint, Journal
-from cockpit.outcome import FAILED, READY, Diagnosis
-from cockpit.planner import plan_all, plan_layout
-from cockpit.profile import find_profile
+from cockpit.core.outcome import FAILED, READY, Diagnosis
+from cockpit.core.planner import plan_all, plan_layout
+from cockpit.faces.cli import main
 from cockpit.reports.comparison import comparison
 from cockpit.reports.export import ReportContext, context_from_setup, markdown_report
 from cockpit.reports.plan import format_table, plan_table, reason_text, terminal_width
+from cockpit.store.journal import BenchPoint, Journal
+from cockpit.store.profile import find_profile
 
 CLOCK = 1_800_000_000.0
 DATE = time.strftime("%Y-%m-%d %H:%M", time.localtime(CLOCK))
@@ -111,7 +111,7 @@ def test_report_lists_differing_lengths_and_leaves_out_what_is_unknown():
 
 
 def test_export_md_writes_the_report(tmp_path):
-    from cockpit.tui.session import Session
+    from cockpit.faces.tui.session import Session
 
     journal_results()
     session = Session.open("minimax-m2.5", sim=True)
@@ -135,7 +135,7 @@ def test_export_md_writes_the_report(tmp_path):
 
 
 def test_export_md_without_results_dates_the_export(tmp_path):
-    from cockpit.tui.session import Session
+    from cockpit.faces.tui.session import Session
 
     session = Session.open("minimax-m2.5", sim=True)
     try:

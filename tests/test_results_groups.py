@@ -14,14 +14,14 @@ import sys
 import pytest
 import yaml
 
-from cockpit.journal import BenchPoint, Journal
-from cockpit.outcome import READY
-from cockpit.planner import FAILS, FITS, plan_layout
-from cockpit.profile import find_profile
+from cockpit.core.outcome import READY
+from cockpit.core.planner import FAILS, FITS, plan_layout
 from cockpit.reports.comparison import comparison
 from cockpit.reports.export import context_from_setup, markdown_report
 from cockpit.reports.results import format_comparison, no_results_hint
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.store.journal import BenchPoint, Journal
+from cockpit.store.profile import find_profile
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 PROFILE = "minimax-m2.5"
 BANNER = "> **Simulated box**: numbers are the simulator's, not measurements."
@@ -170,7 +170,7 @@ def test_a_report_of_real_gpus_has_no_banner(minimax_vllm):
 
 
 def test_export_md_keeps_earlier_sweeps_and_the_screen_shows_the_newest(tmp_path):
-    from cockpit.tui.session import Session
+    from cockpit.faces.tui.session import Session
 
     two_workloads(simulated=True)
     session = Session.open(PROFILE, sim=True)
@@ -188,7 +188,7 @@ def test_export_md_keeps_earlier_sweeps_and_the_screen_shows_the_newest(tmp_path
     # the screen's one table compares like with like: the newest workload's levels only
     assert [(r.layout, r.cells[8].output_tok_s) for r in shown.rows] == [("tp8 ep", 290.0), ("tp4", 297.0)]
     # and says where the others are: the screen's `results` shows its one table, not theirs
-    from cockpit.tui.widgets.bench_pane import workload_line
+    from cockpit.faces.tui.widgets.bench_pane import workload_line
 
     assert workload_line(shown).endswith("1 other workload(s): `export md` and `cockpit results` show them")
 
@@ -229,7 +229,7 @@ def sim_env(tmp_path, monkeypatch):
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "cockpit.faces.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 

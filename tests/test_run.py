@@ -13,8 +13,8 @@ import psutil
 import pytest
 from helpers import listening_socket, wait_for
 
-from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
+from cockpit.store.journal import Journal
 
 GIB = 2**30
 
@@ -29,13 +29,13 @@ def fast_sim(tmp_path, monkeypatch):
 
 def cockpit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "cockpit.faces.cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
 def spawn(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", *args],
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -126,7 +126,7 @@ def test_busy_port_is_refused_before_launch(profile_file):
 
 
 def test_gpus_held_by_another_process_are_reported_before_launch(profile_file, tmp_path):
-    from cockpit.hardware import parse_box
+    from cockpit.core.hardware import parse_box
     from cockpit.sim.box import GpuLoad, SimBox
 
     box = SimBox(parse_box("8xrtx-pro-6000"), root=tmp_path / "simbox").create()
@@ -139,7 +139,7 @@ def test_gpus_held_by_another_process_are_reported_before_launch(profile_file, t
 
 
 def test_free_gpus_are_chosen_for_a_smaller_layout(profile_file, tmp_path):
-    from cockpit.hardware import parse_box
+    from cockpit.core.hardware import parse_box
     from cockpit.sim.box import GpuLoad, SimBox
 
     box = SimBox(parse_box("8xrtx-pro-6000"), root=tmp_path / "simbox").create()
@@ -242,14 +242,14 @@ def test_run_needs_a_try_command(profile_file):
 
 def test_a_launcher_that_does_not_exist_is_one_line(profile_file, tmp_path):
     """On a real box the profile names the engine's launcher; a wrong path fails clearly."""
-    from cockpit.hardware import parse_box
-    from cockpit.layout import parse_layout
-    from cockpit.profile import load_profile
-    from cockpit.resolve import setup_for
+    from cockpit.core.hardware import parse_box
+    from cockpit.core.layout import parse_layout
     from cockpit.runner.events import Failed
     from cockpit.runner.experiment import Launcher
     from cockpit.runner.supervisor import Supervisor
     from cockpit.sim.box import SimBox
+    from cockpit.store.profile import load_profile
+    from cockpit.store.profile_setup import setup_for
     from cockpit.telemetry.monitor import Monitor
     from cockpit.telemetry.simbox import SimBoxSource
 
@@ -268,7 +268,7 @@ def test_a_launcher_that_does_not_exist_is_one_line(profile_file, tmp_path):
 
 
 def test_attach_without_a_pid_when_no_server_runs(capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     assert main(["attach"]) == 2
     assert (
@@ -277,7 +277,7 @@ def test_attach_without_a_pid_when_no_server_runs(capsys):
 
 
 def test_attach_without_a_pid_follows_the_only_server_and_names_them_when_several_run(profile_file, capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     profile, port = profile_file("minimax-m2.5")
     first = cockpit("run", "try tp4", "--profile", profile, "--sim", "--quiet", "--keep")

@@ -14,7 +14,7 @@ from helpers import free_port
 from simproc import SimProcess
 from test_run import cockpit, fast_sim  # noqa: F401  (the fixture sets up the sim, journal and state dirs)
 
-from cockpit.journal import Journal
+from cockpit.store.journal import Journal
 
 
 def test_seed_table_shape_from_journaled_simulated_runs(profile_file):
@@ -74,7 +74,7 @@ def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path, inherit
             [
                 sys.executable,
                 "-m",
-                "cockpit.cli",
+                "cockpit.faces.cli",
                 "bench",
                 "--url",
                 f"http://127.0.0.1:{port}",
@@ -115,7 +115,7 @@ def test_ctrl_c_in_the_middle_of_a_sweep_keeps_finished_levels(tmp_path, inherit
 
 
 def test_bench_errors_are_one_line(capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     assert main(["bench", "--url", "localhost:8000"]) == 2
     assert "--url must start with http://" in capsys.readouterr().err
@@ -126,7 +126,7 @@ def test_bench_errors_are_one_line(capsys):
 
 
 def test_bench_against_a_dead_server_says_why_and_fails(capsys):
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     port = free_port()
     assert (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.secrets import Scrubber, redact_argv, redact_env, redact_text, secret_name, shell_line
+from cockpit.core.secrets import Scrubber, redact_argv, redact_env, redact_text, secret_name, shell_line
 
 # Every option of the real server parsers (vLLM 0.33.0 `vllm serve`, SGLang 0.5.23 launch_server).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "engines"
@@ -164,7 +164,7 @@ def test_a_launch_leaves_its_secrets_nowhere(profile_file, tmp_path, monkeypatch
 
     def cockpit(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "cockpit.faces.cli", *args], capture_output=True, text=True, timeout=120
         )
         return done.stdout + done.stderr
 
@@ -213,7 +213,7 @@ def test_bearer_tokens_and_token_ids():
 
 
 def test_a_launch_scrubs_the_profile_env_and_inherited_credentials_only():
-    from cockpit.secrets import Scrubber, launch_secrets_env
+    from cockpit.core.secrets import Scrubber, launch_secrets_env
 
     inherited = {
         "HF_TOKEN": "hf-s3cret",

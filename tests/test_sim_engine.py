@@ -12,11 +12,11 @@ import pytest
 from helpers import free_port
 from simproc import SimProcess
 
-from cockpit.hardware import parse_box
-from cockpit.perfmodel import for_verdict
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
+from cockpit.core.hardware import parse_box
+from cockpit.core.perfmodel import for_verdict
+from cockpit.core.planner import plan_layout
 from cockpit.sim.box import SimBox
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 from cockpit.telemetry.simbox import SimBoxSource
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import GIB, hardware
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import GIB, hardware
 from cockpit.sim.box import (
     IDLE_POWER_FRACTION,
     LOADED_POWER_FRACTION,

@@ -15,8 +15,8 @@ import pynvml
 import pytest
 from helpers import free_port
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import GIB
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import GIB
 from cockpit.sim.box import GpuLoad, SimBox
 from cockpit.telemetry.base import NA_NAME, GpuProcess, GpuSample, GpuSource
 from cockpit.telemetry.monitor import Monitor

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from cockpit.core.errors import CockpitError
 from cockpit.engines.arguments import check_args
 from cockpit.engines.options import Option, option_table
 from cockpit.engines.translate import translate_args
-from cockpit.errors import CockpitError
 
 OTHER = {"vllm": "sglang", "sglang": "vllm"}
 

@@ -16,12 +16,12 @@ from tuipilot import (  # noqa: F401  (fixtures)
     until,
 )
 
-from cockpit.journal import Journal
+from cockpit.faces.tui.history import PromptHistory, history_path
+from cockpit.faces.tui.screens.choice import ChoiceScreen
+from cockpit.faces.tui.screens.confirm import ConfirmScreen
+from cockpit.faces.tui.screens.main import MainScreen
 from cockpit.runner.registry import Registry
-from cockpit.tui.history import PromptHistory, history_path
-from cockpit.tui.screens.choice import ChoiceScreen
-from cockpit.tui.screens.confirm import ConfirmScreen
-from cockpit.tui.screens.main import MainScreen
+from cockpit.store.journal import Journal
 
 GIB = 2**30
 
@@ -369,10 +369,10 @@ def test_the_picker_marks_calibrated_predictions_and_reads_the_journal_once_per_
     import re
     from dataclasses import replace
 
-    from cockpit.journal import BenchPoint
-    from cockpit.planner import Learned
-    from cockpit.tui.session import Session
-    from cockpit.tui.widgets.layout_picker import describe
+    from cockpit.core.planner import Learned
+    from cockpit.faces.tui.session import Session
+    from cockpit.faces.tui.widgets.layout_picker import describe
+    from cockpit.store.journal import BenchPoint
 
     session = Session.open(minimax, sim=True)
     try:
@@ -423,10 +423,10 @@ def test_a_refit_on_the_launchers_thread_reloads_the_picker_and_says_its_problem
 
     import pytest
 
-    import cockpit.lab
-    from cockpit.errors import CockpitError
-    from cockpit.layout import parse_layout
-    from cockpit.planner import Learned, plan_layout
+    import cockpit.lab.lab
+    from cockpit.core.errors import CockpitError
+    from cockpit.core.layout import parse_layout
+    from cockpit.core.planner import Learned, plan_layout
 
     taught = Learned(
         runs=TAUGHT_RUNS,
@@ -441,7 +441,7 @@ def test_a_refit_on_the_launchers_thread_reloads_the_picker_and_says_its_problem
             raise fits[-1]
         return fits[-1]
 
-    monkeypatch.setattr(cockpit.lab, "relearn", relearn)
+    monkeypatch.setattr(cockpit.lab.lab, "relearn", relearn)
 
     def on_a_job_thread(work) -> None:
         thread = threading.Thread(target=work)
@@ -483,8 +483,8 @@ def test_a_refit_on_the_launchers_thread_reloads_the_picker_and_says_its_problem
 def test_the_engine_scraper_closes_with_its_line_and_one_that_fails_to_build_never_sticks(
     minimax, monkeypatch
 ):
-    import cockpit.tui.app as app_module
-    from cockpit.tui.state import ServerView
+    import cockpit.faces.tui.app as app_module
+    from cockpit.faces.tui.state import ServerView
 
     made: list = []
     broken: list = []
@@ -542,9 +542,9 @@ def test_a_read_of_the_measurements_that_overlaps_a_forget_is_not_kept(minimax, 
     answer read before that word is used once, never kept as new. And a plan is handed over whole."""
     from dataclasses import replace
 
-    import cockpit.tui.session as session_module
-    from cockpit.planner import Learned
-    from cockpit.tui.session import Session
+    import cockpit.faces.tui.session as session_module
+    from cockpit.core.planner import Learned
+    from cockpit.faces.tui.session import Session
 
     session = Session.open(minimax, sim=True)
     try:

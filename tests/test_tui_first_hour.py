@@ -20,13 +20,13 @@ from tuipilot import (  # noqa: F401  (fixtures)
 )
 
 from cockpit.bench.result import LevelSummary
-from cockpit.journal import Journal
-from cockpit.layout import parse_layout
+from cockpit.core.layout import parse_layout
+from cockpit.faces.tui.screens.confirm import ConfirmScreen
+from cockpit.faces.tui.screens.main import MainScreen
+from cockpit.faces.tui.state import BenchView
 from cockpit.runner.events import BenchLevel
 from cockpit.runner.registry import Registry
-from cockpit.tui.screens.confirm import ConfirmScreen
-from cockpit.tui.screens.main import MainScreen
-from cockpit.tui.state import BenchView
+from cockpit.store.journal import Journal
 
 
 def test_typing_at_start_goes_to_the_prompt_and_escape_gives_the_pane_keys_back(minimax):
@@ -238,9 +238,9 @@ def test_a_thread_message_that_lands_after_the_screen_is_gone_is_dropped(minimax
     While the app runs, a widget that is missing is a bug and still raises."""
     from textual.css.query import NoMatches
 
+    from cockpit.faces.tui.control import Relearned
+    from cockpit.faces.tui.messages import JobEventPosted
     from cockpit.runner.jobs import SweepDone
-    from cockpit.tui.control import Relearned
-    from cockpit.tui.messages import JobEventPosted
 
     async def scenario():
         app = make_app(minimax)

@@ -19,11 +19,11 @@ from tuipilot import (  # noqa: F401  (fixtures)
     until,
 )
 
-from cockpit.journal import Journal
-from cockpit.layout import parse_layout
+from cockpit.core.layout import parse_layout
+from cockpit.faces.tui.screens.confirm import ConfirmScreen
+from cockpit.faces.tui.screens.main import MainScreen
 from cockpit.runner.registry import Registry
-from cockpit.tui.screens.confirm import ConfirmScreen
-from cockpit.tui.screens.main import MainScreen
+from cockpit.store.journal import Journal
 
 
 def burst(app, text: str) -> None:
@@ -120,9 +120,9 @@ def test_a_server_left_on_sglang_comes_back_on_sglang(minimax, tmp_path, monkeyp
 def test_help_gives_every_command_and_key_its_words_at_any_width(width):
     from rich.console import Console
 
-    from cockpit.prompt import COMMANDS
-    from cockpit.tui.app import KEY_WORDS, KEYS
-    from cockpit.tui.screens.help import MARKS, TUNE_MARKS, help_table
+    from cockpit.faces.prompt import COMMANDS
+    from cockpit.faces.tui.app import KEY_WORDS, KEYS
+    from cockpit.faces.tui.screens.help import MARKS, TUNE_MARKS, help_table
 
     keys = [(b.key_display or b.key, KEY_WORDS[b.id or ""]) for b in KEYS if b.show]
     console = Console(width=width, record=True, color_system=None)

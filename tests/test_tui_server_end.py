@@ -23,8 +23,8 @@ from tuipilot import (  # noqa: F401  (fixtures)
     until,
 )
 
-from cockpit.journal import Journal
 from cockpit.runner.registry import Registry
+from cockpit.store.journal import Journal
 
 
 def _zombies() -> list[int]:
@@ -75,7 +75,7 @@ def test_cockpit_stop_all_from_another_shell_ends_the_ready_state(minimax):
             await launch_ready(pilot, app, "tp4")
             pid = app.session.launcher.handle.pid
             other_shell = subprocess.run(
-                [sys.executable, "-m", "cockpit.cli", "stop", "all"],
+                [sys.executable, "-m", "cockpit.faces.cli", "stop", "all"],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -134,7 +134,7 @@ def test_sigterm_to_the_screen_stops_its_server_and_exits_143(tmp_path, monkeypa
 def test_sighup_to_the_screen_leaves_its_server_listed_and_journaled(tmp_path, monkeypatch, profile_file):
     import psutil
 
-    from cockpit.journal import Journal
+    from cockpit.store.journal import Journal
 
     profile, _ = profile_file("minimax-m2.5")
     env = _slow_box(tmp_path, monkeypatch)

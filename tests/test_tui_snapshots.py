@@ -17,11 +17,11 @@ from tuipilot import run, screen_text
 
 from cockpit.bench.metrics import Summary
 from cockpit.bench.result import LevelSummary
-from cockpit.journal import BenchPoint, Journal
+from cockpit.faces.tui.app import CockpitApp
+from cockpit.faces.tui.messages import GpuSamples, RunnerEventPosted
 from cockpit.runner.events import BenchLevel, BenchTick, Diagnosis, Launching, Planned, Ready
+from cockpit.store.journal import BenchPoint, Journal
 from cockpit.telemetry.base import GpuProcess
-from cockpit.tui.app import CockpitApp
-from cockpit.tui.messages import GpuSamples, RunnerEventPosted
 
 FIXED_CLOCK = 1_800_000_000.0
 RESULTS = {  # layout -> {concurrency: tok/s}, shaped like docs/performance.md#reference-measurements
@@ -36,7 +36,7 @@ def fixed_app(tmp_path, monkeypatch):
     monkeypatch.setenv("COCKPIT_JOURNAL", str(tmp_path / "journal.sqlite"))
     monkeypatch.setenv("COCKPIT_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")  # the argv shown under the picker
-    from cockpit.profile import find_profile
+    from cockpit.store.profile import find_profile
 
     data = yaml.safe_load(find_profile("minimax-m2.5").read_text())
     data["bench"]["concurrency"] = [1, 32, 64]

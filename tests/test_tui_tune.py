@@ -9,9 +9,9 @@ import asyncio
 
 from tuipilot import fast_sim, make_app, minimax, run, status_text, submit, until  # noqa: F401  (fixtures)
 
-from cockpit.journal import Journal
-from cockpit.tui.app import CockpitApp
-from cockpit.tui.widgets.tune_view import BEST, RUNNING
+from cockpit.faces.tui.app import CockpitApp
+from cockpit.faces.tui.widgets.tune_view import BEST, RUNNING
+from cockpit.store.journal import Journal
 
 SMALL_TUNE = "tune itl<50ms in=32 out=8 c=4,16 n=2"
 TUNE_TIMEOUT_S = 90.0  # two launches and their levels on a loaded 2-core machine

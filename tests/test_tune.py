@@ -13,17 +13,17 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from cockpit.commands import Tune
-from cockpit.errors import CockpitError
-from cockpit.journal import Journal
-from cockpit.planner import Learned
-from cockpit.profile import load_profile
-from cockpit.prompt import parse_command
-from cockpit.resolve import setup_for
-from cockpit.tune.candidates import knob_combinations, plan_candidates
-from cockpit.tune.events import Point
-from cockpit.tune.search import LevelClimb, Tried, decide, dropped_as_similar, start_level
-from cockpit.tune.spec import DEFAULT_LADDER, Knob, TuneSpec, parse_tune
+from cockpit.core.commands import Tune
+from cockpit.core.errors import CockpitError
+from cockpit.core.planner import Learned
+from cockpit.core.tuning.candidates import knob_combinations, plan_candidates
+from cockpit.core.tuning.events import Point
+from cockpit.core.tuning.search import LevelClimb, Tried, decide, dropped_as_similar, start_level
+from cockpit.core.tuning.spec import DEFAULT_LADDER, Knob, TuneSpec, parse_tune
+from cockpit.faces.prompt import parse_command
+from cockpit.store.journal import Journal
+from cockpit.store.profile import load_profile
+from cockpit.store.profile_setup import setup_for
 
 # A box whose truth differs from the planner's defaults (docs/simulator.md#a-box-with-its-own-truth):
 # memory bandwidth achieved 0.3 of peak (the defaults say 0.8) and a per-layer floor of 5 us (60).
@@ -226,7 +226,7 @@ def sim_env(tmp_path, monkeypatch):
 
 def _cockpit(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "cockpit.faces.cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -270,7 +270,7 @@ def test_on_a_box_with_its_own_truth_tune_finds_the_best_launching_at_most_half(
 def test_a_killed_tune_resumes_without_relaunching_what_it_finished(profile_file, sim_env):
     profile, _ = profile_file("minimax-m2.5")
     first = subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", "tune", "--sim", "--profile", profile, *WORKLOAD, "n=3"],
+        [sys.executable, "-m", "cockpit.faces.cli", "tune", "--sim", "--profile", profile, *WORKLOAD, "n=3"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -316,10 +316,10 @@ def test_a_launch_that_failed_on_this_box_before_drops_its_layout(
     """Remembered for the box: a candidate whose very argv failed here (journaled by an earlier
     `try` or tune) is not launched again, and neither are its knob variants, when the failure was
     the layout's."""
-    from cockpit.boxcontext import box_context
-    from cockpit.lab import lab_setup
-    from cockpit.outcome import FAILED, Diagnosis
-    from cockpit.secrets import redact_argv
+    from cockpit.core.outcome import FAILED, Diagnosis
+    from cockpit.core.secrets import redact_argv
+    from cockpit.lab.box import box_context
+    from cockpit.lab.lab import lab_setup
 
     profile, _ = profile_file("minimax-m2.5")
     spec = parse_tune(" ".join(WORKLOAD))
@@ -358,7 +358,7 @@ def test_a_launch_that_failed_on_this_box_before_drops_its_layout(
 
 
 def test_cockpit_tune_takes_server_flags_anywhere_among_its_words():
-    from cockpit.cli import _parse, build_parser
+    from cockpit.faces.cli import _parse, build_parser
 
     parser = build_parser()
     args = _parse(parser, ["--profile", "demo", "tune", "--max-num-seqs", "256,512", "--sim", "n=2"])
@@ -383,7 +383,7 @@ def test_open_loop_rates_see_the_latencies_of_the_requests_they_keep_in_flight(m
 
 
 def test_resume_is_refused_while_the_tune_s_cockpit_still_runs():
-    from cockpit.tuner import cockpit_alive
+    from cockpit.lab.tune_loop import cockpit_alive
 
     code = "import time; print('up', flush=True); time.sleep(60)"
     alive = subprocess.Popen([sys.executable, "-c", code, "cockpit"], stdout=subprocess.PIPE, text=True)

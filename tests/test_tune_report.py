@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cockpit.reports.comparison import Comparison
-from cockpit.reports.export import ReportContext, markdown_report
-from cockpit.reports.tune import tune_markdown
-from cockpit.tui.widgets.tune_view import BEST, RUNNING, TuneBoard, render_goal_chart
-from cockpit.tune.events import (
+from cockpit.core.tuning.events import (
     Point,
     Row,
     TuneLevel,
@@ -19,8 +15,12 @@ from cockpit.tune.events import (
     TuneStarted,
     TuneStep,
 )
-from cockpit.tune.pareto import latency_axis, pareto_front
-from cockpit.tune.spec import parse_tune
+from cockpit.core.tuning.pareto import latency_axis, pareto_front
+from cockpit.core.tuning.spec import parse_tune
+from cockpit.faces.tui.widgets.tune_view import BEST, RUNNING, TuneBoard, render_goal_chart
+from cockpit.reports.comparison import Comparison
+from cockpit.reports.export import ReportContext, markdown_report
+from cockpit.reports.tune import tune_markdown
 
 
 def point(name: str, level: float, goal: float, itl: float | None, ttft: float | None = 100.0) -> Point:

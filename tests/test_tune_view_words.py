@@ -12,15 +12,15 @@ from tuipilot import fast_sim, screen_text, small_profile, until  # noqa: F401  
 
 from cockpit.bench.metrics import Summary
 from cockpit.bench.result import LevelSummary
-from cockpit.journal import Journal
-from cockpit.tui.app import CockpitApp
-from cockpit.tui.widgets.tune_view import render_goal_chart
-from cockpit.tune.candidates import plan_candidates
-from cockpit.tune.events import Row
-from cockpit.tune.pareto import latency
-from cockpit.tune.search import OUTRANKED, Tried, optimistic_bound, why_not_tried
-from cockpit.tune.spec import parse_tune
-from cockpit.tuner import level_point
+from cockpit.core.tuning.candidates import plan_candidates
+from cockpit.core.tuning.events import Row
+from cockpit.core.tuning.pareto import latency
+from cockpit.core.tuning.search import OUTRANKED, Tried, optimistic_bound, why_not_tried
+from cockpit.core.tuning.spec import parse_tune
+from cockpit.faces.tui.app import CockpitApp
+from cockpit.faces.tui.widgets.tune_view import render_goal_chart
+from cockpit.lab.tune_loop import level_point
+from cockpit.store.journal import Journal
 
 
 def bench_level(tok_s: float, ttft: float, token_gap_p99: float, request_itl_p99: float) -> LevelSummary:

@@ -40,7 +40,7 @@ async def _first_frames(port: int, seconds: float = 20) -> bytes:
 def start_web(port: int) -> tuple[subprocess.Popen, httpx.Response | None]:
     """`cockpit web --sim` as a real process, and its index page once it answers."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", "web", "--port", str(port), "--sim"],
+        [sys.executable, "-m", "cockpit.faces.cli", "web", "--port", str(port), "--sim"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -122,7 +122,7 @@ def test_web_refuses_websockets_from_other_origins():
 
 
 def test_origin_rules():
-    from cockpit.webserve import origin_allowed
+    from cockpit.faces.webserve import origin_allowed
 
     assert origin_allowed(None, "127.0.0.1", 8765)  # not a browser: browsers always send one
     assert origin_allowed("https://localhost:8765", "127.0.0.1", 8765)
@@ -144,7 +144,7 @@ def test_origin_rules():
 
 def test_web_refuses_a_busy_port(capsys):
 
-    from cockpit.cli import main
+    from cockpit.faces.cli import main
 
     with listening_socket() as taken:
         port = taken.getsockname()[1]

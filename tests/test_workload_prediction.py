@@ -19,16 +19,16 @@ from helpers import free_port
 from simproc import SimProcess
 
 from cockpit.bench import metrics
+from cockpit.bench.concurrency_sweep import run_sweep
 from cockpit.bench.config import BenchConfig
-from cockpit.bench.loadgen import run_sweep
 from cockpit.bench.result import LevelResult
 from cockpit.bench.transport import RequestRecord
+from cockpit.core.perfmodel import PerfModel, for_verdict, step_token_budget
+from cockpit.core.planner import plan_layout
 from cockpit.engines import get_engine
-from cockpit.perfmodel import PerfModel, for_verdict, step_token_budget
-from cockpit.planner import plan_layout
-from cockpit.resolve import SetupOverrides, build_setup
 from cockpit.sim.batcher import Batcher, VirtualClock
 from cockpit.sim.engine import PerfPacer
+from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 PROFILE = "minimax-m2.5"
 LAYOUTS = ("tp8 ep", "tp4")

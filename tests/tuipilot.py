@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from cockpit.tui.app import CockpitApp
+from cockpit.faces.tui.app import CockpitApp
 
 GIB = 2**30
 SMALL_BENCH = {"concurrency": [1, 4], "input_len": 64, "output_len": 16, "requests": 4}
@@ -27,7 +27,7 @@ def fast_sim(tmp_path, monkeypatch):
     """Autouse in a module that imports it: its own simulated box, and no engine left behind."""
     fast_sim_env(tmp_path, monkeypatch)
     yield
-    from cockpit.headless import stop_servers
+    from cockpit.faces.headless import stop_servers
 
     stop_servers("all", out=lambda _: None)  # a failed test must not leave an engine behind
 
@@ -110,7 +110,7 @@ async def leave_running(pilot, app: CockpitApp) -> None:
 
 async def offered(pilot, app: CockpitApp) -> None:
     """Wait for the start's offer of the servers left running."""
-    from cockpit.tui.screens.choice import ChoiceScreen
+    from cockpit.faces.tui.screens.choice import ChoiceScreen
 
     await until(pilot, lambda: isinstance(app.screen, ChoiceScreen), timeout=20, what="the offer")
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from cockpit.bench.metrics import REQUESTS_FAILED_EXIT
 from cockpit.bench.result import LevelSummary, contention_note, request_failures
-from cockpit.benchrequest import (
+from cockpit.core.benchrequest import (
     DEFAULT_INPUT_LEN,
     DEFAULT_LEVELS,
     DEFAULT_OUTPUT_LEN,
@@ -35,10 +35,10 @@ from cockpit.benchrequest import (
     typed_real,
     typed_whole,
 )
-from cockpit.children import python_module
-from cockpit.errors import CockpitError, cut
-from cockpit.secrets import redact_text
-from cockpit.slo import EXAMPLE, Slo, parse_slo
+from cockpit.core.errors import CockpitError, cut
+from cockpit.core.secrets import redact_text
+from cockpit.core.slo import EXAMPLE, Slo, parse_slo
+from cockpit.system.children import python_module
 
 Print = Callable[[str], None]
 PARENT_ENV = "COCKPIT_BENCH_PARENT"  # set by the cockpit that starts `cockpit bench --jsonl`
@@ -58,7 +58,7 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument(
         "-c", "--concurrency", default=levels, metavar="C,C,...", help=f"levels (default {levels})"
     )
-    # The numbers are read as text and checked by cockpit.benchrequest, as the prompt's words are:
+    # The numbers are read as text and checked by cockpit.core.benchrequest, as the prompt's words are:
     # the same spellings, the same bounds, the same one line; the defaults are a profile's too.
     bench.add_argument(
         "--input-len",
@@ -115,7 +115,7 @@ def add_bench_parser(commands) -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The sweep the flags ask for, every value checked against cockpit.benchrequest before
+    """The sweep the flags ask for, every value checked against cockpit.core.benchrequest before
     anything is sent; a bad one is one line naming its flag."""
     from cockpit.bench.config import BenchConfig
 
@@ -246,7 +246,7 @@ def run_bench(args: argparse.Namespace, out: Print = print) -> int:
 
 
 def _run_bench(args: argparse.Namespace, out: Print) -> int:
-    from cockpit.bench.loadgen import Busy, LevelDone, run, run_sweep
+    from cockpit.bench.concurrency_sweep import Busy, LevelDone, run, run_sweep
 
     cfg = config_from_args(args)
     # The parent names itself: a parent that died while we imported would be missed by getppid().
@@ -256,7 +256,7 @@ def _run_bench(args: argparse.Namespace, out: Print) -> int:
         _exit_with_parent(parent)
     journal = None
     if args.experiment is not None:
-        from cockpit.journal import Journal
+        from cockpit.store.journal import Journal
 
         journal = Journal()
         if journal.experiment(args.experiment) is None:
@@ -355,7 +355,7 @@ def bench_argv(
     """The argv of `cockpit bench --jsonl` as a child process (how `run` and the TUI start it).
     An API key goes in the child's environment (OPENAI_API_KEY), never here."""
     argv = [
-        *python_module("cockpit.cli"),
+        *python_module("cockpit.faces.cli"),
         "bench",
         "--url",
         url,

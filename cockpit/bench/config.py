@@ -1,7 +1,7 @@
 """One sweep's configuration, as `cockpit bench` and the tests build it: checked when it is made.
 
 The load generator (``loadgen``) and its worker processes (``workers``) both read it; its
-defaults and bounds are the benchmark's own (``cockpit.benchrequest``).
+defaults and bounds are the benchmark's own (``cockpit.core.benchrequest``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from cockpit.bench.workload import ENDPOINTS
-from cockpit.benchrequest import (
+from cockpit.core.benchrequest import (
     DEFAULT_INPUT_LEN,
     DEFAULT_LEVELS,
     DEFAULT_OUTPUT_LEN,
@@ -20,8 +20,8 @@ from cockpit.benchrequest import (
     MIN_REQUEST_LIMIT_S,
     check_rate,
 )
-from cockpit.errors import CockpitError
-from cockpit.slo import Slo
+from cockpit.core.errors import CockpitError
+from cockpit.core.slo import Slo
 
 TRANSPORTS = ("auto", "aiohttp", "raw")
 

@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any
 
 from cockpit.bench.transport import RequestRecord
-from cockpit.slo import Slo
+from cockpit.core.slo import Slo
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.bench.metrics import Summary, Window
 from cockpit.bench.transport import RequestRecord
-from cockpit.slo import Slo
+from cockpit.core.slo import Slo
 
 if TYPE_CHECKING:
-    from cockpit.journal import BenchPoint
+    from cockpit.store.journal import BenchPoint
 
 _SUMMARIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
 _OMITTED_WHEN_EMPTY = ("engine", "worker_cpu_cores", "worker_loop_lag_p99_ms")
@@ -114,7 +114,7 @@ class LevelSummary:
 
     def to_bench_point(self) -> BenchPoint:
         """The journal's row: its columns filled, everything else (series, health...) in extra."""
-        from cockpit.journal import BenchPoint
+        from cockpit.store.journal import BenchPoint
 
         columns: dict[str, Any] = {
             "concurrency": self.concurrency,

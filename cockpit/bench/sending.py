@@ -10,7 +10,8 @@ import gc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
-from cockpit.bench import client, rawclient
+from cockpit.bench import aiohttp_transport as client
+from cockpit.bench import raw_transport as rawclient
 from cockpit.bench.config import BenchConfig
 from cockpit.bench.transport import Progress, Timeouts, Transport
 from cockpit.bench.workload import Workload, jsonl_workload, random_workload

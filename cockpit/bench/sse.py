@@ -14,7 +14,7 @@ import re
 from array import array
 
 from cockpit.bench.transport import Progress, RequestFailed, RequestRecord, error_message
-from cockpit.benchrequest import MAX_EVENT_BYTES, mib
+from cockpit.core.benchrequest import MAX_EVENT_BYTES, mib
 
 
 class SseReader:

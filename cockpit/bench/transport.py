@@ -21,8 +21,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cockpit.benchrequest import DEFAULT_TIMEOUT_S, MIN_REQUEST_LIMIT_S, TOKEN_PACE_S
-from cockpit.secrets import redact_text
+from cockpit.core.benchrequest import DEFAULT_TIMEOUT_S, MIN_REQUEST_LIMIT_S, TOKEN_PACE_S
+from cockpit.core.secrets import redact_text
 
 TIMED_OUT = "timed out after "  # how every timeout's reason starts
 ERROR_BODY_LIMIT = 64 * 1024  # the most of an error response's body that is read

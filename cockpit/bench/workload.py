@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.benchrequest import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
-from cockpit.errors import CockpitError, shown
-from cockpit.textfile import NotReadable, file_kind, read_bounded
+from cockpit.core.benchrequest import MAX_PROMPT_LINE_BYTES, MAX_PROMPTS_BYTES, MAX_TOKENS, mib
+from cockpit.core.errors import CockpitError, shown
+from cockpit.store.textfile import NotReadable, file_kind, read_bounded
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CHARS_PER_TOKEN = 4

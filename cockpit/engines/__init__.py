@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cockpit.core.errors import CockpitError
 from cockpit.engines.arguments import check_args
 from cockpit.engines.base import (
     Engine,
@@ -15,12 +16,26 @@ from cockpit.engines.base import (
 )
 from cockpit.engines.options import CheckedArgs, Option, OptionTable, option_table
 from cockpit.engines.sglang import SGLang
+from cockpit.engines.surface import EngineSurface
 from cockpit.engines.vllm import VLLM
-from cockpit.errors import CockpitError
 
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VLLM(), SGLang())}
 ENGINE_NAMES = tuple(ENGINES)  # what a person may choose, in the order the help lists them
 DEFAULT_ENGINE = VLLM.name  # a profile that names no engine
+
+
+def surfaces() -> tuple[EngineSurface, ...]:
+    """Every engine's surface (what it prints and serves), in the order cockpit lists engines."""
+    return tuple(engine.surface for engine in ENGINES.values())
+
+
+def surface(name: str) -> EngineSurface:
+    """The surface of the engine called ``name`` (any case)."""
+    return get_engine(name).surface
+
+
+def engine_names() -> tuple[str, ...]:
+    return ENGINE_NAMES
 
 
 def get_engine(name: str, version: str | None = None) -> Engine:
@@ -48,6 +63,9 @@ __all__ = [
     "Rule",
     "ServerArgs",
     "api_keys",
+    "engine_names",
     "get_engine",
+    "surface",
+    "surfaces",
     "parse_server_args",
 ]

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from cockpit.core.errors import CockpitError
+from cockpit.core.knobs import Knobs
+from cockpit.core.layout import Layout
 from cockpit.engines.options import (
     REMOVED,
     SET_BY_COCKPIT,
@@ -26,9 +29,6 @@ from cockpit.engines.options import (
     read_args,
 )
 from cockpit.engines.translate import counterpart, other_engine, unknown_flag_hint
-from cockpit.errors import CockpitError
-from cockpit.knobs import Knobs
-from cockpit.layout import Layout
 
 
 def check_args(

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import Hardware
+from cockpit.core.layout import Layout
+from cockpit.core.model import ModelArch
 from cockpit.engines.arguments import check_args
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
 from cockpit.engines.options import CheckedArgs, OptionTable, option_table, size_value, table_version
-from cockpit.engines.surface import EngineSurface, surface
-from cockpit.errors import CockpitError
-from cockpit.hardware import Hardware
-from cockpit.layout import Layout
-from cockpit.model import ModelArch
+from cockpit.engines.surface import EngineSurface
 
 
 @dataclass(frozen=True)
@@ -361,6 +361,7 @@ class Engine(ABC):
     # The performance model's defaults on this engine, by GPU type (docs/performance.md#calibration).
     calibration: Mapping[str, Mapping[str, Any]] = {}
     ssm_dtype_dest: str  # the option that sets a linear-attention state's recurrent dtype
+    surface: EngineSurface  # what the engine prints and serves: log lines, failures, metric names
 
     def __init__(self, version: str | None = None) -> None:
         """``version``: the engine on the box (None: unknown, spoken as the newest table's)."""
@@ -370,11 +371,6 @@ class Engine(ABC):
         # Another version's table may lack a flag the engine on the box has: then an unknown flag
         # is a warning, not a refusal.
         self.strict = not note
-
-    @property
-    def surface(self) -> EngineSurface:
-        """What the engine prints and serves: its log lines, failures and metric names."""
-        return surface(self.name)
 
     @cached_property
     def options(self) -> OptionTable:

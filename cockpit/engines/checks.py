@@ -9,8 +9,8 @@ Checks only one engine makes live in its adapter (``vllm.py``, ``sglang.py``).
 
 from __future__ import annotations
 
+from cockpit.core.model import ATTN_SHARDED, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS, ModelArch
 from cockpit.engines.base import Rule
-from cockpit.model import ATTN_SHARDED, DENSE_MLP, ROUTED_EXPERTS, SHARED_EXPERTS, ModelArch
 
 
 def attention_rules(model: ModelArch, attn_tp: int, heads_message: str | None) -> list[Rule]:

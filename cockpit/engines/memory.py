@@ -3,9 +3,9 @@ plain-words half of a refusal whose engine's words differ (docs/memory.md)."""
 
 from __future__ import annotations
 
+from cockpit.core.model import ModelArch
 from cockpit.engines.base import Placement, Rule, ServerArgs
 from cockpit.engines.estimate import MemoryEstimate
-from cockpit.model import ModelArch
 
 # Bytes of one element of a linear-attention state dtype, as both engines name them.
 STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

@@ -28,7 +28,7 @@ from decimal import Decimal
 from functools import cached_property
 from types import ModuleType
 
-from cockpit.errors import CockpitError, shown
+from cockpit.core.errors import CockpitError, shown
 
 # Actions that take no value: a flag alone switches them.
 _FLAG_ACTIONS = {

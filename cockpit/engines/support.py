@@ -31,8 +31,8 @@ SGLang's refusals live in ``PP_UNSUPPORTED`` (cockpit/engines/sglang/adapter.py)
 
 from __future__ import annotations
 
+from cockpit.core.model import GATED_DELTANET, KIMI_DELTA, MAMBA2, LinearAttention, ModelArch
 from cockpit.engines.base import Rule
-from cockpit.model import GATED_DELTANET, KIMI_DELTA, MAMBA2, LinearAttention, ModelArch
 
 # ModelConfig.verify_with_parallel_config (vllm/config/model.py) raises this under
 # --pipeline-parallel-size > 1 when the registry says the model class lacks SupportsPP

@@ -14,10 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Literal
-
-from cockpit.errors import CockpitError
 
 Pattern = re.Pattern[str]
 
@@ -114,29 +111,6 @@ class EngineSurface:
     metric_prefix: str = ""  # every name the engine serves starts so
     # A figure's name to the engine's spellings of it, newest first.
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-@cache
-def surfaces() -> tuple[EngineSurface, ...]:
-    """Every engine's surface, in the order cockpit lists engines."""
-    # Imported here: the engines' modules import this one for EngineSurface.
-    from cockpit.engines.sglang.surface import SURFACE as SGLANG
-    from cockpit.engines.vllm.surface import SURFACE as VLLM
-
-    return (VLLM, SGLANG)
-
-
-def surface(engine: str) -> EngineSurface:
-    """The surface of the engine called ``engine`` (any case)."""
-    for known in surfaces():
-        if known.name == engine.lower():
-            return known
-    names = ", ".join(s.name for s in surfaces())
-    raise CockpitError(f"unknown engine '{engine}': use one of {names}")
-
-
-def engine_names() -> tuple[str, ...]:
-    return tuple(s.name for s in surfaces())
 
 
 def any_of(patterns: Iterable[str], flags: int = 0) -> Pattern:

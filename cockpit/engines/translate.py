@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cockpit.core.errors import CockpitError
 from cockpit.engines.options import (
     SET_BY_COCKPIT,
     CheckedArgs,
@@ -36,7 +37,6 @@ from cockpit.engines.options import (
     read_args,
     size_value,
 )
-from cockpit.errors import CockpitError
 
 
 def _shown_flag(given: Given) -> str:

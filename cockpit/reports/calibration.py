@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cockpit.learning import Entry, Key, ModelMemory
-from cockpit.perfmodel import default_calibration
-from cockpit.planner import Learned
-from cockpit.secrets import redact_text
+from cockpit.core.perfmodel import default_calibration
+from cockpit.core.planner import Learned
+from cockpit.core.secrets import redact_text
+from cockpit.store.calibration import Entry, Key, ModelMemory
 
 
 def default_constant(key: Key, name: str) -> float | None:

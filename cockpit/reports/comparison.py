@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cockpit.calibrate import open_loop
+from cockpit.core.fitting import open_loop
+from cockpit.core.outcome import FAILED
 from cockpit.engines import ENGINES
-from cockpit.journal import BenchPoint, Experiment, Journal
-from cockpit.outcome import FAILED
+from cockpit.store.journal import BenchPoint, Experiment, Journal
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class ComparisonRow:
     layout: str
     experiment: int
     engine: str
-    outcome: str  # as the journal holds it: one of cockpit.outcome.OUTCOMES
+    outcome: str  # as the journal holds it: one of cockpit.core.outcome.OUTCOMES
     cells: dict[int, BenchPoint]  # concurrency -> the good point measured there (clean if any is)
     peak: BenchPoint | None  # the best tok/s of the row, with its concurrency (clean if any level is)
     diagnosis: str = ""  # the one-line cause, for a row without numbers

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-from cockpit.journal import BenchPoint, Experiment
-from cockpit.planner import Setup
+from cockpit.core.planner import Setup
+from cockpit.core.secrets import redact_text
+from cockpit.core.tuning.events import TuneResult
 from cockpit.reports.comparison import SIMULATED_SUFFIX, Comparison, level_mark
 from cockpit.reports.numbers import format_ms, format_tok_s
 from cockpit.reports.results import (
@@ -28,8 +29,7 @@ from cockpit.reports.results import (
     markdown_table,
 )
 from cockpit.reports.tune import tune_markdown
-from cockpit.secrets import redact_text
-from cockpit.tune.events import TuneResult
+from cockpit.store.journal import BenchPoint, Experiment
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.calibrate import open_loop
-from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint, Experiment, Journal, default_path
-from cockpit.layout import parse_layout
-from cockpit.learning import Key
-from cockpit.planner import GiB, Learned, MemoryEstimate, Setup
+from cockpit.core.errors import CockpitError
+from cockpit.core.fitting import open_loop
+from cockpit.core.layout import parse_layout
+from cockpit.core.planner import GiB, Learned, MemoryEstimate, Setup
+from cockpit.store.calibration import Key
+from cockpit.store.journal import BenchPoint, Experiment, Journal, default_path
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 
-from cockpit.planner import FAILS, FITS, TIGHT, Reason, Verdict
+from cockpit.core.planner import FAILS, FITS, TIGHT, Reason, Verdict
 from cockpit.reports.measured import LastMeasured
 
 MARKS = {FITS: "✓ fits", TIGHT: "~ tight", FAILS: "✗ fails"}

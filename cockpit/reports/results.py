@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from cockpit.errors import CockpitError
-from cockpit.journal import BenchPoint
-from cockpit.planner import FITS, TIGHT, Setup, Verdict, plan_all, plan_layout
+from cockpit.core.errors import CockpitError
+from cockpit.core.planner import FITS, TIGHT, Setup, Verdict, plan_all, plan_layout
 from cockpit.reports.comparison import (
     Comparison,
     ComparisonRow,
@@ -41,7 +40,8 @@ from cockpit.reports.measured import (
     ratio,
 )
 from cockpit.reports.numbers import format_tok_s
-from cockpit.resolve import DEFAULT_PROFILE, SetupOverrides, build_setup
+from cockpit.store.journal import BenchPoint
+from cockpit.store.profile_setup import DEFAULT_PROFILE, SetupOverrides, build_setup
 
 FORMATS = ("table", "markdown", "csv", "json")
 # What a reader compares, in the order csv and json show it.

@@ -4,8 +4,8 @@ asked, why it stopped, the winner's command to paste, everything tried, and why 
 
 from __future__ import annotations
 
-from cockpit.journal import Journal
-from cockpit.tune.events import Row, TuneResult, goal_text, table_rows
+from cockpit.core.tuning.events import Row, TuneResult, goal_text, table_rows
+from cockpit.store.journal import Journal
 
 TRIED = ("measured", "failed")
 

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from cockpit.bench.command import PARENT_ENV, bench_argv, describe_level
 from cockpit.bench.metrics import REQUESTS_FAILED_EXIT
 from cockpit.bench.result import LevelSummary, contention_note, request_failures
-from cockpit.benchrequest import BenchRequest
-from cockpit.profile import Profile
+from cockpit.core.benchrequest import BenchRequest
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event
+from cockpit.store.profile import Profile
 
 
 def bench_flaws(levels: Iterable[LevelSummary]) -> str:

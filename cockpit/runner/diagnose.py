@@ -14,7 +14,8 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from cockpit.engines.surface import EngineSurface, any_of, surfaces
+from cockpit.engines import surfaces
+from cockpit.engines.surface import EngineSurface, any_of
 from cockpit.runner.events import Diagnosis
 from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
 

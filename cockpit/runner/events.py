@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cockpit.bench.result import LevelSummary
-from cockpit.outcome import Diagnosis  # defined below the runner, so the journal can store one
-from cockpit.secrets import redact_argv, redact_env
+from cockpit.core.outcome import Diagnosis  # defined below the runner, so the journal can store one
+from cockpit.core.secrets import redact_argv, redact_env
 
 
 @dataclass(frozen=True)

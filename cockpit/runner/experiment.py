@@ -17,17 +17,16 @@ from dataclasses import dataclass, field, replace
 
 import psutil
 
-from cockpit.benchrequest import BenchRequest
+from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import Layout
+from cockpit.core.outcome import FAILED, LAUNCHING, READY, STOPPED
+from cockpit.core.perfmodel import predict_tok_s
+from cockpit.core.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
+from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
+from cockpit.core.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.engines import api_keys
 from cockpit.engines.arguments import knob_next_step
-from cockpit.errors import CockpitError
-from cockpit.journal import Journal
-from cockpit.layout import Layout
-from cockpit.outcome import FAILED, LAUNCHING, READY, STOPPED
-from cockpit.perfmodel import predict_tok_s
-from cockpit.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
-from cockpit.profile import Profile
-from cockpit.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.runner.diagnose import describe_end
 from cockpit.runner.events import (
     BenchDone,
@@ -44,7 +43,8 @@ from cockpit.runner.events import (
 from cockpit.runner.registry import ServerEntry, new_log_path
 from cockpit.runner.signals import held_signals
 from cockpit.runner.supervisor import ServerEnded, ServerHandle, Supervisor, busy_port
-from cockpit.secrets import Scrubber, launch_secrets_env, redact_argv
+from cockpit.store.journal import Journal
+from cockpit.store.profile import Profile
 from cockpit.telemetry.base import GpuSample
 from cockpit.telemetry.monitor import Monitor
 
@@ -113,7 +113,7 @@ class Launcher:
     """Launches, follows and stops the experiments of one profile. What runs is the planner's
     argv for ``setup``, launcher words included (the simulator is one launcher among others);
     ``sim`` only adds the simulated box to the environment and marks the server's entry.
-    ``cockpit.lab`` wires one with the rest of a lab."""
+    ``cockpit.lab.lab`` wires one with the rest of a lab."""
 
     profile: Profile
     setup: Setup

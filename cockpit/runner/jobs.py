@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from cockpit.benchrequest import BenchRequest
-from cockpit.commands import Command, Stop, Sweep, Try, Tune, Use
-from cockpit.errors import CockpitError
-from cockpit.journal import Journal
-from cockpit.layout import Layout
-from cockpit.planner import Verdict
+from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.commands import Command, Stop, Sweep, Try, Tune, Use
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import Layout
+from cockpit.core.planner import Verdict
 from cockpit.runner.events import BenchDone, Event, Ready
 from cockpit.runner.experiment import journal_stopped
 from cockpit.runner.registry import ServerEntry
 from cockpit.runner.supervisor import Supervisor
 from cockpit.runner.sweep import stop_reason
+from cockpit.store.journal import Journal
 
 # -- what may run now ------------------------------------------------------------------------------
 

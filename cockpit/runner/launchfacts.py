@@ -21,8 +21,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from cockpit.core.records import LaunchFacts
 from cockpit.engines.vllm.surface import CPU_KV_MEMORY, KV_MEMORY, LOADING_WEIGHTS_TOOK
-from cockpit.records import LaunchFacts
 from cockpit.runner.phases import KV_TOKENS, last_drawing, log_message
 
 # -- who says it ---------------------------------------------------------------------------------

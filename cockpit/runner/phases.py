@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from cockpit.engines.surface import any_of, surface, surfaces
+from cockpit.engines import surface, surfaces
+from cockpit.engines.surface import any_of
 from cockpit.runner.events import Phase
 
 PHASES = ("starting", "loading", "loaded", "kv_cache", "cuda_graphs", "serving")

@@ -39,10 +39,10 @@ from typing import Any
 
 import psutil
 
-from cockpit.errors import CockpitError, shown
-from cockpit.paths import existing_folder, private_dir, state_dir, warn_on_stderr
-from cockpit.processes import started_at
-from cockpit.textfile import NotReadable, read_bounded
+from cockpit.core.errors import CockpitError, shown
+from cockpit.store.paths import existing_folder, private_dir, state_dir, warn_on_stderr
+from cockpit.store.textfile import NotReadable, read_bounded
+from cockpit.system.processes import started_at
 
 TOKEN_ENV = "COCKPIT_SERVER_TOKEN"
 LOCK_WAIT_S = 60.0

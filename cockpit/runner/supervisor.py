@@ -22,16 +22,16 @@ from pathlib import Path
 
 import psutil
 
-from cockpit.errors import CockpitError
-from cockpit.paths import private_dir
-from cockpit.processes import started_at
+from cockpit.core.errors import CockpitError
+from cockpit.core.secrets import redact_argv
 from cockpit.runner.diagnose import diagnose, diagnose_exit
 from cockpit.runner.events import Diagnosis, Event, Failed, LogLine, Ready
 from cockpit.runner.launchfacts import FactsReader
 from cockpit.runner.phases import PhaseTracker, strip_ansi
 from cockpit.runner.registry import TOKEN_ENV, Registry, ServerEntry
 from cockpit.runner.signals import held_signals
-from cockpit.secrets import redact_argv
+from cockpit.store.paths import private_dir
+from cockpit.system.processes import started_at
 from cockpit.telemetry.base import GpuSource
 
 TAIL_LINES = 400

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from cockpit.errors import CockpitError
-from cockpit.layout import Layout
-from cockpit.planner import Verdict
+from cockpit.core.errors import CockpitError
+from cockpit.core.layout import Layout
+from cockpit.core.planner import Verdict
 
 
 def refuse_unrunnable(verdicts: Iterable[Verdict]) -> None:

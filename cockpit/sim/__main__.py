@@ -1,7 +1,7 @@
 """``python -m cockpit.sim vllm -- serve MODEL --tensor-parallel-size 8 ...``: a simulated engine.
 
 The words after ``--`` are the real engine's argv; its launcher words may be left in, as
-``cockpit.children.simulated_engine`` leaves them: ``... -m cockpit.sim vllm -- vllm serve MODEL``.
+``cockpit.system.children.simulated_engine`` leaves them: ``... -m cockpit.sim vllm -- vllm serve MODEL``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from cockpit.engines.surface import engine_names
-from cockpit.errors import CockpitError
+from cockpit.core.errors import CockpitError
+from cockpit.engines import engine_names
 
 USAGE = f"usage: python -m cockpit.sim {{{'|'.join(engine_names())}}} -- <the engine's argv>"
 

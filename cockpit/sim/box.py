@@ -32,10 +32,10 @@ from pathlib import Path
 import platformdirs
 import psutil
 
-from cockpit.errors import CockpitError
-from cockpit.hardware import CATALOG, GIB, Hardware, parse_box
-from cockpit.paths import private_dir
-from cockpit.processes import started_at
+from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import CATALOG, GIB, Hardware, parse_box
+from cockpit.store.paths import private_dir
+from cockpit.system.processes import started_at
 
 DEFAULT_BOX = "8xrtx-pro-6000"
 SIM_STATE_FIX = "set COCKPIT_SIM_STATE to a writable folder"

@@ -28,21 +28,20 @@ from typing import Any
 
 import yaml
 
-from cockpit import eventloop
-from cockpit.calibrate import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
-from cockpit.engines import api_keys, get_engine
-from cockpit.engines.surface import surface
-from cockpit.errors import CockpitError, shown
-from cockpit.hardware import Hardware
-from cockpit.modelfiles import load_model
-from cockpit.perfmodel import Calibration, PerfModel, for_verdict
-from cockpit.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
+from cockpit.core.errors import CockpitError, shown
+from cockpit.core.fitting import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
+from cockpit.core.hardware import Hardware
+from cockpit.core.perfmodel import Calibration, PerfModel, for_verdict
+from cockpit.core.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
+from cockpit.engines import api_keys, get_engine, surface
 from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs import vllm as logs_vllm
-from cockpit.textfile import read_text
+from cockpit.store.modelfiles import load_model
+from cockpit.store.textfile import read_text
+from cockpit.system import eventloop
 
 LOAD_GBPS = 3.0  # weights read per GPU per second (NVMe and page cache, a few GB/s)
 PUBLISH_INTERVAL_S = 0.2

@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.engines import Option, OptionTable, check_args, option_table
+from cockpit.core.layout import Layout
+from cockpit.engines import Option, OptionTable, check_args, option_table, surface
 from cockpit.engines.options import SET_BY_COCKPIT, expand_vllm_args, size_value
 from cockpit.engines.options import _choices as engine_choices
-from cockpit.engines.surface import surface
 from cockpit.engines.vllm.surface import API_SERVER_MODULE
-from cockpit.layout import Layout
+from cockpit.sim.sitepackages import SITE
 
 # The parser of `python -m vllm.entrypoints.openai.api_server` is that module's, named after its
 # file, whose usage argparse writes out option by option (vllm/entrypoints/launchers/api_server/
@@ -200,8 +200,6 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
     words_of = surface(engine)
     entrypoint, flags = _launched(engine, argv)
     if entrypoint == API_SERVER_PROG:
-        from cockpit.sim.logs.base import SITE
-
         for line in API_SERVER_WARNINGS:
             sys.stderr.write(line.format(site=SITE) + "\n")
     if words_of.flexible_args:

@@ -26,8 +26,9 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
+from cockpit.engines import engine_names, surface
 from cockpit.engines.sglang.surface import SURFACE as SGLANG
-from cockpit.engines.surface import EngineSurface, engine_names, surface
+from cockpit.engines.surface import EngineSurface
 from cockpit.engines.vllm.surface import SURFACE as VLLM
 
 from .batcher import Batcher, BatcherClosed

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from cockpit.engines.surface import EngineSurface, surfaces
+from cockpit.engines import surfaces
+from cockpit.engines.surface import EngineSurface
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def _families(engine: EngineSurface) -> dict[str, _Family]:
 
 # cockpit's simulated engine serves both engines' names, and these of its own (cockpit/sim/server.py):
 # the time its clock could not keep because its CPU was short. A level measured then measured
-# the machine running the simulator, not the modelled GPUs (cockpit.tuner measures it again).
+# the machine running the simulator, not the modelled GPUs (cockpit.lab.tune_loop measures it again).
 SIMULATOR: dict[str, _Family] = {
     "sim_dropped_s_total": _Family(("cockpit_sim_dropped_seconds_total",), max),
 }

@@ -15,7 +15,8 @@ import time
 
 import psutil
 
-from cockpit.engines.surface import any_of, surfaces
+from cockpit.engines import surfaces
+from cockpit.engines.surface import any_of
 from cockpit.telemetry.base import GpuProcess, GpuSample, GpuSource
 
 # The processes of a real engine: the names its processes give themselves, and the launchers by

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from cockpit.errors import CockpitError
+from cockpit.core.errors import CockpitError
 from cockpit.telemetry.base import NA_NAME, GpuProcess, GpuSample, GpuSource, unknown_sample
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import time
 
 import httpx
 
-from cockpit.errors import CockpitError
-from cockpit.secrets import redact_text
+from cockpit.core.errors import CockpitError
+from cockpit.core.secrets import redact_text
 from cockpit.telemetry.base import NA_NAME, GpuSample, GpuSource, unknown_sample
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from cockpit.journal import Journal
+from cockpit.store.journal import Journal
 
 MARKER = "COCKPIT_TEST_ENGINE"  # in every engine's environment: the test's own folder
 READY_S = 300.0  # a cold start on 2 busy cores is ~50 s; the engine's own imports dominate it
@@ -19,7 +19,7 @@ READY_S = 300.0  # a cold start on 2 busy cores is ~50 s; the engine's own impor
 
 def cockpit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args],
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -30,7 +30,7 @@ def cockpit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def spawn(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "cockpit.cli", *args],
+        [sys.executable, "-m", "cockpit.faces.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

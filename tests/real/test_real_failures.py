@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from realengine import READY_S, cockpit, engines_of, experiments, wait_gone
 
-from cockpit.outcome import FAILED
+from cockpit.core.outcome import FAILED
 from cockpit.runner.diagnose import diagnose_exit
 
 

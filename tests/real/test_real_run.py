@@ -7,8 +7,8 @@ import signal
 
 from realengine import READY_S, cockpit, engines_of, experiments, healthy, read_until, spawn, wait_gone
 
-from cockpit.journal import Journal
-from cockpit.outcome import READY, STOPPED
+from cockpit.core.outcome import READY, STOPPED
+from cockpit.store.journal import Journal
 
 # Levels of 4 s: the bench reads the engine's /metrics about once a second.
 BENCH = "c=1,4 in=32 out=16 t=4"

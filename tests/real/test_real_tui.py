@@ -8,8 +8,8 @@ import asyncio
 from realengine import READY_S, experiments, wait_gone
 from tuipilot import screen_text, submit, until
 
-from cockpit.journal import Journal
-from cockpit.tui.app import CockpitApp
+from cockpit.faces.tui.app import CockpitApp
+from cockpit.store.journal import Journal
 
 
 def test_the_screen_launches_the_real_engine_shows_its_metrics_benches_and_quits_clean(cpu_profile, tmp_path):

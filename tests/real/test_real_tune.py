@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from realengine import READY_S, cockpit, engines_of, experiments
 
-from cockpit.journal import Journal
+from cockpit.store.journal import Journal
 
 
 def test_a_tune_of_two_candidates_runs_end_to_end_on_the_real_engine(cpu_profile, tmp_path):

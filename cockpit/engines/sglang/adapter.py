@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cockpit.core.hardware import Hardware
+from cockpit.core.layout import Layout, divisors, gpu_totals, in_listing_order, splits
+from cockpit.core.model import ROUTED_EXPERTS, ModelArch
 from cockpit.engines import checks, support
 from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_per_gpu
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
 from cockpit.engines.options import version_key
 from cockpit.engines.sglang import memory as memory_rules
-from cockpit.hardware import Hardware
-from cockpit.layout import Layout, divisors, gpu_totals, in_listing_order, splits
-from cockpit.model import ROUTED_EXPERTS, ModelArch
+from cockpit.engines.sglang.surface import SURFACE
 
 # `--attn-dp-size` replaced `--dp-size D --enable-dp-attention`, which 0.5.23 still reads
 # (handle_deprecated_dp_attention, sglang/srt/arg_groups/parallel_hook.py).
@@ -74,8 +75,9 @@ PP_UNSUPPORTED = frozenset(
 
 
 class SGLang(Engine):
-    name = "sglang"
-    label = "SGLang"
+    surface = SURFACE
+    name = SURFACE.name
+    label = SURFACE.label
     default_command = ("python", "-m", "sglang.launch_server")
     ready_paths = ("/health", "/get_model_info", "/v1/models")
     # SGLang serves /metrics only when asked (sglang/srt/entrypoints/http_server.py): the engine

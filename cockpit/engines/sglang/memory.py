@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from cockpit.core.hardware import Hardware
+from cockpit.core.model import ModelArch
 from cockpit.engines.base import Placement, Rule, ServerArgs
 from cockpit.engines.estimate import CachePool, GiB, MemoryBudget, MemoryEstimate, StateArgs, StateMemory
 from cockpit.engines.memory import (
@@ -21,8 +23,6 @@ from cockpit.engines.memory import (
     longer_than_trained,
     no_kv_memory,
 )
-from cockpit.hardware import Hardware
-from cockpit.model import ModelArch
 
 # The performance model's defaults on SGLang, by GPU type (docs/performance.md#calibration).
 CALIBRATION: dict[str, dict[str, Any]] = {

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cockpit.core.hardware import Hardware
+from cockpit.core.layout import Layout, gpu_totals, in_listing_order, splits
+from cockpit.core.model import ModelArch
 from cockpit.engines import checks, support
 from cockpit.engines.base import (
     Engine,
@@ -24,9 +27,7 @@ from cockpit.engines.base import (
 )
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
 from cockpit.engines.vllm import memory as memory_rules
-from cockpit.hardware import Hardware
-from cockpit.layout import Layout, gpu_totals, in_listing_order, splits
-from cockpit.model import ModelArch
+from cockpit.engines.vllm.surface import SURFACE
 
 # vLLM's configs are pydantic dataclasses: a ValueError raised while one is built (in
 # ``__post_init__`` or a ``model_validator``) reaches the log as ``pydantic_core._pydantic_core.
@@ -56,8 +57,9 @@ WORLD_MESSAGE = (
 
 
 class VLLM(Engine):
-    name = "vllm"
-    label = "vLLM"
+    surface = SURFACE
+    name = SURFACE.name
+    label = SURFACE.label
     default_command = ("vllm", "serve")
     ready_paths = ("/health", "/v1/models")
     calibration = memory_rules.CALIBRATION

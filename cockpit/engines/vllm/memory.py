@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cockpit.core.hardware import Hardware
+from cockpit.core.model import GATED_DELTANET, SLIDING, LinearAttention, ModelArch
 from cockpit.engines.base import Placement, Rule, ServerArgs
 from cockpit.engines.estimate import CachePool, GiB, MemoryBudget, MemoryEstimate, StateArgs, StateMemory
 from cockpit.engines.memory import (
@@ -24,8 +26,6 @@ from cockpit.engines.memory import (
     round_down_tokens,
 )
 from cockpit.engines.options import version_key
-from cockpit.hardware import Hardware
-from cockpit.model import GATED_DELTANET, SLIDING, LinearAttention, ModelArch
 
 # The performance model's defaults on vLLM, by GPU type (docs/performance.md#calibration).
 CALIBRATION: dict[str, dict[str, Any]] = {

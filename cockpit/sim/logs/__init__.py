@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cockpit.engines.surface import surface
+from cockpit.engines import surface
 from cockpit.sim.logs.base import EngineLog, Out
 from cockpit.sim.logs.sglang import SGLangLog
 from cockpit.sim.logs.vllm import VLLMLog

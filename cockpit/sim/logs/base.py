@@ -8,14 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from cockpit.core.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.engines import Placement
-from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
+from cockpit.sim.sitepackages import SITE
 
 Out = Callable[[str], None]
 
-# Where the engines' tracebacks point: the engines' own Docker images install here.
-SITE = "/usr/local/lib/python3.12/dist-packages"
 
 # "ValueError: ...", "torch.OutOfMemoryError: ...", a bare "AssertionError".
 EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b")

@@ -7,6 +7,8 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 
+from cockpit.core.layout import Layout
+from cockpit.core.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.engines import Placement
 from cockpit.engines.sglang.memory import static_share
 from cockpit.engines.sglang.surface import (
@@ -17,8 +19,6 @@ from cockpit.engines.sglang.surface import (
     SURFACE,
     UVICORN_STARTUP_COMPLETE,
 )
-from cockpit.layout import Layout
-from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs.base import (
     EngineLog,

@@ -14,13 +14,12 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+from cockpit.core.layout import Layout
+from cockpit.core.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.engines import Placement
 from cockpit.engines.vllm.surface import ENGINE_CORE_FAILED, SURFACE
-from cockpit.layout import Layout
-from cockpit.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs.base import (
-    SITE,
     EngineLog,
     Frame,
     Out,
@@ -31,6 +30,7 @@ from cockpit.sim.logs.base import (
     graph_gib,
     raises,
 )
+from cockpit.sim.sitepackages import SITE
 
 # Where vLLM raises each startup error. Errors found while it builds its config are raised in
 # the API server, and pydantic wraps a ValueError there in a ValidationError naming the config

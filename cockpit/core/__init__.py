@@ -1,0 +1,1 @@
+"""The pure core: parsing, models, planning, predicting, fitting. No files, processes, network or screen."""

@@ -1,0 +1,1 @@
+"""What a person meets: the command line, the prompt grammar, the screen, the web face, headless runs."""
