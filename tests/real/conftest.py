@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from helpers import free_port
 from realengine import MARKER, wait_gone
-from simproc import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = Path(os.environ.get("COCKPIT_VLLM_PYTHON") or ROOT / ".venv-vllm" / "bin" / "python")
