@@ -19,6 +19,7 @@ from cockpit.core.errors import CockpitError
 from cockpit.core.fitting import engine_fell_behind, fit, launched_as_planned, usable_level
 from cockpit.core.perfmodel import predict_tok_s
 from cockpit.core.planner import FAILS, FITS, Learned, Setup, plan_layout
+from cockpit.core.records import LaunchFacts
 from cockpit.core.secrets import redact_argv
 from cockpit.engines import get_engine
 from cockpit.faces import cli
@@ -29,7 +30,6 @@ from cockpit.store.calibration import (
     Key,
     ModelMemory,
     default_path,
-    learned_for,
     relearn,
 )
 from cockpit.store.journal import BenchPoint, Journal
@@ -63,6 +63,11 @@ class Level:
     extra: dict = field(default_factory=dict)
     duration_s: float | None = 10.0
     errors: int = 0
+
+
+def learned_for(setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:
+    """What the box ``setup`` plans for taught, for its model: the lab reads it under its box's key."""
+    return store.learned(Key.of(setup, simulated), setup.model_path)
 
 
 @pytest.fixture(scope="module")
@@ -309,7 +314,7 @@ def journal_launch(journal: Journal, setup: Setup, layout: str, simulated: bool 
         engine_version=setup.engine.version,
         simulated=simulated,
     )
-    journal.set_facts(exp, run.facts)
+    journal.set_facts(exp, LaunchFacts.from_json(run.facts))
     for level in levels:
         journal.add_point(
             exp, BenchPoint(level.concurrency, level.output_tok_s, input_len=IN, output_len=OUT)

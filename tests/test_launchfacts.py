@@ -498,7 +498,7 @@ def test_a_vllm_launch_journals_the_numbers_it_logged_beside_the_prediction(sim_
         row = journal.experiment(ready.experiment)
     assert measured == [row.id]  # told once the launch was journaled
     log = row.log_path
-    assert row.facts == ready.facts
+    assert row.facts == ready.facts.to_json()
     assert row.facts == {
         "engine_version": logged(log, r"█\s+version (\S+)"),
         "weights_gib": float(logged(log, r"Model loading took ([\d.]+) GiB")),
@@ -567,7 +567,7 @@ def test_a_failed_launch_keeps_what_the_engine_logged_before_it_died(sim_lab, pr
         failed = next(e for e in launch(launcher, "tp4", force=True) if isinstance(e, Failed))
         row = journal.experiment(failed.experiment)
     assert row.outcome == "failed" and row.diagnosis_kind == "kv-cache"
-    assert row.facts == failed.facts
+    assert row.facts == failed.facts.to_json()
     assert row.launch_facts.weights_gib == float(logged(row.log_path, r"Model loading took ([\d.]+) GiB"))
     assert row.launch_facts.kv_memory_gib == float(
         logged(row.log_path, r"Available KV cache memory: (-?[\d.]+) GiB")

@@ -34,10 +34,6 @@ def surface(name: str) -> EngineSurface:
     return get_engine(name).surface
 
 
-def engine_names() -> tuple[str, ...]:
-    return ENGINE_NAMES
-
-
 def get_engine(name: str, version: str | None = None) -> Engine:
     """The adapter for an engine, speaking ``version`` (None: the newest cockpit knows)."""
     try:
@@ -63,7 +59,6 @@ __all__ = [
     "Rule",
     "ServerArgs",
     "api_keys",
-    "engine_names",
     "get_engine",
     "surface",
     "surfaces",

@@ -23,11 +23,10 @@ from cockpit.faces.prompt import parse_command
 from cockpit.lab.lab import Lab
 from cockpit.runner.events import BenchDone, BenchLevel, BenchTick, Event, Failed, LogLine, Phase, Ready
 from cockpit.runner.experiment import Launcher
-from cockpit.runner.jobs import SweepJob, SweepStep, stop_left_running
+from cockpit.runner.jobs import SweepJob, SweepStep, opening, refuse_unrunnable, stop_left_running
 from cockpit.runner.registry import Registry, ServerEntry
 from cockpit.runner.signals import HELD, HungUp, Terminated, exit_code
 from cockpit.runner.supervisor import Supervisor
-from cockpit.runner.sweep import opening, refuse_unrunnable
 from cockpit.store.journal import Journal
 
 Print = Callable[[str], None]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cockpit.bench.result import LevelSummary
 from cockpit.core.outcome import Diagnosis  # defined below the runner, so the journal can store one
+from cockpit.core.records import LaunchFacts
 from cockpit.core.secrets import redact_argv, redact_env
 
 
@@ -71,18 +72,15 @@ class Phase:
         return f"phase     {self.name}{pct}" + (f": {self.detail}" if self.detail else "")
 
 
-# What the engine logged about its own launch (cockpit.runner.launchfacts): weights, KV cache,
-# graphs, times. Ready and Failed carry it: a failed launch's numbers are true all the same.
-LaunchReport = dict[str, float | int | str]
-
-
 @dataclass(frozen=True)
 class Ready:
     experiment: int
     url: str
     load_seconds: float
     started: float | None = None  # wall-clock time the server started: ready since started + load_seconds
-    facts: LaunchReport = field(default_factory=dict)
+    # What the engine logged about its own launch (cockpit.runner.launchfacts): weights, KV cache,
+    # graphs, times. A failed launch's numbers are true all the same.
+    facts: LaunchFacts = field(default_factory=LaunchFacts)
 
     @property
     def ready_at(self) -> float | None:
@@ -96,7 +94,9 @@ class Ready:
 class Failed:
     experiment: int
     diagnosis: Diagnosis
-    facts: LaunchReport = field(default_factory=dict)
+    # What the engine logged about its own launch (cockpit.runner.launchfacts): weights, KV cache,
+    # graphs, times. A failed launch's numbers are true all the same.
+    facts: LaunchFacts = field(default_factory=LaunchFacts)
 
     def __str__(self) -> str:
         text = f"failed    {self.diagnosis.cause}"

@@ -602,10 +602,10 @@ class Launcher:
                 {"tok_s": {f"{input_len}/{output_len}": per_level}, "learned_runs": setup.learned.runs},
             )
 
-    def _record_facts(self, exp: int, facts: Mapping[str, float | int | str]) -> None:
-        """The facts an event carries (``FactsReader.facts``, as JSON), journaled as the record."""
+    def _record_facts(self, exp: int, facts: LaunchFacts) -> None:
+        """The facts an event carries, journaled; a log that said nothing leaves the row as it is."""
         if facts:
-            self.journal.set_facts(exp, LaunchFacts.from_json(facts))
+            self.journal.set_facts(exp, facts)
 
     def _measured(self, exp: int) -> None:
         """Tell ``after_measure``; a hook that fails must not take the experiment down with it."""

@@ -1,5 +1,5 @@
-"""The workflows the faces share, below them: a sweep (each layout launched, benched, stopped),
-stopping the servers an earlier cockpit left running, and the one-line refusal of a command
+"""The workflows the faces share, below them: a sweep (the layouts it refuses before anything
+launches, the line it opens with, each layout launched, benched, stopped), stopping the servers an earlier cockpit left running, and the one-line refusal of a command
 that cannot run now.
 
 The screen runs the jobs on its threads and `cockpit sweep`/`cockpit stop` in the foreground;
@@ -9,7 +9,7 @@ each face says what they report in its own words. The refusals are pure: what ru
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from cockpit.core.benchrequest import BenchRequest
@@ -21,7 +21,6 @@ from cockpit.runner.events import BenchDone, Event, Ready
 from cockpit.runner.experiment import journal_stopped
 from cockpit.runner.registry import ServerEntry
 from cockpit.runner.supervisor import Supervisor
-from cockpit.runner.sweep import stop_reason
 from cockpit.store.journal import Journal
 
 # -- what may run now ------------------------------------------------------------------------------
@@ -113,6 +112,28 @@ def stop_left_running(
 
 
 # -- the sweep -------------------------------------------------------------------------------------
+
+
+def refuse_unrunnable(verdicts: Iterable[Verdict]) -> None:
+    """A layout the engine cannot express, or whose server flags it would refuse, stops the sweep
+    before anything launches; one the planner says fails is tried in its turn (and refused there
+    unless forced)."""
+    for verdict in verdicts:
+        if verdict.placement is None:
+            raise CockpitError(
+                f"sweep: {verdict.layout}: {verdict.reasons[0]}; nothing was launched: fix it or leave it out"
+            )
+
+
+def opening(layouts: Sequence[Layout], levels: Sequence[int]) -> str:
+    """`sweep tp8, tp4: each is launched, benched at C=1,32, stopped`."""
+    names = ", ".join(map(str, layouts))
+    return f"sweep {names}: each is launched, benched at C={','.join(map(str, levels))}, stopped"
+
+
+def stop_reason(index: int, total: int) -> str:
+    """Why step ``index`` (from 1) of ``total`` stops its server."""
+    return "sweep done" if index >= total else "sweep: next layout"
 
 
 @dataclass(frozen=True)

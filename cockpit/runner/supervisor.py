@@ -262,15 +262,13 @@ class Supervisor:
                 if code is not None:
                     for line in reader.flush():
                         yield from take(line, phases=False)
-                    yield Failed(
-                        experiment, diagnose_exit(list(tail), code, tracker.phase), facts.facts().to_json()
-                    )
+                    yield Failed(experiment, diagnose_exit(list(tail), code, tracker.phase), facts.facts())
                     return
                 now = time.monotonic()
                 if error_at is not None and now - error_at > ERROR_GRACE_S:
                     found = diagnose(list(tail), phase=tracker.phase)
                     if found is not None and found.kind in _CERTAIN:
-                        yield Failed(experiment, found, facts.facts().to_json())
+                        yield Failed(experiment, found, facts.facts())
                         return
                     error_at = None  # a scary line that was not an error after all
                 if now >= next_health:
@@ -285,7 +283,7 @@ class Supervisor:
                             handle.url,
                             now - handle.started,
                             handle.entry.started or None,
-                            facts.facts().to_json(),
+                            facts.facts(),
                         )
                         return
                 if now - handle.started > timeout:
@@ -304,7 +302,7 @@ class Supervisor:
                             next_step=f"read the log {handle.entry.log_path}; if loading is just slow, raise --startup-timeout",
                             phase=where,
                         ),
-                        facts.facts().to_json(),
+                        facts.facts(),
                     )
                     return
                 time.sleep(poll)

@@ -10,14 +10,14 @@ import signal
 import sys
 
 from cockpit.core.errors import CockpitError
-from cockpit.engines import engine_names
+from cockpit.engines import ENGINE_NAMES
 
-USAGE = f"usage: python -m cockpit.sim {{{'|'.join(engine_names())}}} -- <the engine's argv>"
+USAGE = f"usage: python -m cockpit.sim {{{'|'.join(ENGINE_NAMES)}}} -- <the engine's argv>"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in engine_names():
+    if not argv or argv[0] not in ENGINE_NAMES:
         print(USAGE, file=sys.stderr)
         return 2
     engine, rest = argv[0], argv[1:]

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from cockpit.engines import engine_names, surface
+from cockpit.engines import ENGINE_NAMES, surface
 from cockpit.engines.sglang.surface import SURFACE as SGLANG
 from cockpit.engines.surface import EngineSurface
 from cockpit.engines.vllm.surface import SURFACE as VLLM
@@ -54,7 +54,7 @@ class _Served:
     version: str = ""
     fingerprint: str | None = None  # vLLM's system_fingerprint
     access_log: Callable[[str], None] | None = None  # uvicorn's access lines go there (vLLM)
-    stats: RequestStats = field(default_factory=lambda: RequestStats(1))
+    stats: RequestStats | None = None  # per-request statistics, kept where the metrics read them
     prompt_tokens_total: int = 0
     truth: _Truth = field(default_factory=lambda: _Truth())
     # SGLang counts tokens when a request finishes: is_streaming -> [prompt, generated]
@@ -156,8 +156,8 @@ def make_app(
     vLLM: ``version`` is what /version and the system fingerprint say (default: the newest option
     table's), ``fingerprint`` the system_fingerprint (default: built from the version),
     ``access_log`` gets uvicorn's line for each request."""
-    if engine not in engine_names():
-        raise ValueError(f"engine must be one of {sorted(engine_names())}, got {engine!r}")
+    if engine not in ENGINE_NAMES:
+        raise ValueError(f"engine must be one of {sorted(ENGINE_NAMES)}, got {engine!r}")
     api = surface(engine)
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     middlewares = [_errors_as_json]
@@ -185,7 +185,7 @@ def make_app(
         version=version,
         fingerprint=fingerprint,
         access_log=access_log,
-        stats=RequestStats(max_model_len),
+        stats=RequestStats(max_model_len) if api.metric_prefix in _COUNTS_EACH_REQUEST else None,
     )
     # The engine's routes, in the order it lists them (vLLM's launcher logs them so).
     for path, methods in api.routes:
@@ -420,6 +420,7 @@ def _vllm_metrics(served: _Served) -> list[Family]:
         generation_tokens=batcher.tokens_out,
         preemptions=NO_PREEMPTIONS,
     )
+    assert served.stats is not None  # kept for every engine in _COUNTS_EACH_REQUEST
     return vllm_families(figures, served.stats, served.model_id)
 
 
@@ -491,6 +492,9 @@ _FAMILIES: dict[str, Callable[[_Served], list[Family]]] = {
     VLLM.metric_prefix: _vllm_metrics,
     SGLANG.metric_prefix: _sglang_metrics,
 }
+# The engines whose metrics are built from each finished request's statistics (vLLM's histograms);
+# for the others the hot path keeps none.
+_COUNTS_EACH_REQUEST = {VLLM.metric_prefix}
 
 
 # -- generation --------------------------------------------------------------------------------
@@ -569,6 +573,8 @@ def _finish(
 ) -> None:
     """The per-request statistics of vLLM (vllm/v1/metrics/stats.py), once the request has ended;
     only its metrics read them."""
+    if served.stats is None:
+        return
     served.stats.finish(
         reason="length" if generated >= ask.max_tokens else "abort",
         prompt_tokens=ask.prompt_tokens,

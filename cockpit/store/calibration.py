@@ -298,11 +298,6 @@ class CalibrationStore:
             )
 
 
-def learned_for(setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:
-    """What the box ``setup`` plans for taught, for its model, on a simulated box or the real one."""
-    return store.learned(Key.of(setup, simulated), setup.model_path)
-
-
 def model_key(model: str) -> str:
     """The name a model's memory is kept and looked up under. A local path is one absolute
     folder: `~/models/X`, `/home/u/models/X`, `./models/X` typed in `~` and `.../X/config.json`

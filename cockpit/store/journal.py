@@ -487,9 +487,8 @@ class Journal:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def set_facts(self, id: int, facts: LaunchFacts | Mapping[str, Any]) -> None:
-        """What the engine logged about the launch; a later reading of the same log replaces it.
-        Given as JSON, it is checked as ``LaunchFacts`` (a value of the wrong type raises BadRecord)."""
+    def set_facts(self, id: int, facts: LaunchFacts) -> None:
+        """What the engine logged about the launch; a later reading of the same log replaces it."""
         self.update_experiment(id, facts=facts)
 
     def merge_predicted(self, id: int, part: Mapping[str, Any]) -> None:

@@ -69,7 +69,6 @@ from cockpit.faces.tui.widgets.layout_picker import describe
 from cockpit.faces.tui.widgets.prompt_bar import complete
 from cockpit.faces.tui.widgets.tune_view import TuneBoard
 from cockpit.reports.tune import level_text, newest_tune
-from cockpit.runner import sweep
 from cockpit.runner.events import (
     BenchDone,
     BenchLevel,
@@ -82,7 +81,15 @@ from cockpit.runner.events import (
     Ready,
     Stopped,
 )
-from cockpit.runner.jobs import Running, SweepDone, SweepStep, refusal, unlaunchable
+from cockpit.runner.jobs import (
+    Running,
+    SweepDone,
+    SweepStep,
+    opening,
+    refusal,
+    refuse_unrunnable,
+    unlaunchable,
+)
 from cockpit.runner.registry import ServerEntry
 from cockpit.store.profile import find_profile
 from cockpit.telemetry.base import GpuSample
@@ -712,11 +719,11 @@ class CockpitApp(App[None]):
 
     def cmd_sweep(self, command: Sweep) -> None:
         self._refuse(command)
-        sweep.refuse_unrunnable(self.session.verdict(layout) for layout in command.layouts)
+        refuse_unrunnable(self.session.verdict(layout) for layout in command.layouts)
         self._bench_levels = command.bench.filled(self.session.profile.bench).concurrency
         self.control.sweep(command.layouts, command.bench)
         self.main.say(
-            sweep.opening(command.layouts, self._bench_levels) + (ENDING_TUNE if self.control.tuning else "")
+            opening(command.layouts, self._bench_levels) + (ENDING_TUNE if self.control.tuning else "")
         )
         self.main.show_view("log")
 
