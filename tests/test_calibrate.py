@@ -567,26 +567,31 @@ E2E_OUT = 16  # short outputs and four requests a level: a layout in ~8 s on a b
 E2E_LEVELS = (1, 4, 8)  # compared at C=1 and C=8; C=4 between them steadies the fit
 
 
-def measure(lab, layout: str) -> tuple[dict[int, float], dict]:
+def measure(lab, layout: str, *, tries: int = 1) -> tuple[dict[int, float], dict]:
     """Launch ``layout`` in the lab, benchmark it briefly, stop it: measured tok/s by level and
-    what the engine logged."""
+    what the engine logged. With ``tries``, launched again (up to that many times) while a level
+    did not measure the server (``usable_level``: the simulator fell behind its clock on a busy
+    machine, or the client did), as calibration leaves such a level out too."""
     from cockpit.core.benchrequest import BenchRequest
     from cockpit.core.layout import parse_layout
     from cockpit.runner.events import Ready
 
-    events = list(lab.launcher.run(parse_layout(layout)))
-    assert isinstance(events[-1], Ready), events[-1]
-    exp = lab.launcher.experiment
-    try:
-        said = list(
-            lab.launcher.bench(BenchRequest(E2E_LEVELS, input_len=IN, output_len=E2E_OUT, requests=4))
-        )
-    finally:
-        lab.launcher.stop()
-    points = {p.concurrency: p for p in lab.journal.points(exp)}
-    # A level the bench marks client-limited (a busy machine: its event loop lagged) is kept out
-    # of the fit, but it is still what the simulator served.
-    assert set(points) == set(E2E_LEVELS) and not any(p.failed for p in points.values()), (points, said)
+    for _ in range(tries):
+        events = list(lab.launcher.run(parse_layout(layout)))
+        assert isinstance(events[-1], Ready), events[-1]
+        exp = lab.launcher.experiment
+        try:
+            said = list(
+                lab.launcher.bench(BenchRequest(E2E_LEVELS, input_len=IN, output_len=E2E_OUT, requests=4))
+            )
+        finally:
+            lab.launcher.stop()
+        points = {p.concurrency: p for p in lab.journal.points(exp)}
+        # A level the bench marks client-limited (a busy machine: its event loop lagged) is kept out
+        # of the fit, but it is still what the simulator served.
+        assert set(points) == set(E2E_LEVELS) and not any(p.failed for p in points.values()), (points, said)
+        if all(usable_level(point) for point in points.values()):
+            break
     return {c: p.output_tok_s for c, p in points.items()}, lab.journal.experiment(exp).facts
 
 
@@ -616,7 +621,7 @@ def test_three_layouts_teach_the_box_and_the_fourth_is_predicted_as_it_measures(
         assert after.verdict == FITS
         predicted_before = predict_tok_s(default, before, E2E_LEVELS, IN, E2E_OUT)
         predicted_after = predict_tok_s(lab.setup, after, E2E_LEVELS, IN, E2E_OUT)
-        measured, facts = measure(lab, fourth)
+        measured, facts = measure(lab, fourth, tries=3)
     report = (
         f"learned {learned}; tok/s default {predicted_before}, calibrated {predicted_after}, measured "
         f"{measured}; KV GiB default {before.memory.kv_budget_gib:.2f}, calibrated "
