@@ -24,6 +24,7 @@ from cockpit.core.errors import CockpitError, shown
 from cockpit.core.hardware import Hardware
 from cockpit.core.model import ModelArch
 from cockpit.core.planner import FAILS, MemoryEstimate, Setup, Verdict, knob_server_args, stage_weights
+from cockpit.core.speed import ANALYTIC_SOURCE, KernelTimes, SpeedSource
 from cockpit.engines import ENGINES, Engine, Placement, ServerArgs
 
 
@@ -50,6 +51,9 @@ class Calibration:
     # small batch; e.g. SGLang TP8 Kimi ran 38 ms steps at C=1 on the reference box where the bytes
     # say 15 (docs/performance.md#reference-measurements).
     t_floor_ms: Mapping[str, float] = field(default_factory=dict)
+    # Measured kernels' step times times this (cockpit.core.speed): what the box's runs say of
+    # the kernel tables' GPU and engine version against its own.
+    kernel_scale: float = 1.0
 
     def overridden(
         self, overrides: Mapping[str, Any], source: str = "calibration", fix: str = "fix the profile"
@@ -188,6 +192,16 @@ class PerfModel:
     max_running: int
     graph_max_bs: int = 512  # batches above this run without a CUDA graph; 0: eager mode
     step_tokens: int = 0  # the most tokens one step computes (step_token_budget); 0: whole prompts
+    # Measured kernels for this layout (cockpit.core.speed); None: the analytic model predicts.
+    kernels: KernelTimes | None = None
+    analytic_note: str = ""  # why the analytic model stands in where kernels were asked for
+
+    @property
+    def source(self) -> SpeedSource:
+        """Which backend and data predict this model's numbers."""
+        if self.kernels is not None:
+            return self.kernels.source
+        return replace(ANALYTIC_SOURCE, note=self.analytic_note) if self.analytic_note else ANALYTIC_SOURCE
 
     # -- shape of the work ---------------------------------------------------------------------
 
@@ -242,6 +256,10 @@ class PerfModel:
         p = self.placement
         floor = self.calibration.t_floor_ms.get(str(p.layout), 0.0) * 1e-3
         per_replica = math.ceil(batch / self.independent_replicas)
+        if self.kernels is not None:
+            return max(
+                floor, self.kernels.decode_step_s(per_replica, context) * self.calibration.kernel_scale
+            )
         if p.pp == 1:
             return max(floor, self.step(per_replica, context).total)
         # Stages run in series for one microbatch; with several in flight they overlap, less
@@ -321,6 +339,8 @@ class PerfModel:
         """One prompt's prefill: compute-bound at length, bytes-bound when short."""
         if tokens <= 0:
             return 0.0
+        if self.kernels is not None:
+            return self.kernels.prefill_s(tokens) * self.calibration.kernel_scale
         p, hw, cal = self.placement, self.hardware, self.calibration
         flops = 2 * self._active_params_per_gpu() * tokens * p.pp  # stages run in series
         peak = hw.gpu.flops_tflops.get(self._compute_dtype(), hw.gpu.flops_tflops.get("bf16", 100.0)) * 1e12
@@ -439,14 +459,15 @@ def perf_model(
 
 
 def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
-    """The performance model of a planned layout, or None when it cannot start."""
+    """The performance model of a planned layout, or None when it cannot start: measured kernels
+    where the setup's speed backend covers the layout, else the analytic model."""
     if verdict.placement is None or verdict.memory is None or verdict.verdict == FAILS:
         return None
     engine = setup.engine
     # The profile's own overrides win over what the box taught (cockpit.core.fitting).
     cal = calibration_for(setup.hardware, engine.name, {**setup.learned.calibration, **setup.calibration})
     server = verdict.server or knob_server_args(setup, verdict.layout)
-    return perf_model(
+    model = perf_model(
         setup.model,
         setup.hardware,
         engine,
@@ -457,6 +478,12 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
         engine.graph_max_bs(server, setup.hardware, setup.model, verdict.placement),
         step_token_budget(engine, server, setup.hardware, setup.model),
     )
+    if setup.speed is None:
+        return model
+    kernels = setup.speed.kernels(setup.model, setup.hardware, engine.name, verdict.placement)
+    if isinstance(kernels, SpeedSource):
+        return replace(model, analytic_note=kernels.note)
+    return replace(model, kernels=kernels)
 
 
 def predict_tok_s(

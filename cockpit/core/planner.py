@@ -29,6 +29,7 @@ from cockpit.core.model import (
     ModelArch,
 )
 from cockpit.core.secrets import redact_argv
+from cockpit.core.speed import SpeedBackend
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, check_args
 from cockpit.engines.arguments import refuse_owned
 from cockpit.engines.estimate import GiB, MemoryEstimate, StateArgs
@@ -70,6 +71,9 @@ class Setup:
     command: tuple[str, ...] = ()  # the launcher words; empty: the engine's default (see Engine.argv)
     calibration: Mapping[str, Any] = field(default_factory=dict)  # performance-model overrides
     learned: Learned = field(default_factory=Learned)  # what this box taught the planner
+    # Where step times come from besides the analytic model (cockpit.core.speed); None: the
+    # analytic model alone. The edge that decides the box hands it in (cockpit.lab.box).
+    speed: SpeedBackend | None = field(default=None, compare=False)
 
     @cached_property
     def server(self) -> ServerArgs:

@@ -85,7 +85,7 @@ def _set_fields(record: object) -> dict[str, Any]:
 @dataclass(frozen=True)
 class LaunchFacts:
     """The numbers an engine's log gave about its launch (``cockpit.runner.launchfacts`` reads
-    them; docs/measured.md names each). Weights, graphs and times are the busiest rank's; the KV
+    them; docs/launchfacts.md names each). Weights, graphs and times are the busiest rank's; the KV
     cache the smallest rank's, one attention replica's pool."""
 
     weights_gib: float | None = None

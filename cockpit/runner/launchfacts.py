@@ -2,7 +2,7 @@
 
 vLLM and SGLang print what the weights took, the memory left for the KV cache, the tokens it
 holds, what the CUDA graphs took and how long each step was. Those lines are the truth the
-planner's prediction is compared with and learned from (docs/measured.md lists every line,
+planner's prediction is compared with and learned from (docs/launchfacts.md lists every line,
 both engines, current and previous wordings, with the upstream file that prints it).
 
 Who prints them differs. SGLang and older vLLM print them on every rank: the weights are the
@@ -271,7 +271,7 @@ class FactsReader:
             self.kv_memory_gib.set(rank, _pool_gib(sizes))
 
     def facts(self) -> LaunchFacts:
-        """Only what the engine said (docs/measured.md names every figure)."""
+        """Only what the engine said (docs/launchfacts.md names every figure)."""
         facts: dict[str, float | int | str] = {}
         busiest = {
             "weights_gib": self.weights_gib,
