@@ -1,16 +1,21 @@
 """Does `tune` find the best candidate, and how many launches does it save? Run by hand.
 
-On the simulated box (optionally with a hidden truth, COCKPIT_SIM_TRUTH), for one profile and one
-set of tune words, it runs:
+On the simulated box under a truth the planner does not share (COCKPIT_SIM_TRUTH,
+docs/simulator.md#a-box-with-its-own-truth: the witness, bent), for one profile and one set of tune
+words, it runs:
 
 1. `cockpit tune` itself (a real `cockpit tune --sim` process), and reads its journaled result;
 2. an exhaustive measurement: every fitting candidate launched and measured at every level of the
    spec, with the same goodput definition and the same bench;
 
 then prints, per candidate, the truth's goodput (exhaustive), what the tune measured or why it did
-not try it, the winner against the exhaustive best, and the launches saved.
+not try it, and its optimistic bound when the tune stopped; the winner against the exhaustive best,
+and the launches saved.
 
-    python perf/tune_check.py --profile minimax-m2.5 --truth 'calibration: {eta_bw: 0.4, t_layer_us: 10}' \\
+    python perf/tune_check.py --profile minimax-m2.5 \\
+        --truth '{pace: witness, bend: {collective_floor_us: 20, collective_bw_scale: 0.5,
+                  moe_efficiency: {1: 0.5, 256: 1.0}, layout_overhead_ms: {"tp8 ep": 3},
+                  step_overhead_ms: 4}}' \\
         -- 'itl<50ms' in=32 out=8 c=4,16,64
 
 Everything runs in a scratch folder (journal, calibration, simulated box), never the user's.
@@ -52,6 +57,7 @@ def main() -> int:
         truth = scratch / "truth.yaml"
         truth.write_text(yaml.safe_dump(yaml.safe_load(args.truth)))
         env["COCKPIT_SIM_TRUTH"] = str(truth)
+        print(f"truth: {yaml.safe_load(args.truth)}")
     os.environ.update(env)
     args.profile = private_profile(args.profile, scratch)  # its own port: never another server's
 
@@ -63,14 +69,18 @@ def main() -> int:
         text=True,
     )
     tune_s = time.monotonic() - started
-    print(tune.stdout[-3000:], tune.stderr[-2000:], sep="\n")
+    decisions = ("ranked ", "candidate ", "measured ", "winner ")  # the tune's own lines, not the launches'
+    print("\n".join(line for line in tune.stdout.splitlines() if line.startswith(decisions)))
+    print(tune.stderr[-2000:])
+    if tune.returncode != 0:
+        print(f"cockpit tune exited {tune.returncode}")
+        return 1
 
     from cockpit.store.journal import Journal
 
     with Journal() as journal:
         record = journal.tunes()[0]
     result = record.result or {}
-    rows = {row["name"]: row for row in result.get("rows", [])}
     print(f"tune: {result.get('launches')} launches of {result.get('fitting')} fitting, {tune_s:.0f} s wall")
     if args.skip_exhaustive:
         return 0
@@ -78,24 +88,42 @@ def main() -> int:
     started = time.monotonic()
     exhaustive = measure_all(args.profile, " ".join(args.words))
     all_s = time.monotonic() - started
+    print(f"\nexhaustive: {len(exhaustive)} launches, {all_s:.0f} s wall")
+    print(report(result, exhaustive))
+    return 0
+
+
+def report(result: dict, exhaustive: dict[str, float]) -> str:
+    """The table (the exhaustive goodput, the tune's measurement or why it did not try, the bound
+    when it stopped), the winner against the exhaustive best and the launches saved."""
+    rows = {row["name"]: row for row in result.get("rows", [])}
     best = max(exhaustive, key=exhaustive.__getitem__)
-    print(
-        f"\nexhaustive: {len(exhaustive)} launches, {all_s:.0f} s wall; best {best} {exhaustive[best]:,.1f}"
-    )
-    print(f"{'candidate':<40} {'exhaustive':>11} {'tune measured':>14}  tune")
+    lines = [
+        "| candidate | exhaustive | tune measured | bound at stop | tune |",
+        "|---|---:|---:|---:|---|",
+    ]
     for name, goal in sorted(exhaustive.items(), key=lambda kv: -kv[1]):
         row = rows.get(name, {})
         measured = row.get("measured")
         shown = f"{measured:,.1f}" if measured is not None else "-"
-        print(f"{name:<40} {goal:>11,.1f} {shown:>14}  {row.get('state', '?')}: {row.get('note', '')}")
+        bound = f"{row['bound']:,.1f}" if "bound" in row else "-"
+        state = row.get("state", "?")
+        why = "" if state == "measured" else f": {row.get('note', '')}"
+        lines.append(f"| {name} | {goal:,.1f} | {shown} | {bound} | {state}{why} |")
+    lines.append("")
+    lines.append(f"stopped: {result.get('reason')}")
     winner = result.get("winner")
+    launches = int(result.get("launches") or 0)
+    saved = f"launches {launches} of {len(exhaustive)} (saved {len(exhaustive) - launches})"
     if winner:
         ratio = exhaustive.get(winner, 0.0) / exhaustive[best] if exhaustive[best] else 0.0
-        print(
-            f"\nwinner {winner}: {ratio:.1%} of the exhaustive best ({best}); "
-            f"launches {result['launches']} of {len(exhaustive)} (saved {len(exhaustive) - result['launches']})"
+        lines.append(
+            f"winner {winner}: {exhaustive.get(winner, 0.0):,.1f} exhaustive, {ratio:.1%} of the "
+            f"exhaustive best ({best} {exhaustive[best]:,.1f}); {saved}"
         )
-    return 0
+    else:
+        lines.append(f"no winner; exhaustive best {best} {exhaustive[best]:,.1f}; {saved}")
+    return "\n".join(lines)
 
 
 def private_profile(name: str, scratch: Path) -> str:

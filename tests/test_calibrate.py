@@ -606,7 +606,8 @@ def test_three_layouts_teach_the_box_and_the_fourth_is_predicted_as_it_measures(
     from cockpit.lab.lab import Lab
 
     monkeypatch.setenv("COCKPIT_SIM_TIME_SCALE", "50")
-    monkeypatch.setenv("COCKPIT_SIM_TRUTH", truth_file(tmp_path, _truth_yaml(TRUTH))["COCKPIT_SIM_TRUTH"])
+    truth = {**_truth_yaml(TRUTH), "pace": "planner"}  # the planner's own model, its constants bent
+    monkeypatch.setenv("COCKPIT_SIM_TRUTH", truth_file(tmp_path, truth)["COCKPIT_SIM_TRUTH"])
     profile, _ = profile_file("minimax-m2.5")
     with Lab.open(profile, sim=True, interval=0.5) as lab:
         lab.monitor.start()

@@ -34,8 +34,9 @@ def test_plan_table_for_the_minimax_profile():
     assert "✗ fails" in rows["tp6"] and "KV heads" in rows["tp6"]
     assert "CUDA out of memory. Tried to allocate" in rows["tp2 ep"] and "weights need" in rows["tp2 ep"]
     first_fail = next(i for i, line in enumerate(lines) if "✗ fails" in line)
-    assert all("✗ fails" in line for line in lines[first_fail:-1])
-    assert lines[-1].startswith("tok/s: predicted")
+    tok_s = next(i for i, line in enumerate(lines) if line.startswith("tok/s: predicted"))
+    assert all("✗ fails" in line for line in lines[first_fail:tok_s])
+    assert lines[tok_s + 1 :] and all(line.startswith("speed") for line in lines[tok_s + 1 :])
 
 
 def test_plan_json_for_chosen_layouts():
@@ -49,6 +50,24 @@ def test_plan_json_for_chosen_layouts():
     assert bad["reasons"][0]["rule"] == "oom-at-load"
     assert bad["argv"][:3] == ["python", "-m", "sglang.launch_server"]
     assert bad["weights_gib_per_gpu"] > 130 and isinstance(bad["kv_tokens"], int)
+    assert bad["speed"] is None  # no prediction for a layout that cannot start
+    speed = by_layout["tp8"]["speed"]  # which backend and data predicted its tok/s
+    assert speed["backend"] in ("kernels", "analytic") and speed["label"]
+
+
+def test_plan_speed_analytic_keeps_measured_kernels_out(capsys):
+    assert main(["plan", "--profile", "kimi-k2.6", "--layout", "tp8", "--speed", "analytic", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["speed"] == {
+        "backend": "analytic",
+        "data": "",
+        "data_version": "",
+        "box_version": "",
+        "note": "",
+        "label": "analytic model",
+    }
+    assert main(["--speed", "analytic", "plan", "--profile", "kimi-k2.6", "--layout", "tp8"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "speed: analytic model"
 
 
 def test_plan_with_a_model_and_box_on_the_command_line(capsys):
@@ -256,6 +275,7 @@ def test_results_json_sets_predicted_beside_measured_per_level_and_for_memory(ca
         "memory": {"weights_gib": 52.0, "kv_budget_gib": 30.0, "kv_tokens": 200_000, "graph_gib": 0.4},
         "tok_s": {"1024/1024": {"1": 80.0, "32": 700.0}},
         "learned_runs": 2,
+        "speed": "measured kernels (AIConfigurator 0.12.0, h200_sxm, vllm 0.24.0)",
     }
     exp = journal_launch(predicted=predicted, points={1: 94.2, 32: 655.0}, engine=engine)
     assert main(["results", "--format", "json"]) == 0
@@ -269,6 +289,7 @@ def test_results_json_sets_predicted_beside_measured_per_level_and_for_memory(ca
         "kv_tokens": 200_000,
         "graph_gib": 0.4,
         "learned_runs": 2,
+        "speed": "measured kernels (AIConfigurator 0.12.0, h200_sxm, vllm 0.24.0)",  # which source predicted
     }
     measured = at_32["measured"]
     assert measured["experiment"] == exp and measured["tok_s"] == 655.0
@@ -311,9 +332,10 @@ def test_plan_has_no_measured_column_without_measurements(capsys, real_box):
     journal_launch("tp8 ep", host="elsewhere", points={32: 900.0})
     lines, _ = _plan_rows(capsys)
     assert "last measured" not in lines[1]
-    assert lines[-1].endswith(
+    assert lines[-2].endswith(
         "from the performance model with its default constants (nothing learned on this box yet)"
     )
+    assert lines[-1].startswith("speed")  # which source predicted the numbers
 
 
 def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys, real_box):
@@ -327,7 +349,7 @@ def test_plan_shows_what_this_box_last_measured_of_each_layout(capsys, real_box)
     assert rows["tp4"][column:].startswith("53.1 GiB, 212,992 tok, 655 tok/s at C=32  ")
     assert rows["tp8 ep"][column:].startswith("1,513 tok/s at C=64  ")
     assert rows["tp6"][column:].startswith("-  ")
-    assert lines[-2].startswith("last measured: the newest launch of each layout on this host")
+    assert lines[-3].startswith("last measured: the newest launch of each layout on this host")
 
     data, _ = _plan_json(capsys, "--profile", "minimax-m2.5", "--layout", "tp4", "--layout", "tp6")
     tp4, tp6 = data

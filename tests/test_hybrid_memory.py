@@ -248,7 +248,7 @@ def test_the_simulator_admits_as_many_hybrid_requests_as_the_planner_fits(qwen3_
 
     from cockpit.core.perfmodel import for_verdict
     from cockpit.sim.batcher import Batcher, VirtualClock
-    from cockpit.sim.engine import PerfPacer
+    from cockpit.sim.pacers import PerfPacer
 
     setup = Setup(qwen3_next, hardware("h100", 8), get_engine("vllm"), server_args=("--max-num-seqs", "4096"))
     verdict = plan_layout(setup, "tp4")

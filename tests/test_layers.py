@@ -18,7 +18,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cockpit"
 # layers, a module in it (`faces.cli`): the most specific name wins.
 LAYERS: list[tuple[str, set[str]]] = [
     ("the pure core: parsing, models, planning, predicting, fitting", {"core", "engines"}),
-    ("the user's files, what cockpit keeps, the machine's processes", {"store", "system", "layouts"}),
+    (
+        "the user's files, what cockpit keeps, the machine's processes, measured kernels",
+        {"store", "system", "layouts", "kernels"},
+    ),
     ("the simulated box and engine", {"sim"}),
     ("GPU and engine telemetry", {"telemetry"}),
     ("the load generator", {"bench"}),

@@ -348,3 +348,13 @@ def test_gpt_oss_is_openais_repository():
 
     assert model_argv_path("gpt-oss-120b") == "openai/gpt-oss-120b"
     assert model_argv_path("./some/folder") == "./some/folder"
+
+
+def test_a_profile_says_where_its_speeds_come_from():
+    data = {"model": "minimax-m2.5", "engine": "vllm"}
+    assert parse_profile(data).speed == ""  # the default: measured kernels where they cover
+    assert parse_profile({**data, "speed": "analytic"}).speed == "analytic"
+    with pytest.raises(CockpitError) as exc:
+        parse_profile({**data, "speed": "fast"}, source="p.yaml")
+    message = str(exc.value)
+    assert "\n" not in message and "p.yaml: speed must be kernels or analytic (got 'fast')" in message

@@ -298,12 +298,17 @@ def test_terminal_width_only_for_a_terminal(monkeypatch):
 # -- predicted beside measured in the exported table ---------------------------------------------
 
 
-def predict_at_launch(layout: str, predicted: dict[int, float], input_len: int = 1024) -> None:
+def predict_at_launch(
+    layout: str, predicted: dict[int, float], input_len: int = 1024, speed: str = ""
+) -> None:
     """Journal what the planner predicted when `layout` was launched, as the launcher does."""
     with Journal() as journal:
         [exp] = [e for e in journal.experiments("minimax-m2.5") if e.layout == layout]
         tok_s = {f"{input_len}/256": {str(c): v for c, v in predicted.items()}}
-        journal.update_experiment(exp.id, predicted={"tok_s": tok_s, "learned_runs": 0})
+        record: dict = {"tok_s": tok_s, "learned_runs": 0}
+        if speed:
+            record["speed"] = speed
+        journal.update_experiment(exp.id, predicted=record)
 
 
 def test_exported_table_shows_predicted_tok_s_only_when_asked(minimax_vllm):
@@ -320,6 +325,24 @@ def test_exported_table_shows_predicted_tok_s_only_when_asked(minimax_vllm):
     assert "| tp4 | **94.2 (90.0)** | 655.0 (700.0) | - | 655.0 (C=32) |" in lines
     assert "| tp8 ep | 77.1 | **830.4 (790.0)** | 1,513 | **1,513 (C=64)** |" in lines  # none at C=1, 64
     assert "_In parentheses: the tok/s predicted for that level when the layout was launched._" in lines
+
+
+KERNELS_LABEL = "measured kernels (AIConfigurator 0.12.0, h200_sxm, vllm 0.24.0)"
+
+
+def test_exports_say_which_source_predicted_each_layout(minimax_vllm, capsys):
+    journal_results()
+    predict_at_launch("tp4", {1: 90.0, 32: 700.0}, speed="analytic model")
+    predict_at_launch("tp8 ep", {32: 790.0}, speed=KERNELS_LABEL)
+    comp = minimax_comparison()
+    lines = markdown_report(comp, context_from_setup(minimax_vllm, "minimax-m2.5", comp), predicted=True)
+    assert "_Predicted by analytic model: tp4._" in lines.splitlines()
+    assert f"_Predicted by {KERNELS_LABEL}: tp8 ep._" in lines.splitlines()
+    assert main(["results", "--format", "csv", "--predicted"]) == 0
+    rows = {(r["layout"], r["concurrency"]): r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows["tp4", "32"]["predicted_by"] == "analytic model"
+    assert rows["tp8 ep", "32"]["predicted_by"] == KERNELS_LABEL
+    assert rows["tp8 ep", "1"]["predicted_by"] == ""  # nothing predicted at that level
 
 
 def test_results_csv_and_table_take_the_predicted_option(capsys):

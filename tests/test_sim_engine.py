@@ -10,7 +10,7 @@ from dataclasses import replace
 import httpx
 import pytest
 from helpers import free_port
-from simproc import SimProcess
+from simproc import PLANNER, SimProcess
 
 from cockpit.core.hardware import parse_box
 from cockpit.core.perfmodel import for_verdict
@@ -175,10 +175,11 @@ async def _closed_loop(url: str, model: str, concurrency: int, max_tokens: int) 
 
 
 def test_closed_loop_at_64_matches_the_model(state):
-    """The serving clock is honest: measured tok/s at C=64 within 25% of what perfmodel predicts."""
+    """The serving clock is honest: measured tok/s at C=64 within 25% of what perfmodel predicts,
+    with the planner's own model as the box's truth (a test of the clock, not of prediction)."""
     port = free_port()
     argv = ["serve", "qwen3-30b-a3b-fp8", "--tensor-parallel-size", "2", "--port", str(port)]
-    sim = SimProcess("vllm", argv, state)
+    sim = SimProcess("vllm", argv, state, truth=PLANNER)
     try:
         url = f"http://127.0.0.1:{port}"
         sim.wait_ready(url)

@@ -344,7 +344,7 @@ def test_the_picker_sets_what_a_launch_measured_beside_the_prediction(minimax):
         app = make_app(minimax)
         async with app.run_test(size=(120, 40)) as pilot:
             app.main.picker.select("tp4")
-            assert "predicted tok/s (default): C=1 " in detail_text(app)
+            assert "predicted tok/s (default, analytic model): C=1 " in detail_text(app)
             assert "measured" not in detail_text(app)  # nothing launched on this box yet
             await launch_ready(pilot, app)
             await submit(pilot, "bench")  # the profile's levels and lengths, as predicted
@@ -407,7 +407,7 @@ def test_the_picker_marks_calibrated_predictions_and_reads_the_journal_once_per_
         session.learned_changed()
         [tp4] = [v for v in session.verdicts if str(v.layout) == "tp4"]
         text = str(describe(tp4, "", against=session.against(tp4)))
-        assert "predicted tok/s (calibrated from 3 runs): C=1 " in text
+        assert "predicted tok/s (calibrated from 3 runs, analytic model): C=1 " in text
     finally:
         session.close()
 
@@ -455,7 +455,7 @@ def test_a_refit_on_the_launchers_thread_reloads_the_picker_and_says_its_problem
             typed = parse_layout("tp4 --max-num-seqs 64")
             before = session.verdict(typed)
             app.main.picker.add(before)
-            assert "predicted tok/s (default)" in detail_text(app)
+            assert "predicted tok/s (default, analytic model)" in detail_text(app)
             on_a_job_thread(lambda: session.learn(1))
             await until(
                 pilot,

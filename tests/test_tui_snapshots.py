@@ -40,6 +40,9 @@ def fixed_app(tmp_path, monkeypatch):
 
     data = yaml.safe_load(find_profile("minimax-m2.5").read_text())
     data["bench"]["concurrency"] = [1, 32, 64]
+    # The analytic model alone: the same screen with or without the kernels extra, and no
+    # second planning thread to race the snapshot.
+    data["speed"] = "analytic"
     profile = tmp_path / "minimax-m2.5.yaml"
     profile.write_text(yaml.safe_dump(data))  # port 8000: shown, never bound
     with Journal() as journal:

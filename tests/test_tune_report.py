@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cockpit.core.tuning.events import (
+    Margin,
     Point,
     Row,
     TuneLevel,
@@ -55,7 +56,12 @@ ROWS = (
     Row("tp2 dp4 ep", 8, 456.0, 514.0, 421.0, 16.0, 2, "measured"),
     Row("tp8", 8, 300.0, 320.0, None, None, 3, "failed", "fp8 block 128 does not divide 192 | slices"),
     Row(
-        "dp8 ep", 8, 410.0, 430.0, state="outranked", note="cannot beat tp8 ep's 436: 430 at best (model ±5%)"
+        "dp8 ep",
+        8,
+        410.0,
+        430.0,
+        state="outranked",
+        note="cannot beat tp8 ep's 436: 430 at best (leave-one-out error 5%)",
     ),
     Row("tp4 pp2 ep", 8, 117.0, 123.0, state="dropped", note="dropped: tp4 pp2 failed to start (oom)"),
 )
@@ -106,7 +112,8 @@ def test_tune_markdown_has_the_winner_command_what_was_tried_and_why_not_the_res
     assert "| tp8 | 8 | 300 tok/s | ✗ failed: fp8 block 128 does not divide 192 \\| slices | - | 3 |" in tried
     assert tried.index("tp8 ep ★") < tried.index("tp2 dp4 ep") < tried.index("| tp8 |")  # best first
     assert (
-        "| dp8 ep | 8 | 410 tok/s | 430 tok/s | cannot beat tp8 ep's 436: 430 at best (model ±5%) |" in rest
+        "| dp8 ep | 8 | 410 tok/s | 430 tok/s | cannot beat tp8 ep's 436: 430 at best (leave-one-out error 5%) |"
+        in rest
     )
     assert "| tp4 pp2 ep | 8 | 117 tok/s | 123 tok/s | dropped: tp4 pp2 failed to start (oom) |" in rest
 
@@ -141,18 +148,19 @@ def test_the_tune_board_marks_the_running_and_best_and_keeps_the_stopping_bound(
     board = TuneBoard()
     board.apply(TuneStarted(3, parse_tune("goal=tok/s itl<50ms c=4,16 n=3"), 15, 29))
     rows = tuple(Row(r.name, r.gpus, r.predicted, r.bound) for r in ROWS[:2])
-    board.apply(TuneRanked(3, rows, None, None, 0.05, 514.0, False))
+    board.apply(TuneRanked(3, rows, None, None, Margin(0.3, held_out=False), 514.0, False))
     board.apply(TuneStep(3, 1, "tp8 ep", 471.0, 494.0, False))
     assert [cells[0] for _, cells in board.table()] == [RUNNING, ""]
     status = "\n".join(board.status_lines())
     assert (
-        "nothing measured yet · best case left 514 tok/s (model ±5%) · stops when the best so far ≥ the "
+        "nothing measured yet · best case left 514 tok/s (model ±30%, too few measured to leave one out)"
+        " · stops when the best so far ≥ the "
         "best case left" in status
     )
     assert "▶ candidate 1: tp8 ep" in status
     board.apply(TuneLevel(3, point("tp8 ep", 16, 436, 65), False))
     board.apply(TuneMeasured(3, "tp8 ep", 436.0, 16.0, False))
-    board.apply(TuneRanked(3, ROWS[:2], "tp8 ep", 436.0, 0.05, 440.0, False))
+    board.apply(TuneRanked(3, ROWS[:2], "tp8 ep", 436.0, Margin(0.05, held_out=True), 440.0, False))
     assert board.running is None and [cells[0] for _, cells in board.table()] == [BEST, ""]
     assert "best so far tp8 ep 436 tok/s · best case left 440 tok/s" in "\n".join(board.status_lines())
     assert board.front == [point("tp8 ep", 16, 436, 65)]

@@ -13,7 +13,7 @@ from tuipilot import fast_sim, screen_text, small_profile, until  # noqa: F401  
 from cockpit.bench.metrics import Summary
 from cockpit.bench.result import LevelSummary
 from cockpit.core.tuning.candidates import plan_candidates
-from cockpit.core.tuning.events import Row
+from cockpit.core.tuning.events import Margin, Row
 from cockpit.core.tuning.pareto import latency
 from cockpit.core.tuning.search import OUTRANKED, Tried, optimistic_bound, why_not_tried
 from cockpit.core.tuning.spec import parse_tune
@@ -73,9 +73,11 @@ def test_a_candidate_left_for_the_best_says_its_best_case_not_its_prediction_plu
     candidate = loosened[0]
     bound = optimistic_bound(candidate, 0.05)
     best = Tried("tp8 ep", 1, bound + 10, 16.0, bound)
-    state, note = why_not_tried(candidate, best, 0.05, [], "the launch budget is spent")
+    state, note = why_not_tried(
+        candidate, best, Margin(0.05, held_out=True), [], "the launch budget is spent"
+    )
     assert state == OUTRANKED
-    assert note == f"cannot beat tp8 ep's {bound + 10:,.0f}: {bound:,.0f} at best (model ±5%)"
+    assert note == f"cannot beat tp8 ep's {bound + 10:,.0f}: {bound:,.0f} at best (leave-one-out error 5%)"
 
 
 KNOBBED = "tp2 dp4 ep --max-num-seqs 512 --kv-cache-dtype fp8_e4m3"

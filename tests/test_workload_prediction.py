@@ -6,6 +6,10 @@ simulator's own batcher, driven here in-process on a ``VirtualClock`` by closed-
 behave as the bench's load generator does (a warm-up of C completions, a window of max(2C, 8)
 more, every token received inside the window counted), so minutes of serving take a second. One
 short check runs the simulated engine as a real process and the real bench against it.
+
+The truth here is the planner's own model (``PerfPacer``, ``pace: planner``): these tests check
+the workload arithmetic (chunks, rounds, queueing) against the batcher that serves it, not the
+step model against a box (tests/test_witness.py, docs/simulator.md#a-box-with-its-own-truth).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, replace
 import httpx
 import pytest
 from helpers import free_port
-from simproc import SimProcess
+from simproc import PLANNER, SimProcess
 
 from cockpit.bench import metrics
 from cockpit.bench.concurrency_sweep import run_sweep
@@ -27,7 +31,7 @@ from cockpit.core.perfmodel import PerfModel, for_verdict, step_token_budget
 from cockpit.core.planner import plan_layout
 from cockpit.engines import get_engine
 from cockpit.sim.batcher import Batcher, VirtualClock
-from cockpit.sim.engine import PerfPacer
+from cockpit.sim.pacers import PerfPacer
 from cockpit.store.profile_setup import SetupOverrides, build_setup
 
 PROFILE = "minimax-m2.5"
@@ -194,7 +198,7 @@ def test_the_simulated_engine_process_benched_lands_on_the_prediction(tmp_path):
     assert perf is not None and verdict.placement is not None
     port = free_port()
     argv = ["serve", profile.model, *verdict.placement.flags, "--port", str(port), *profile.args]
-    sim = SimProcess("vllm", argv, tmp_path / "simbox")
+    sim = SimProcess("vllm", argv, tmp_path / "simbox", truth=PLANNER)
     url = f"http://127.0.0.1:{port}"
     try:
         sim.wait_ready(url)

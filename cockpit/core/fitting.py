@@ -18,15 +18,19 @@ launches whose argv that setup would launch again are used: a run under other se
   "#tokens: N" times the model's KV bytes per token. A pool capped by --max-total-tokens says
   nothing of the memory left, whichever way it was logged. One launch with a logged number is
   enough: each is a direct reading. vLLM's pipeline layouts are left out (``fit_memory``).
-- Speed (docs/performance.md#calibration): ``eta_bw`` (the achieved share of memory bandwidth:
-  the bytes term of every decode step, which shrinks with TP) and ``t_layer_us`` (the per-layer
-  floor of kernel launches and syncs: the same on every TP size). They are the two largest
-  terms of a decode step on these boxes, and two layouts of different sizes tell them apart;
-  one layout alone cannot (a faster card and a slower launch give the same step), so speed
-  needs good points from at least two layouts (different parallel sizes) and four in all. The
-  fit minimises the mean absolute log error of predicted against measured output tok/s
-  (robust: an outlier moves it less than a squared error would), by nested bounded line
-  searches (a grid, then golden section). Failed and client-limited levels never count: they measure
+- Speed (docs/performance.md#what-a-box-teaches): ``eta_bw`` (the achieved share of memory
+  bandwidth: the bytes term of every decode step, which shrinks with TP) and ``t_layer_us`` (the
+  per-layer floor of kernel launches and syncs: the same on every TP size), from good points of
+  at least two layouts (different parallel sizes) and four in all: one layout alone cannot tell
+  a faster card from a slower launch. From three layouts measured at four concurrencies or more,
+  the parts whose form differs between boxes too (``FORM_PARAMETERS``): the collectives' floor
+  and bandwidth, the routed experts' kernels and their batch dependence, the pipeline's
+  efficiency, prefill, and a residual by batch; each only where the data has that part (a
+  layout with collectives, a MoE model, a pipeline). Where measured kernels predicted a layout,
+  their one factor ``kernel_scale`` instead. The fit minimises the mean absolute log error of
+  predicted against measured output tok/s (robust: an outlier moves it less than a squared
+  error would) plus a pull toward the defaults, by Nelder-Mead in the unit cube of the ranges
+  (``search``). Failed and client-limited levels never count: they measure
   the client or a broken run, not the server; nor do levels a simulated engine could not pace
   (``engine_fell_behind``); nor do open-loop levels (Poisson arrivals at a
   rate), whose throughput is the offered rate, not what the server can do at C in flight. A
@@ -44,19 +48,70 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from cockpit.core.errors import CockpitError
-from cockpit.core.perfmodel import calibration_for, for_verdict, predict_tok_s
+from cockpit.core.perfmodel import PerfModel, calibration_for, for_verdict
 from cockpit.core.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, plan_layout
 from cockpit.core.records import LaunchFacts
 from cockpit.core.secrets import redact_argv
 
-# The speed constants fitted, with the bounds of the search.
-SPEED_PARAMETERS: dict[str, tuple[float, float]] = {"eta_bw": (0.1, 1.0), "t_layer_us": (0.0, 1000.0)}
+
+@dataclass(frozen=True)
+class Parameter:
+    """A speed constant the fit may move: its bounds, and whether it is searched on a log scale
+    (a factor: halving and doubling are as far) or a straight one (a time, an exponent)."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def at(self, u: float) -> float:
+        """The value at ``u`` in [0, 1] of the range."""
+        u = min(1.0, max(0.0, u))
+        if self.log:
+            return self.low * (self.high / self.low) ** u
+        return self.low + (self.high - self.low) * u
+
+    def where(self, value: float) -> float:
+        """Where ``value`` sits in the range, 0 to 1."""
+        value = min(self.high, max(self.low, value))
+        if self.log:
+            return math.log(value / self.low) / math.log(self.high / self.low)
+        return (value - self.low) / (self.high - self.low)
+
+
+# The speed constants fitted, with the bounds of the search (docs/performance.md#what-a-box-teaches).
+# Bytes over bandwidth and the per-layer floor: two layouts of different sizes tell them apart.
+SPEED_PARAMETERS: dict[str, Parameter] = {
+    "eta_bw": Parameter(0.1, 1.0),
+    "t_layer_us": Parameter(0.0, 1000.0),
+}
+# The parts whose form differs between boxes: the collectives' floor and bandwidth, the routed
+# experts' kernels and their batch dependence, prefill, and a residual by batch. Fitted only from
+# FORM_LAYOUTS layouts measured at FORM_LEVELS concurrencies or more: fewer cannot tell them apart
+# from the two above.
+FORM_PARAMETERS: dict[str, Parameter] = {
+    "ar_latency_scale": Parameter(0.1, 20.0, log=True),
+    "ar_bw_scale": Parameter(0.05, 4.0, log=True),
+    "moe_scale": Parameter(0.25, 4.0, log=True),
+    "moe_batch_exp": Parameter(-1.0, 1.0),
+    "step_batch_exp": Parameter(-0.5, 0.5),
+    "prefill_scale": Parameter(0.2, 10.0, log=True),
+    "t_prefill_ms": Parameter(0.0, 50.0),
+    "eta_pp": Parameter(0.2, 1.0),
+}
+# Measured kernels' step times are fitted as one factor, whatever the layout.
+KERNEL_PARAMETERS: dict[str, Parameter] = {"kernel_scale": Parameter(0.2, 5.0, log=True)}
 MIN_SPEED_LAYOUTS = 2  # parallel layouts with good points: one cannot tell bandwidth from launches
 MIN_SPEED_POINTS = 4  # good benchmark levels in all
+FORM_LAYOUTS = 3
+FORM_LEVELS = 4  # distinct concurrencies: a batch dependence needs a few
+MIN_KERNEL_POINTS = 2  # one factor: two levels of any layout
 WEIGHTS_TOLERANCE = 0.01  # logged weights within 1% of the model: the model stands
-GRID_POINTS = 9  # the first look along each constant's range
-LINE_TOLERANCE = 1e-3  # of the range: 0.001 of eta_bw, 1 us of t_layer_us
-PRIOR_WEIGHT = 1e-3  # on a flat stretch of the error, the value nearest the default wins
+# A pull toward the defaults: the squared distance moved (in shares of each range) costs this
+# much mean log error, so a constant the data barely speaks for stays near its default.
+PRIOR_WEIGHT = 0.02
+SEARCH_TOLERANCE = 1e-3  # of each range: where the simplex stops shrinking
+SEARCH_ROUNDS = 2  # restarts from the best point: the simplex collapses early on kinks
+SEARCH_EVALUATIONS = 60  # per constant and round: a fit of a dozen levels well under a second
 MISSING_PREDICTION = 10.0  # the log error of a level the model cannot predict (a layout it says fails)
 # What a memory correction can be: a repacked layout changes weights by tens of percent, not 4x,
 # and no GPU holds a TiB. A reading outside is a misread log, not a lesson; the store refuses
@@ -309,6 +364,7 @@ class _Group:
     """The good levels of one run at one request shape."""
 
     verdict: Verdict
+    model: PerfModel  # the layout's model under the setup's calibration: the fit varies its constants
     input_len: int
     output_len: int
     levels: tuple[int, ...]
@@ -359,36 +415,66 @@ def open_loop(point: Measured) -> bool:
 
 
 def fit_speed(setup: Setup, runs: Sequence[tuple[int, Run]]) -> SpeedFit | None:
-    """eta_bw and t_layer_us (those the profile leaves free) from the good levels; None when the
-    data cannot tell them apart (fewer than two layouts or four levels)."""
-    free = [name for name in SPEED_PARAMETERS if name not in setup.calibration]
+    """The speed constants the data can tell (those the profile leaves free) from the good levels;
+    None when it can tell none (fewer than two layouts or four levels, and no measured kernels).
+    ``free_parameters`` says which; the fit minimises the mean absolute log error of predicted
+    against measured tok/s, with a pull toward the defaults (``search``)."""
     groups, used = _speed_groups(setup, runs)
-    layouts = {g.verdict.layout.parallel for g in groups}
-    points = sum(len(g.levels) for g in groups)
-    if not free or len(layouts) < MIN_SPEED_LAYOUTS or points < MIN_SPEED_POINTS:
+    space = free_parameters(setup, groups)
+    if not space:
         return None
     defaults = calibration_for(setup.hardware, setup.engine.name, setup.calibration)
-    start = {name: float(getattr(defaults, name)) for name in free}
+    start = {name: float(getattr(defaults, name)) for name in space}
+    points = sum(len(g.levels) for g in groups)
 
     def objective(values: Mapping[str, float]) -> float:
-        """Mean absolute log error, plus a hair of distance from the defaults."""
-        trial = replace(setup, learned=replace(setup.learned, calibration=dict(values)))
+        """Mean absolute log error over every good level."""
         total = 0.0
+        changes: dict[str, Any] = dict(values)
         for group in groups:
-            predicted = predict_tok_s(
-                trial, group.verdict, sorted(set(group.levels)), group.input_len, group.output_len
-            )
+            model = replace(group.model, calibration=replace(group.model.calibration, **changes))
             for level, measured in zip(group.levels, group.measured):
-                tok_s = predicted.get(level, 0.0)
+                tok_s = model.workload_tok_s(level, group.input_len, group.output_len)
                 total += abs(math.log(tok_s / measured)) if tok_s > 0 else MISSING_PREDICTION
-        moved = sum(
-            abs(values[n] - start[n]) / (SPEED_PARAMETERS[n][1] - SPEED_PARAMETERS[n][0]) for n in free
-        )
-        return total / points + PRIOR_WEIGHT * moved
+        return total / points
 
-    best, _ = search(objective, [(name, *SPEED_PARAMETERS[name]) for name in free])
-    rounded = {name: round(value, 4 if name.startswith("eta_") else 2) for name, value in best.items()}
+    best = search(objective, space, start)
+    rounded = {name: round(value, 2 if name == "t_layer_us" else 4) for name, value in best.items()}
     return SpeedFit(rounded, frozenset(used))
+
+
+def free_parameters(setup: Setup, groups: Sequence[_Group]) -> dict[str, Parameter]:
+    """The constants the good levels can tell apart, less those the profile sets: measured
+    kernels' factor where kernels predicted, and of the analytic model's, eta_bw and t_layer_us
+    from MIN_SPEED_LAYOUTS layouts and MIN_SPEED_POINTS levels, the parts of FORM_PARAMETERS from
+    FORM_LAYOUTS layouts and FORM_LEVELS concurrencies (the collectives' only where a layout has
+    collectives, the experts' only for a MoE model, the pipeline's only where one ran)."""
+    kernel = [g for g in groups if g.model.kernels is not None]
+    analytic = [g for g in groups if g.model.kernels is None]
+    space: dict[str, Parameter] = {}
+    if sum(len(g.levels) for g in kernel) >= MIN_KERNEL_POINTS:
+        space.update(KERNEL_PARAMETERS)
+    layouts = {g.verdict.layout.parallel for g in analytic}
+    points = sum(len(g.levels) for g in analytic)
+    if len(layouts) >= MIN_SPEED_LAYOUTS and points >= MIN_SPEED_POINTS:
+        space.update(SPEED_PARAMETERS)
+    levels = {level for g in analytic for level in g.levels}
+    if len(layouts) >= FORM_LAYOUTS and len(levels) >= FORM_LEVELS:
+        collectives = any(_has_collectives(g.model) for g in analytic)
+        for name, parameter in FORM_PARAMETERS.items():
+            if name.startswith("ar_") and not collectives:
+                continue
+            if name.startswith("moe_") and setup.model.moe is None:
+                continue
+            if name == "eta_pp" and not any(g.model.placement.pp > 1 for g in analytic):
+                continue
+            space[name] = parameter
+    return {name: parameter for name, parameter in space.items() if name not in setup.calibration}
+
+
+def _has_collectives(model: PerfModel) -> bool:
+    p = model.placement
+    return p.attn_tp > 1 or (model.model.moe is not None and p.moe_ep * p.moe_tp > p.attn_tp)
 
 
 def _speed_groups(setup: Setup, runs: Sequence[tuple[int, Run]]) -> tuple[list[_Group], set[int]]:
@@ -400,13 +486,15 @@ def _speed_groups(setup: Setup, runs: Sequence[tuple[int, Run]]) -> tuple[list[_
         if not good:
             continue
         verdict = plan(launched.layout)
-        if for_verdict(setup, verdict) is None:
+        model = for_verdict(setup, verdict)
+        if model is None:
             continue  # the model says it cannot run: no prediction to fit against
         for (input_len, output_len), same in itertools.groupby(sorted(good, key=_shape), key=_shape):
             level_points = list(same)
             groups.append(
                 _Group(
                     verdict,
+                    model,
                     input_len,
                     output_len,
                     tuple(p.concurrency for p in level_points),
@@ -423,42 +511,79 @@ def _shape(point: Measured) -> tuple[int, int]:
 
 def search(
     objective: Callable[[Mapping[str, float]], float],
-    bounds: Sequence[tuple[str, float, float]],
-    fixed: Mapping[str, float] | None = None,
-) -> tuple[dict[str, float], float]:
-    """The lowest ``objective`` within ``bounds`` (name, low, high) and its value: a line search
-    over the first constant, each of its values scored by the best of the others (searched the
-    same way). Nested line searches follow a narrow diagonal valley, which the bandwidth and the
-    per-layer floor make (a little more of one offsets a little less of the other), where a grid
-    refined round by round or one constant at a time would stall."""
-    fixed = dict(fixed or {})
-    (name, low, high), rest = bounds[0], bounds[1:]
-    tried: dict[float, tuple[dict[str, float], float]] = {}
+    space: Mapping[str, Parameter],
+    start: Mapping[str, float],
+) -> dict[str, float]:
+    """The values within ``space`` that minimise ``objective`` plus PRIOR_WEIGHT times the squared
+    distance from ``start`` (each constant measured in shares of its range): Nelder-Mead
+    (Nelder and Mead, "A simplex method for function minimization", Computer Journal 7(4), 1965)
+    in the unit cube of the ranges, restarted SEARCH_ROUNDS times from the best point found. It
+    needs no gradient (the mean absolute error has kinks), follows the narrow diagonal valleys
+    some pairs make (a little more bandwidth offsets a little less per-layer floor), and takes a
+    few hundred evaluations for a dozen constants."""
+    names = list(space)
+    origin = [space[n].where(start[n]) for n in names]
 
-    def score(value: float) -> float:
-        if value not in tried:
-            values = {**fixed, name: value}
-            tried[value] = search(objective, rest, values) if rest else (values, objective(values))
-        return tried[value][1]
+    def values(u: Sequence[float]) -> dict[str, float]:
+        return {n: space[n].at(x) for n, x in zip(names, u)}
 
-    line_search(score, low, high)
-    return min(tried.values(), key=lambda found: found[1])
+    def cost(u: Sequence[float]) -> float:
+        clipped = [min(1.0, max(0.0, x)) for x in u]
+        moved = sum((x - o) ** 2 for x, o in zip(clipped, origin))
+        return objective(values(clipped)) + PRIOR_WEIGHT * moved
+
+    best = list(origin)
+    for _ in range(SEARCH_ROUNDS):
+        best = nelder_mead(cost, best)
+    return values([min(1.0, max(0.0, x)) for x in best])
 
 
-def line_search(score: Callable[[float], float], low: float, high: float) -> float:
-    """The best of a grid over [low, high], then golden-section search within one grid step of
-    it: for the V-shaped error of one constant (tok/s moves one way with it) that finds the
-    bottom to LINE_TOLERANCE of the range."""
-    step = (high - low) / (GRID_POINTS - 1)
-    best = min((low + step * k for k in range(GRID_POINTS)), key=score)
-    a, b = max(low, best - step), min(high, best + step)
-    ratio = (math.sqrt(5) - 1) / 2
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    while b - a > LINE_TOLERANCE * (high - low):
-        if score(c) <= score(d):
-            b, d = d, c
-            c = b - ratio * (b - a)
+def nelder_mead(
+    cost: Callable[[Sequence[float]], float], start: Sequence[float], step: float = 0.1
+) -> list[float]:
+    """The point of lowest ``cost`` the simplex finds from ``start`` (standard coefficients:
+    reflect 1, expand 2, contract and shrink 1/2), stopped when the simplex is smaller than
+    SEARCH_TOLERANCE on every axis or after SEARCH_EVALUATIONS per dimension."""
+    n = len(start)
+    simplex = [list(start)]
+    for i in range(n):
+        vertex = list(start)
+        vertex[i] += step if vertex[i] + step <= 1.0 else -step
+        simplex.append(vertex)
+    scored = sorted(((cost(v), v) for v in simplex), key=lambda item: item[0])
+    evaluations = n + 1
+    while evaluations < SEARCH_EVALUATIONS * max(1, n):
+        spread = max(max(v[i] for _, v in scored) - min(v[i] for _, v in scored) for i in range(n))
+        if spread < SEARCH_TOLERANCE:
+            break
+        worst_cost, worst = scored[-1]
+        centre = [sum(v[i] for _, v in scored[:-1]) / n for i in range(n)]
+
+        reflected = _along(centre, worst, -1.0)
+        r = cost(reflected)
+        evaluations += 1
+        if r < scored[0][0]:
+            expanded = _along(centre, worst, -2.0)
+            e = cost(expanded)
+            evaluations += 1
+            scored[-1] = (e, expanded) if e < r else (r, reflected)
+        elif r < scored[-2][0]:
+            scored[-1] = (r, reflected)
         else:
-            a, c = c, d
-            d = a + ratio * (b - a)
-    return min((best, c, d), key=score)
+            contracted = _along(centre, worst, -0.5 if r < worst_cost else 0.5)
+            c = cost(contracted)
+            evaluations += 1
+            if c < min(r, worst_cost):
+                scored[-1] = (c, contracted)
+            else:
+                best = scored[0][1]
+                shrunk = [[b + 0.5 * (x - b) for b, x in zip(best, v)] for _, v in scored[1:]]
+                scored = [scored[0], *((cost(v), v) for v in shrunk)]
+                evaluations += n
+        scored.sort(key=lambda item: item[0])
+    return scored[0][1]
+
+
+def _along(centre: Sequence[float], vertex: Sequence[float], t: float) -> list[float]:
+    """The point ``t`` of the way from ``centre`` to ``vertex`` (below 0: beyond the centre)."""
+    return [c + t * (v - c) for c, v in zip(centre, vertex)]

@@ -45,6 +45,17 @@ class Calibration:
     alpha_p2p_us: float = 10.0  # one pipeline hop
     bw_p2p_gbs: float = 25.0
     ar_latency_scale: float = 1.0  # multiplies the link's all-reduce latency (topology, NCCL env)
+    ar_bw_scale: float = 1.0  # multiplies the link's all-reduce bus bandwidth (topology, NCCL env)
+    # Routed experts' reads take this many times what their bytes say, times (tokens per expert)
+    # to the power -moe_batch_exp: grouped-GEMM kernels that read their experts slowly while each
+    # expert sees a token or two (exponent above 0) or that lose pace as tokens pile up (below 0).
+    moe_scale: float = 1.0
+    moe_batch_exp: float = 0.0
+    # A residual the parts above do not explain, fitted across layouts: every decode step times
+    # (batch / RESIDUAL_BATCH) to the power step_batch_exp.
+    step_batch_exp: float = 0.0
+    prefill_scale: float = 1.0  # multiplies a prompt's modelled prefill time
+    t_prefill_ms: float = 0.0  # added to every prefill step: its own scheduling and launches
     max_running: int = 0  # engine cap on running requests; 0: the engine's default
     # Per-layout floor under every step, measured on a box: a step never takes less. Models a
     # launch-bound engine (no CUDA graphs, slow NCCL path) whose CPU time hides the GPU's at
@@ -79,6 +90,8 @@ class Calibration:
                 changes[key] = {**self.t_floor_ms, **floors}
             elif key == "max_running":
                 changes[key] = _calibration_count(key, value, source, fix)
+            elif key in _EXPONENTS:
+                changes[key] = _calibration_exponent(key, value, source, fix)
             else:
                 high = 1.0 if key.startswith("eta_") else MAX_CALIBRATION
                 changes[key] = _calibration_number(key, value, source, fix, high, zero=key in _ADDED_TERMS)
@@ -86,8 +99,12 @@ class Calibration:
 
 
 MAX_CALIBRATION = 1e6  # far above any time (us, ms), bandwidth (GB/s) or factor a box measures
+# Exponents of a batch dependence: 0 is none; beyond +-2 a term would swing 1000x over a sweep.
+MAX_EXPONENT = 2.0
+_EXPONENTS = frozenset({"moe_batch_exp", "step_batch_exp"})
+RESIDUAL_BATCH = 32  # the batch at which the residual is 1
 # Overheads added to a step: 0 means "none" (shares, factors and bandwidths divide or multiply).
-_ADDED_TERMS = frozenset({"t_layer_us", "t_sched_ms", "alpha_p2p_us"})
+_ADDED_TERMS = frozenset({"t_layer_us", "t_sched_ms", "alpha_p2p_us", "t_prefill_ms"})
 
 
 def _calibration_number(
@@ -102,6 +119,18 @@ def _calibration_number(
         least = "0 or more" if zero else "above 0"
         raise CockpitError(
             f"{source}: calibration '{key}' must be {least} and at most {high:g} (got {shown(value)}): {fix}"
+        )
+    return float(value)
+
+
+def _calibration_exponent(key: str, value: Any, source: str, fix: str) -> float:
+    """A batch dependence's exponent: a real number from -MAX_EXPONENT to MAX_EXPONENT."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CockpitError(f"{source}: calibration '{key}' needs a number, got {shown(value)}: {fix}")
+    if not -MAX_EXPONENT <= value <= MAX_EXPONENT:  # also refuses nan and inf
+        raise CockpitError(
+            f"{source}: calibration '{key}' must be from {-MAX_EXPONENT:g} to {MAX_EXPONENT:g} "
+            f"(got {shown(value)}): {fix}"
         )
     return float(value)
 
@@ -238,7 +267,7 @@ class PerfModel:
         stage = self._busiest_stage
         layers = int(stage["_stage_layers"])
         dense_bytes = stage["attention"] + stage["dense+shared"] + stage["other"]
-        expert_bytes = stage["experts"] * self._coverage(batch) / self._moe_efficiency(batch)
+        expert_bytes = stage["experts"] * self._coverage(batch) * self._moe_factor(batch)
         kv_bytes = local * context * self.memory.kv_bytes_per_token
         t_mem = (dense_bytes + expert_bytes + kv_bytes) / self._bandwidth + (
             self._lm_head_s if with_lm_head else 0.0
@@ -261,7 +290,7 @@ class PerfModel:
                 floor, self.kernels.decode_step_s(per_replica, context) * self.calibration.kernel_scale
             )
         if p.pp == 1:
-            return max(floor, self.step(per_replica, context).total)
+            return max(floor, self.step(per_replica, context).total * self._residual(per_replica))
         # Stages run in series for one microbatch; with several in flight they overlap, less
         # than ideally (eta_pp). The last stage also reads lm_head for every microbatch.
         microbatches = min(per_replica, p.pp)
@@ -269,9 +298,12 @@ class PerfModel:
         t_stage = self.step(micro, context, with_lm_head=False).total
         t_lm = self._lm_head_s
         hops = (p.pp - 1) * self._hop(micro)
+        residual = self._residual(per_replica)
         if microbatches == 1:
-            return max(floor, p.pp * t_stage + t_lm + hops)
-        return max(floor, max(microbatches, p.pp) * (t_stage + t_lm) / self.calibration.eta_pp + hops)
+            return max(floor, (p.pp * t_stage + t_lm + hops) * residual)
+        return max(
+            floor, (max(microbatches, p.pp) * (t_stage + t_lm) / self.calibration.eta_pp + hops) * residual
+        )
 
     def decode_tok_s(self, concurrency: int, input_len: int = 1024, output_len: int = 1024) -> float:
         """Steady-state output tokens per second of the whole server at a closed-loop concurrency."""
@@ -287,6 +319,12 @@ class PerfModel:
         running = self.effective_concurrency(concurrency, input_len + out)
         context = input_len + out / 2
         prompts = running * input_len  # prompt tokens of one round
+        # Replicas (DP, DP attention) compute their own requests' prompts side by side.
+        side_by_side = max(1, min(self.placement.attn_replicas, running))
+
+        def prefill_s(tokens: int) -> float:
+            return self.prefill_time_s(tokens) / side_by_side
+
         budget = self.step_tokens or max(1, prompts)
         staggered = running > 1 and prompts > budget
         if not staggered:
@@ -294,7 +332,7 @@ class PerfModel:
             # beside them; the step that finishes them emits every first token, then the whole
             # batch decodes together, and finishes together.
             full, rest = divmod(prompts, budget)
-            prefill = full * self.prefill_time_s(budget) + self.prefill_time_s(rest)
+            prefill = full * prefill_s(budget) + prefill_s(rest)
             step = self.step_time_s(running, context)
             round_s = prefill + out * step
             first_token = prefill + self.step_time_s(running, input_len)
@@ -305,12 +343,12 @@ class PerfModel:
             prefill_steps = prompts / chunk
             steps = max(out, math.ceil(prefill_steps))  # per round; nearly all of them decode
             step = self.step_time_s(max(1, round(running * out / steps)), context)
-            prefill = prefill_steps * self.prefill_time_s(chunk)
+            prefill = prefill_steps * prefill_s(chunk)
             round_s = prefill + steps * step
             # A request arriving at the end of a step waits for the step already scheduled (in a
             # burst of prefill steps, all but the first carry a chunk), then for its own chunks;
             # when prompts are the bottleneck, every step carries a chunk and it waits its turn.
-            chunk_s = self.prefill_time_s(chunk)
+            chunk_s = prefill_s(chunk)
             burst = math.ceil(prefill_steps)
             in_flight = step + (burst - 1) / burst * chunk_s
             own = math.ceil(input_len / chunk) * (step + chunk_s)
@@ -347,7 +385,8 @@ class PerfModel:
         t_cmp = flops / (peak * cal.eta_f)
         t_mem = self.step(1, tokens / 2).memory * p.pp
         t_coll = 2 * self._all_reduce(p.attn_tp, tokens * self.model.hidden * 2) * self.model.layers
-        return max(t_cmp, t_mem) + t_coll + self.model.layers * cal.t_layer_us * 1e-6
+        floors = self.model.layers * cal.t_layer_us * 1e-6 + cal.t_prefill_ms * 1e-3
+        return (max(t_cmp, t_mem) + t_coll) * cal.prefill_scale + floors
 
     def ttft_s(self, input_len: int, concurrency: int = 1) -> float:
         """Time to first token for a request arriving at a server running ``concurrency``."""
@@ -373,6 +412,21 @@ class PerfModel:
     def _lm_head_s(self) -> float:
         """Reading lm_head once a step (on the last stage)."""
         return self.model.class_bytes("lm_head") / self.placement.lm_head_tp / self._bandwidth
+
+    def _moe_factor(self, batch: int) -> float:
+        """How many times its bytes' time the routed experts' reads take at ``batch`` tokens:
+        the sliced-GEMM penalty below and the box's ``moe_scale`` and ``moe_batch_exp``."""
+        moe, cal = self.model.moe, self.calibration
+        factor = 1 / self._moe_efficiency(batch)
+        if moe is None or (cal.moe_scale == 1.0 and cal.moe_batch_exp == 0.0):
+            return factor
+        per_expert = max(1, batch) * moe.experts_per_token / moe.experts
+        return factor * cal.moe_scale * per_expert ** (-cal.moe_batch_exp)
+
+    def _residual(self, batch: int) -> float:
+        """The fitted residual of a decode step at ``batch`` sequences (1 by default)."""
+        exponent = self.calibration.step_batch_exp
+        return (max(1, batch) / RESIDUAL_BATCH) ** exponent if exponent else 1.0
 
     def _moe_efficiency(self, batch: int) -> float:
         """Expert slices (MoE-TP >= 4) run less efficient GEMMs once each expert sees tokens.
@@ -417,7 +471,7 @@ class PerfModel:
             return 0.0
         link = self.hardware.link
         alpha = link.allreduce_latency(n) * 1e-6 * self.calibration.ar_latency_scale
-        return alpha + nbytes / (link.allreduce_busbw(n) * 1e9)
+        return alpha + nbytes / (link.allreduce_busbw(n) * 1e9 * self.calibration.ar_bw_scale)
 
     def _hop(self, batch: int) -> float:
         cal = self.calibration

@@ -185,17 +185,20 @@ class LaunchPrediction:
     memory: PredictedMemory | None = None
     learned_runs: int | None = None
     tok_s: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
+    speed: str = ""  # which source predicted the speeds (cockpit.core.speed.SpeedSource.label)
 
     def tok_s_at(self, input_len: int, output_len: int, concurrency: int) -> float | None:
         """The tok/s predicted for one level; None where nothing was."""
         return self.tok_s.get((input_len, output_len), {}).get(concurrency)
 
     def to_json(self) -> dict[str, Any]:
-        """The journal's `predicted`: {"memory": {...} or null, "learned_runs": n,
-        "tok_s": {"<in>/<out>": {"<C>": tok/s}}}; what is not known is left out."""
+        """The journal's `predicted`: {"memory": {...} or null, "learned_runs": n, "speed": "the
+        source's label", "tok_s": {"<in>/<out>": {"<C>": tok/s}}}; what is not known is left out."""
         json: dict[str, Any] = {"memory": self.memory.to_json() if self.memory else None}
         if self.learned_runs is not None:
             json["learned_runs"] = self.learned_runs
+        if self.speed:
+            json["speed"] = self.speed
         if self.tok_s:
             json["tok_s"] = {
                 f"{i}/{o}": {str(c): v for c, v in levels.items()} for (i, o), levels in self.tok_s.items()
@@ -226,10 +229,16 @@ class LaunchPrediction:
         learned_runs = _whole(runs)
         if runs is not None and learned_runs is None and strict:
             raise BadRecord(f"{what}: learned_runs is {shown(runs)}, not a whole number")
+        speed = data.get("speed", "")
+        if not isinstance(speed, str):
+            if strict:
+                raise BadRecord(f"{what}: speed is {shown(speed)}, not text")
+            speed = ""
         return cls(
             memory=None if memory is None else PredictedMemory._read(memory, strict),
             learned_runs=learned_runs,
             tok_s=_tok_s(data.get("tok_s"), f"{what}'s tok_s", strict),
+            speed=speed,
         )
 
 

@@ -11,10 +11,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cockpit import __version__
 from cockpit.core.errors import CockpitError
+from cockpit.core.speed import SPEEDS
 from cockpit.core.tuning.spec import USAGE as TUNE_USAGE
 from cockpit.engines import ENGINE_NAMES
 from cockpit.store.profile_setup import SetupOverrides, build_setup, resolve
@@ -64,6 +65,18 @@ def _add_setup_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", metavar="TYPE", help="GPU type, e.g. rtx-pro-6000, h100, h200")
     parser.add_argument(
         "--gpu-mem", type=float, metavar="GIB", help="memory per GPU in GiB (overrides the type's)"
+    )
+
+
+def _add_speed_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    """--speed: where predicted speeds come from (docs/speed.md#speed-sources). SUPPRESS on a
+    subcommand: given before it (`cockpit --speed analytic plan`), cockpit's own stands."""
+    parser.add_argument(
+        "--speed",
+        choices=SPEEDS,
+        default=default,
+        help="predict speeds from measured kernels where they cover the box (the default; "
+        "the kernels extra) or from the analytic model alone",
     )
 
 
@@ -146,10 +159,16 @@ _OWN_FLAGS = {
     "sweep": {"--sim": "sim", "--force": "force", "--verbose": "verbose"},
 }
 _OWN_VALUED = {
-    "tune": {"--profile": "profile", "--engine": "engine", "--startup-timeout": "startup_timeout"},
+    "tune": {
+        "--profile": "profile",
+        "--engine": "engine",
+        "--speed": "speed",
+        "--startup-timeout": "startup_timeout",
+    },
     "sweep": {
         "--profile": "profile",
         "--engine": "engine",
+        "--speed": "speed",
         "--startup-timeout": "startup_timeout",
         "--bench": "bench",
         "--timeout": "timeout",
@@ -158,6 +177,7 @@ _OWN_VALUED = {
 _OWN_EXAMPLES = {
     "--profile": "minimax-m2.5",
     "--engine": "sglang",
+    "--speed": "analytic",
     "--startup-timeout": "3600",
     "--bench": '"c=1,32 in=1024 out=1024"',
     "--timeout": "600",
@@ -191,6 +211,8 @@ def _own_value(name: str, value: str) -> str | float:
     """An option's value as its command wants it: seconds as a number, an engine cockpit knows."""
     if name == "--engine" and value not in ENGINE_NAMES:
         raise CockpitError(f"--engine is vllm or sglang, not {value!r}")
+    if name == "--speed" and value not in SPEEDS:
+        raise CockpitError(f"--speed is {' or '.join(SPEEDS)}, not {value!r}")
     if name in ("--startup-timeout", "--timeout"):
         return _seconds(value, name)
     return value
@@ -247,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sim", action="store_true", help="use the simulated GPU box even where NVIDIA GPUs are found"
     )
+    _add_speed_option(parser, default=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     plan = commands.add_parser("plan", help="which layouts fit, what each GPU holds, and why a layout fails")
@@ -259,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--concurrency", metavar="C,C,...", help="concurrency levels for predicted tok/s")
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_speed_option(plan, default=argparse.SUPPRESS)
 
     run = commands.add_parser("run", help='launch a layout headless: cockpit run "try tp4 ep2"')
     run.add_argument(
@@ -370,6 +394,7 @@ def _add_lab_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim", action="store_true", default=argparse.SUPPRESS, help="use the simulated box and engine"
     )
+    _add_speed_option(parser, default=argparse.SUPPRESS)
 
 
 def _add_startup_timeout(parser: argparse.ArgumentParser, help: str) -> None:
@@ -390,6 +415,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         profile=args.profile,
         sim=args.sim,
         engine=args.engine,
+        speed=args.speed,
         resume=args.resume,
         verbose=args.verbose,
         startup_timeout=args.startup_timeout,
@@ -406,6 +432,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile=args.profile,
         sim=args.sim,
         engine=args.engine,
+        speed=args.speed,
         force=args.force,
         startup_timeout=args.startup_timeout,
         verbose=args.verbose,
@@ -422,7 +449,7 @@ def cmd_cockpit(args: argparse.Namespace) -> int:
     from cockpit.lab.box import box_context
 
     profile, notes = resolve(SetupOverrides(profile=args.profile, engine=args.engine))
-    box = box_context(profile, sim=args.sim)
+    box = box_context(profile, sim=args.sim, speed=args.speed)
     if box.simulated:
         print(f"{box.reason}: using the simulated box ({box.hardware}) and profile {profile.name}")
     served = bool(os.environ.get("TEXTUAL_DRIVER"))  # `cockpit web`: textual-serve drives the app
@@ -465,7 +492,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # Simulated with --sim or where no driver is found (where `cockpit run` would launch the
     # simulator): its option table, what it learned and measured; else the GPUs' and the engine
     # version the launcher runs here (the flags `try` will launch with).
-    return _print_plan(args, profile, notes, box_context(profile, sim=args.sim))
+    return _print_plan(args, profile, notes, box_context(profile, sim=args.sim, speed=args.speed))
 
 
 def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ...], box: BoxContext) -> int:
@@ -499,11 +526,16 @@ def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ..
     measured, unread = measured_here(setup, simulated=box.simulated)  # this box's newest of each layout
     if unread:
         print(f"note: {unread}", file=sys.stderr)
+    from cockpit.reports.speed import layout_sources, speed_lines
+
+    sources = layout_sources(setup, verdicts)  # which backend and data predicted each layout
     if args.json:
         rows = [v.to_json() for v in verdicts]
         for row in rows:  # the newest numbers this box measured of the layout, or null
             last = measured.get(row["layout"])
             row["last_measured"] = last.to_json() if last else None
+            source = sources.get(row["layout"])
+            row["speed"] = source.to_json() if source else None
         print(json.dumps(rows, indent=2))
     else:
         print(
@@ -516,6 +548,8 @@ def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ..
             f"tok/s: predicted output throughput at each concurrency, prompts prefilled (input {bench.input_len}, "
             f"output {bench.output_len} tokens), from the performance model {prediction_basis(setup)}"
         )
+        for line in speed_lines(sources):
+            print(line)
     return 0
 
 
@@ -543,6 +577,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bench=args.bench,
         timeout=args.timeout,
         engine=args.engine,
+        speed=args.speed,
     )
 
 
@@ -601,6 +636,8 @@ def cmd_web(args: argparse.Namespace) -> int:
         argv += ["--profile", args.profile]
     if args.sim:
         argv.append("--sim")
+    if args.speed:
+        argv += ["--speed", args.speed]
     from cockpit.faces.webserve import OriginCheckedServer
 
     print(

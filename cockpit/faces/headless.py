@@ -61,6 +61,7 @@ def run_headless(
     bench: str | None = None,
     timeout: float | None = None,
     engine: str | None = None,
+    speed: str | None = None,
     out: Print = print,
 ) -> int:
     command = parse_command(text)
@@ -74,7 +75,9 @@ def run_headless(
             f'cockpit run takes a layout to try, like `cockpit run "try tp4 ep2"`; got "{text}"'
         )
     check_seconds(startup_timeout, "--startup-timeout", "if loading is just slow, give more, like 3600")
-    with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
+    with Lab.open(
+        profile, sim=sim, engine=engine, speed=speed, interval=0.5, startup_timeout=startup_timeout
+    ) as lab:
         tell_opening(lab, out)
         announce_live_servers(lab.registry, out)
         lab.monitor.start()
@@ -120,6 +123,7 @@ def run_tune(
     resume: bool,
     verbose: bool,
     startup_timeout: float,
+    speed: str | None = None,
     out: Print = print,
 ) -> int:
     """`cockpit tune`: 0 with a winner, 1 without one. Ctrl-C, SIGTERM and a hang-up stop the
@@ -140,7 +144,9 @@ def run_tune(
     previous = raise_on_signals()
     code = 1
     try:
-        with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
+        with Lab.open(
+            profile, sim=sim, engine=engine, speed=speed, interval=0.5, startup_timeout=startup_timeout
+        ) as lab:
             tell_opening(lab, printer)
             try:
                 tuner = Tuner.resume(lab, show) if spec is None else Tuner.start(lab, spec, show)
@@ -332,6 +338,7 @@ def run_sweep(
     verbose: bool = False,
     bench: str | None = None,
     timeout: float | None = None,
+    speed: str | None = None,
     out: Print = print_line,
 ) -> int:
     """`cockpit sweep`: each layout in turn launched, benched and stopped, as the screen's `sweep`
@@ -344,7 +351,9 @@ def run_sweep(
     previous = raise_on_signals()
     code = 1
     try:
-        with Lab.open(profile, sim=sim, engine=engine, interval=0.5, startup_timeout=startup_timeout) as lab:
+        with Lab.open(
+            profile, sim=sim, engine=engine, speed=speed, interval=0.5, startup_timeout=startup_timeout
+        ) as lab:
             tell_opening(lab, printer)
             announce_live_servers(lab.registry, printer)
             refuse_unrunnable(plan_layout(lab.setup, layout) for layout in command.layouts)

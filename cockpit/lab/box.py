@@ -5,7 +5,9 @@ which version of the engine is in force. A real box speaks the version its launc
 of the launcher the first time someone needs it, never before); a simulated one speaks the
 newest table cockpit has, as the simulated engine does, and no launcher is asked at all. The
 lab, ``cockpit plan``, the calibration commands and the screen all read one context, so they
-plan with one option table and file what they learn under one calibration key.
+plan with one option table and file what they learn under one calibration key. It also decides
+where speeds come from: measured kernels where they cover a layout (``cockpit.kernels``, loaded
+the first time a prediction asks), unless ``--speed analytic`` keeps the analytic model alone.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
 from cockpit.core.planner import Setup
+from cockpit.core.speed import ANALYTIC, KERNELS
 from cockpit.engines import Engine, get_engine
 from cockpit.engines.options import OptionTable
+from cockpit.kernels import MeasuredKernels
 from cockpit.store.calibration import Key, engine_version
 from cockpit.store.profile import Profile
 from cockpit.store.profile_setup import setup_for
@@ -48,6 +53,7 @@ class BoxContext:
     engine_name: str
     launcher: tuple[str, ...]  # the words that start the engine here: asked which version it runs
     reason: str = ""  # why the box is simulated; "" on the real box
+    speed: str = KERNELS  # KERNELS: measured kernels where they cover a layout; ANALYTIC: never
 
     @property
     def simulated(self) -> bool:
@@ -95,19 +101,35 @@ class BoxContext:
         return Key(self.hardware.gpu.key, self.engine_name, self.version, self.simulated)
 
     def setup(self, profile: Profile) -> Setup:
-        """``profile``'s setup (the one this context was made from) with the engine in force."""
-        return replace(setup_for(profile), engine=self.engine)
+        """``profile``'s setup (the one this context was made from) with the engine in force and,
+        unless the analytic model was asked for, measured kernels for its engine version."""
+        setup = replace(setup_for(profile), engine=self.engine)
+        if self.speed == ANALYTIC:
+            return setup
+        return replace(setup, speed=MeasuredKernels(self.version, _kv_cache_dtype(setup)))
 
 
-def box_context(profile: Profile, *, sim: bool, real: bool = False) -> BoxContext:
+def _kv_cache_dtype(setup: Setup) -> str:
+    """The KV cache dtype the profile asks for; ``auto`` where its arguments do not check (the
+    verdict says why, in the engine's words, when the layout is planned)."""
+    try:
+        return setup.server.kv_cache_dtype
+    except CockpitError:
+        return "auto"
+
+
+def box_context(profile: Profile, *, sim: bool, real: bool = False, speed: str | None = None) -> BoxContext:
     """The box ``profile`` names, decided: simulated with ``sim`` or where no driver is found,
-    real with ``real`` (a driver or not: `calibration reset --real`)."""
+    real with ``real`` (a driver or not: `calibration reset --real`). ``speed``: ``analytic``
+    keeps measured kernels out (``--speed``); None: the profile's ``speed:``, else kernels where
+    they cover."""
     hardware = profile.box
     return BoxContext(
         hardware,
         profile.engine,
         _launcher(profile),
         reason="" if real and not sim else simulated_reason(sim, hardware),
+        speed=speed or profile.speed or KERNELS,
     )
 
 

@@ -98,6 +98,7 @@ class Lab:
         box: BoxContext | None = None,
         sim: bool = False,
         engine: str | None = None,
+        speed: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         collect_problems: bool = False,
@@ -108,7 +109,8 @@ class Lab:
         started simulated).
         ``engine``: run the profile on this engine (its launcher, its arguments; ``notes`` say
         what was translated). ``collect_problems``: damaged records go to ``problems`` instead
-        of stderr (a screen owns the terminal)."""
+        of stderr (a screen owns the terminal). ``speed``: where predicted speeds come from
+        (``cockpit.lab.box``: measured kernels where they cover, or ``analytic``)."""
         notes: tuple[str, ...] = ()
         problems: list[str] = []
         warn = problems.append if collect_problems else None
@@ -117,7 +119,7 @@ class Lab:
         elif engine:
             profile, notes = profile_for_engine(profile, engine)
         if box is None:
-            box = box_context(profile, sim=sim)
+            box = box_context(profile, sim=sim, speed=speed)
         setup = lab_setup(profile, box)
         store = CalibrationStore()
         setup = replace(setup, learned=store.learned(box.key, setup.model_path))  # a bad file: a notice

@@ -21,13 +21,14 @@ import psutil
 from cockpit.bench.result import LevelSummary
 from cockpit.core.benchrequest import BenchRequest
 from cockpit.core.errors import CockpitError
-from cockpit.core.fitting import engine_fell_behind
+from cockpit.core.fitting import Run, engine_fell_behind
 from cockpit.core.outcome import FAILED as LAUNCH_FAILED
 from cockpit.core.outcome import READY
 from cockpit.core.secrets import redact_argv
 from cockpit.core.slo import Slo
 from cockpit.core.tuning.candidates import Candidate, nothing_fits_reason, plan_candidates, repredict
 from cockpit.core.tuning.events import (
+    Margin,
     Point,
     Row,
     TuneEvent,
@@ -39,6 +40,7 @@ from cockpit.core.tuning.events import (
     TuneStarted,
     TuneStep,
 )
+from cockpit.core.tuning.margin import UNMEASURED, out_of_sample_margin
 from cockpit.core.tuning.search import (
     Decision,
     LevelClimb,
@@ -53,6 +55,7 @@ from cockpit.core.tuning.spec import TuneSpec
 from cockpit.lab.lab import Lab
 from cockpit.runner.events import BenchLevel, Event, Failed, Ready, Stopped
 from cockpit.runner.experiment import BOX_BUSY, INEXPRESSIBLE, PLANNED_FAILURE, journal_stopped
+from cockpit.store.calibration import fit_runs
 from cockpit.store.journal import TuneRecord
 
 Listener = Callable[[TuneEvent | Event], None]
@@ -165,7 +168,7 @@ class Tuner:
                     candidates,
                     self.tried,
                     self.failures,
-                    self.points,
+                    self.margin(candidates),
                     launches_left=launches_left,
                     time_left_s=time_left,
                 )
@@ -175,7 +178,7 @@ class Tuner:
                 if self.should_stop():
                     interrupted = True
                     break
-                chosen, margin = decision.candidate, decision.margin
+                chosen, margin = decision.candidate, decision.margin.value
                 busy = self._try(
                     chosen, optimistic_bound(chosen, margin), chosen.prediction.goal_at(margin)[1]
                 )
@@ -198,6 +201,12 @@ class Tuner:
                 lab.journal.finish_tune(self.tune, "interrupted" if interrupted else "done", result.to_json())
             self.on_event(result)
         return result
+
+    def margin(self, candidates: list[Candidate]) -> Margin:
+        """The bounds' margin: the model's error on each measured candidate when calibrated
+        without it (``margin.out_of_sample_margin``), from the box's runs as the lab fits them."""
+        setup = self.lab.setup
+        return out_of_sample_margin(setup, self.spec, candidates, self.points, box_runs(self.lab))
 
     def _try(self, candidate: Candidate, bound: float, start: float) -> str:
         """Launch and measure one candidate, its levels climbed from ``start``; journaled when it
@@ -421,12 +430,12 @@ class Tuner:
 
     # -- what the faces see -----------------------------------------------------------------------
 
-    def _rows(self, candidates: Iterable[Candidate], margin: float, reason: str = "") -> tuple[Row, ...]:
+    def _rows(self, candidates: Iterable[Candidate], margin: Margin, reason: str = "") -> tuple[Row, ...]:
         rows = []
         best = best_tried(self.tried)
         for c in candidates:
             t = self.tried.get(c.name)
-            bound = optimistic_bound(c, margin)
+            bound = optimistic_bound(c, margin.value)
             if t is None:
                 state, note = (
                     why_not_tried(c, best, margin, self.failures, reason) if reason else ("untried", "")
@@ -463,7 +472,7 @@ class Tuner:
     def _result(
         self, candidates: list[Candidate], decision: Decision | None, interrupted: bool
     ) -> TuneResult:
-        margin = decision.margin if decision else 0.0
+        margin = decision.margin if decision else UNMEASURED
         if self.busy:
             reason = f"the box is busy: {self.busy}; free it, then `tune --resume`"
         elif self.nothing_fits:
@@ -495,6 +504,13 @@ class Tuner:
             self.fitting,
             interrupted,
         )
+
+
+def box_runs(lab: Lab) -> list[Run]:
+    """The box's journaled launches of the lab's model with their levels, as the lab's own fit
+    reads them (``calibration.relearn``): since the box was last reset, each typed as the setup
+    types the model."""
+    return fit_runs(lab.journal, lab.setup, lab.sim, lab.store)
 
 
 def resolved(spec: TuneSpec, lab: Lab) -> TuneSpec:

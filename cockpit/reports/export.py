@@ -27,6 +27,7 @@ from cockpit.reports.results import (
     labelled,
     mark_notes,
     markdown_table,
+    prediction_sources,
 )
 from cockpit.reports.tune import tune_markdown
 from cockpit.store.journal import BenchPoint, Experiment
@@ -234,6 +235,7 @@ def _tables(comp: Comparison, predicted: bool) -> list[str]:
             lines += ["", f"_{note}_"]
     if predicted and has_prediction(comp):
         lines += ["", f"_{PREDICTED_NOTE}_"]
+        lines += [f"_{line}_" for line in prediction_sources(comp)]
     return lines
 
 

@@ -204,6 +204,7 @@ class Against:
     basis: str  # "calibrated from 3 runs" or "default"
     last: LastMeasured | None = None
     lengths: tuple[int, int] | None = None  # (input, output) tokens the predictions are for
+    speed: str = ""  # which source predicted them, in a few words (cockpit.core.speed.SpeedSource.short)
 
     def comparable(self, point: BenchPoint) -> bool:
         """Measured at the predictions' lengths and closed-loop, as they are made."""

@@ -61,7 +61,7 @@ _RECORD_FIELDS = [
     "rate",
     "best",
 ]
-_PREDICTED_FIELDS = ["predicted_tok_s", "measured_over_predicted"]  # csv, with predicted=True
+_PREDICTED_FIELDS = ["predicted_tok_s", "predicted_by", "measured_over_predicted"]  # csv, with predicted=True
 PREDICTED_NOTE = "In parentheses: the tok/s predicted for that level when the layout was launched."
 BEST_NOTE = "* most tok/s at that concurrency"
 MARK_NOTE = (
@@ -94,7 +94,8 @@ def format_comparison(comp: Comparison, fmt: str, predicted: bool = False, hint:
     if notes := mark_notes(comp):
         text += _notes(notes, fmt)
     if predicted and has_prediction(comp):
-        text += "\n\n" + (f"_{PREDICTED_NOTE}_" if fmt == "markdown" else PREDICTED_NOTE)
+        notes = [PREDICTED_NOTE, *prediction_sources(comp)]
+        text += "\n\n" + "\n".join(f"_{note}_" if fmt == "markdown" else note for note in notes)
     return text
 
 
@@ -165,6 +166,9 @@ def _csv(comp: Comparison, predicted: bool) -> str:
         if predicted:
             record |= {
                 "predicted_tok_s": record["predicted"]["tok_s"],
+                "predicted_by": record["predicted"]["speed"]
+                if record["predicted"]["tok_s"] is not None
+                else None,
                 "measured_over_predicted": record["measured_over_predicted"]["tok_s"],
             }
         if record.get("contended") is not None:  # one cell: the engine's peaks and the level, as JSON
@@ -176,6 +180,24 @@ def _csv(comp: Comparison, predicted: bool) -> str:
 def has_prediction(comp: Comparison) -> bool:
     """Whether any good level of any table has a tok/s predicted at launch to show beside it."""
     return any(_prediction(row, c) is not None for t in comp.tables for row in t.rows for c in row.cells)
+
+
+def prediction_sources(comp: Comparison) -> list[str]:
+    """Which source predicted the tok/s shown in parentheses, per layout: "Predicted by measured
+    kernels (AIConfigurator 0.12.0, h200_sxm, vllm 0.24.0): tp8, tp8 ep." (docs/speed.md)."""
+    layouts: dict[str, list[str]] = {}
+    for table in comp.tables:
+        for row in table.rows:
+            exp = row.source()
+            for point in row.cells.values():
+                source = row.source(point)
+                if source is not None and predicted_tok_s(source, point) is not None:
+                    exp = source
+                    break
+            label = exp.prediction.speed if exp is not None else ""
+            if label and row.layout not in layouts.setdefault(label, []):
+                layouts[label].append(row.layout)
+    return [f"Predicted by {label}: {', '.join(names)}." for label, names in layouts.items()]
 
 
 def _prediction(row: ComparisonRow, level: int) -> float | None:
@@ -319,7 +341,12 @@ def _against(row: ComparisonRow, point: BenchPoint | None) -> dict[str, Any]:
     guessed, logged = predicted_memory(exp), measured_memory(exp)
     engine = point.extra.get("engine") if point is not None else None
     return {
-        "predicted": {"tok_s": guess, **guessed.to_json(), "learned_runs": learned_runs(exp)},
+        "predicted": {
+            "tok_s": guess,
+            **guessed.to_json(),
+            "learned_runs": learned_runs(exp),
+            "speed": exp.prediction.speed or None,
+        },
         "measured": {
             "experiment": exp.id,
             "tok_s": tok_s,

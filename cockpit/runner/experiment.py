@@ -21,7 +21,7 @@ from cockpit.core.benchrequest import BenchRequest
 from cockpit.core.errors import CockpitError
 from cockpit.core.layout import Layout
 from cockpit.core.outcome import FAILED, LAUNCHING, READY, STOPPED
-from cockpit.core.perfmodel import predict_tok_s
+from cockpit.core.perfmodel import for_verdict, predict_tok_s
 from cockpit.core.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.core.secrets import Scrubber, launch_secrets_env, redact_argv
@@ -597,10 +597,14 @@ class Launcher:
         tok_s = predict_tok_s(setup, verdict, levels, input_len, output_len)
         if tok_s:
             per_level = {str(c): round(v, 2) for c, v in tok_s.items()}
-            self.journal.merge_predicted(
-                exp,
-                {"tok_s": {f"{input_len}/{output_len}": per_level}, "learned_runs": setup.learned.runs},
-            )
+            perf = for_verdict(setup, verdict)
+            predicted: dict[str, object] = {
+                "tok_s": {f"{input_len}/{output_len}": per_level},
+                "learned_runs": setup.learned.runs,
+            }
+            if perf is not None:
+                predicted["speed"] = perf.source.label
+            self.journal.merge_predicted(exp, predicted)
 
     def _record_facts(self, exp: int, facts: LaunchFacts) -> None:
         """The facts an event carries, journaled; a log that said nothing leaves the row as it is."""
@@ -625,10 +629,13 @@ class Launcher:
 
 
 def predicted_at_launch(setup: Setup, verdict: Verdict) -> LaunchPrediction:
-    """What the planner says of a launch, kept beside what the engine will log."""
+    """What the planner says of a launch, kept beside what the engine will log, and which source
+    predicts its speeds (the bench adds their tok/s)."""
+    perf = for_verdict(setup, verdict)
     return LaunchPrediction(
         memory=PredictedMemory.from_json(verdict.memory.to_json()) if verdict.memory else None,
         learned_runs=setup.learned.runs,
+        speed=perf.source.label if perf is not None else "",
     )
 
 

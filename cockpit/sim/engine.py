@@ -1,13 +1,15 @@
 """The simulated engine's life: start, load weights into simulated GPUs, fail or serve.
 
 It uses the planner for what the engine would do (the same rules, the same memory), so it fails
-exactly where the planner says, with the engine's own text, and the performance model for how
-fast it serves. Loading takes real time (weights read at ``LOAD_GBPS`` per GPU) divided by
+exactly where the planner says, with the engine's own text; how fast it serves is a truth of its
+own (``cockpit.sim.witness``: measured kernels, the simulator's own step model, or on request the
+planner's), so that comparing the planner with the simulator tests something. Loading takes real time (weights read at ``LOAD_GBPS`` per GPU) divided by
 ``COCKPIT_SIM_TIME_SCALE``; the serving clock is never scaled.
 
 A box can be given its own truth (``COCKPIT_SIM_TRUTH``, docs/simulator.md#a-box-with-its-own-truth):
-constants that differ from the planner's defaults, which the engine then loads, allocates, logs
-and paces by, while cockpit's own planner keeps its defaults and must learn them from launches.
+which truth paces it and how that is bent, and memory facts that differ from the planner's, which
+the engine then loads, allocates and logs by, while cockpit's own planner keeps its defaults and
+must learn them from launches.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ from typing import Any
 
 import yaml
 
-from cockpit.core.errors import CockpitError, shown
-from cockpit.core.fitting import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE
+from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
-from cockpit.core.perfmodel import Calibration, PerfModel, for_verdict
 from cockpit.core.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
 from cockpit.engines import api_keys, get_engine, surface
 from cockpit.sim import logs
@@ -39,6 +39,7 @@ from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs import vllm as logs_vllm
+from cockpit.sim.witness import Truth, pace_for
 from cockpit.store.modelfiles import load_model
 from cockpit.store.textfile import read_text
 from cockpit.system import eventloop
@@ -73,20 +74,18 @@ def calibration_from_env(env: Mapping[str, str]) -> dict:
     return value
 
 
-TRUTH_KEYS = ("calibration", "reserve_offset_gib", "weights_factor")
 TRUTH_MAX_BYTES = 2**20  # a few lines of YAML
 
 
-def truth_from_env(env: Mapping[str, str]) -> Learned:
-    """The box's own truth from ``COCKPIT_SIM_TRUTH`` (a YAML file), as the planner's ``Learned``
-    seam takes it: performance-model constants, the memory an engine keeps beyond the modelled
-    reserve, and measured over modelled weights. Unset: the planner's defaults are the truth."""
+def read_truth(env: Mapping[str, str]) -> Truth:
+    """The box's own truth from ``COCKPIT_SIM_TRUTH`` (a YAML file, docs/simulator.md#a-box-with-its-own-truth):
+    which truth paces the engine and how it is bent, and the memory facts it plans by. Unset: the
+    default pace and the planner's memory."""
     raw = env.get("COCKPIT_SIM_TRUTH", "")
     if not raw:
-        return Learned()
+        return Truth()
     path = Path(raw).expanduser()
     fix = f"fix {path} or unset COCKPIT_SIM_TRUTH"
-    example = "{calibration: {eta_bw: 0.5}, reserve_offset_gib: 4, weights_factor: 1.05}"
     text = read_text(path, limit=TRUTH_MAX_BYTES, what=f"the COCKPIT_SIM_TRUTH file {path}", fix=fix)
     try:
         data = yaml.safe_load(text)
@@ -94,35 +93,13 @@ def truth_from_env(env: Mapping[str, str]) -> Learned:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise CockpitError(f"COCKPIT_SIM_TRUTH: {path} is not valid YAML{line}: {fix}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise CockpitError(f"COCKPIT_SIM_TRUTH: {path} must be a mapping like {example}: {fix}")
-    if unknown := sorted(str(k) for k in data if k not in TRUTH_KEYS):
-        raise CockpitError(
-            f"COCKPIT_SIM_TRUTH: unknown key {shown(unknown[0])} in {path}: known are {', '.join(TRUTH_KEYS)}; {fix}"
-        )
-    calibration = data.get("calibration") or {}
-    if not isinstance(calibration, dict):
-        raise CockpitError(
-            f"COCKPIT_SIM_TRUTH: calibration in {path} maps constants to numbers, like {{eta_bw: 0.5}}: {fix}"
-        )
-    Calibration().overridden(calibration, f"COCKPIT_SIM_TRUTH {path}", fix)  # known names, sane ranges
-    offset = _truth_number(data, "reserve_offset_gib", 0.0, RESERVE_OFFSET_RANGE_GIB, fix)
-    factor = _truth_number(data, "weights_factor", 1.0, WEIGHTS_FACTOR_RANGE, fix)
-    return Learned(runs=0, calibration=dict(calibration), reserve_offset_gib=offset, weights_factor=factor)
+    return Truth.parse(data, str(path))
 
 
-def _truth_number(
-    data: Mapping[str, Any], key: str, default: float, bounds: tuple[float, float], fix: str
-) -> float:
-    value = data.get(key, default)
-    low, high = bounds
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise CockpitError(
-            f"COCKPIT_SIM_TRUTH: {key} must be a number from {low:g} to {high:g}, got {shown(value)}: {fix}"
-        )
-    return float(value)
+def truth_from_env(env: Mapping[str, str]) -> Learned:
+    """The truth's memory facts (and the planner's constants for ``pace: planner``) as the
+    planner's ``Learned`` seam takes them: what the engine plans with."""
+    return read_truth(env).learned
 
 
 def visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
@@ -150,7 +127,7 @@ class SimEngine:
     def __post_init__(self) -> None:
         self.scale = time_scale(self.env)
         self.gpu_ids = visible_gpus(self.env, self.box.hardware.count)
-        self.truth = truth_from_env(self.env)
+        self.truth = read_truth(self.env)
         self.log = logs.for_engine(self.args.engine, self.out, self.env)
         self.sock: socket.socket | None = None  # vLLM binds its port before it builds the engine
         self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
@@ -171,7 +148,7 @@ class SimEngine:
             server_args=self.args.argv,
             model_path=self.args.model,
             calibration={**calibration_from_env(self.env), **self.truth.calibration},
-            learned=self.truth,
+            learned=self.truth.learned,
         )
         return setup, plan_layout(setup, self.args.layout)
 
@@ -317,9 +294,9 @@ class SimEngine:
     async def serve(self, setup: Setup, verdict: Verdict) -> int:
         from cockpit.sim.server import make_app, serve, system_fingerprint
 
-        perf = for_verdict(setup, verdict)
-        assert perf is not None  # a fitting verdict always has a performance model
-        pacer = PerfPacer(perf)
+        # Which truth paces, decided once: measured kernels, the witness or the planner's own model.
+        pacer = pace_for(setup, verdict, self.truth, self.args.version or setup.engine.version)
+        self.out(f"INFO:     cockpit sim: {pacer.pace.line}")
         last = [0.0]
 
         def on_step(batch: int) -> None:
@@ -330,7 +307,7 @@ class SimEngine:
                 self.publish(utilization=min(100.0, 60 + 40 * busy), busy=busy)
 
         batcher = Batcher(
-            pacer, on_step=on_step, token_budget=perf.step_tokens or None, warn=self._behind_its_clock
+            pacer, on_step=on_step, token_budget=pacer.token_budget, warn=self._behind_its_clock
         )
         values = dict(self.args.non_default)
         api = surface(self.args.engine)
@@ -357,6 +334,7 @@ class SimEngine:
                 else None
             ),
             access_log=self.out if self.log.access_lines and access_logged(values) else None,
+            pace=pacer.pace.to_json(),
         )
         try:
             runner = await serve(app, host=self.args.host, port=self.args.port, sock=self.sock)
@@ -498,32 +476,6 @@ def torch_size(n_bytes: int) -> str:
         if n <= scale * 1024:
             return f"{n / scale:.2f} {unit}"
     return f"{n / 2**30:.2f} GiB"
-
-
-class PerfPacer:
-    """The performance model seen as the batcher's clock."""
-
-    def __init__(self, perf: PerfModel) -> None:
-        self.perf = perf
-        self.max_running = perf.max_running  # SGLang's state slots cap it for a hybrid model
-        self.kv_tokens = max(1, perf.kv_limit)
-        # vLLM keeps a hybrid model's state in the KV cache's block pool: a request holds whole
-        # blocks for its tokens and its state's blocks besides (docs/placement.md#hybrid-attention-qwen3-next)
-        state = perf.memory.state
-        self._blocks = state if state is not None and state.block_tokens else None
-        if self._blocks is not None:
-            self.kv_tokens = self._blocks.replicas * self._blocks.blocks * self._blocks.block_tokens
-
-    def kv_cost(self, tokens: int) -> int:
-        if self._blocks is None:
-            return tokens
-        return self._blocks.blocks_per_request(tokens) * self._blocks.block_tokens
-
-    def step_time_s(self, batch: int, context_tokens: float) -> float:
-        return self.perf.step_time_s(batch, context_tokens)
-
-    def prefill_time_s(self, tokens: int) -> float:
-        return self.perf.prefill_time_s(tokens)
 
 
 def run_engine(args: EngineArgs, env: Mapping[str, str] | None = None) -> int:

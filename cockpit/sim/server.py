@@ -60,6 +60,9 @@ class _Served:
     # SGLang counts tokens when a request finishes: is_streaming -> [prompt, generated]
     finished_tokens: dict[bool, list[int]] = field(default_factory=lambda: {False: [0, 0], True: [0, 0]})
     last_scrape: tuple[float, int] = (0.0, 0)  # (perf_counter, tokens out) at the last /metrics
+    pace: dict[str, str] | None = (
+        None  # which truth paces the engine (cockpit.sim.witness), for /cockpit/truth
+    )
 
 
 class _Truth:
@@ -149,13 +152,15 @@ def make_app(
     version: str = "",
     fingerprint: str | None = None,
     access_log: Callable[[str], None] | None = None,
+    pace: dict[str, str] | None = None,
 ) -> web.Application:
     """The OpenAI-compatible app; it closes ``batcher`` on shutdown so open streams end.
     With ``api_key`` (one key or several, as vLLM takes), requests need ``Authorization: Bearer``.
     ``metrics``: serve /metrics (SGLang only with --enable-metrics, sglang/srt/entrypoints/http_server.py).
     vLLM: ``version`` is what /version and the system fingerprint say (default: the newest option
     table's), ``fingerprint`` the system_fingerprint (default: built from the version),
-    ``access_log`` gets uvicorn's line for each request."""
+    ``access_log`` gets uvicorn's line for each request. ``pace``: which truth paces the engine,
+    shown in /cockpit/truth."""
     if engine not in ENGINE_NAMES:
         raise ValueError(f"engine must be one of {sorted(ENGINE_NAMES)}, got {engine!r}")
     api = surface(engine)
@@ -185,6 +190,7 @@ def make_app(
         version=version,
         fingerprint=fingerprint,
         access_log=access_log,
+        pace=pace,
         stats=RequestStats(max_model_len) if api.metric_prefix in _COUNTS_EACH_REQUEST else None,
     )
     # The engine's routes, in the order it lists them (vLLM's launcher logs them so).
@@ -509,8 +515,8 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _truth(request: web.Request) -> web.Response:
-    """The simulator's own timings (not an engine endpoint); ``?reset=1`` starts a new window,
-    ``?since=T`` keeps what began at ``perf_counter`` T or later."""
+    """The simulator's own timings (not an engine endpoint), and which truth paces it (``pace``);
+    ``?reset=1`` starts a new window, ``?since=T`` keeps what began at ``perf_counter`` T or later."""
     truth = request.app[STATE].truth
     try:
         since = float(request.query.get("since", "-inf"))
@@ -518,6 +524,8 @@ async def _truth(request: web.Request) -> web.Response:
         raise ApiError(400, "since must be a perf_counter time in seconds") from None
     pace = request.app[STATE].batcher.pace
     body = {**truth.summary(since), "clock": pace.summary(since)}
+    if request.app[STATE].pace is not None:
+        body["pace"] = request.app[STATE].pace
     if request.query.get("reset"):
         truth.reset()
         pace.reset()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.core.errors import CockpitError, shown
-from cockpit.core.fitting import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE, fit_parts, replanned
+from cockpit.core.fitting import RESERVE_OFFSET_RANGE_GIB, WEIGHTS_FACTOR_RANGE, Run, fit_parts, replanned
 from cockpit.core.perfmodel import Calibration
 from cockpit.core.planner import Learned, Setup, Verdict
 from cockpit.store import journal as journal_file
@@ -316,6 +316,15 @@ def model_key(model: str) -> str:
     return str(path.parent if path.name == "config.json" else path)
 
 
+def fit_runs(journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore) -> list[Run]:
+    """The box's journaled launches of ``setup``'s model with their levels, as a fit reads them:
+    since the box was last reset, each typed as the setup types the model."""
+    since = store.entry(Key.of(setup, simulated)).forgotten_before
+    return [
+        (_spelled_as(setup, run), points) for run, points in journal_runs(journal, setup, simulated, since)
+    ]
+
+
 def relearn(journal: Journal, setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:
     """Fit the box's constants again from the journal's launches of ``setup``'s model since the
     box was last reset, keep them, and return what the model plans with now. A part without
@@ -323,10 +332,7 @@ def relearn(journal: Journal, setup: Setup, simulated: bool, store: CalibrationS
     model = model_key(setup.model_path)
     key = Key.of(setup, simulated)
     entry = store.entry(key)
-    runs = journal_runs(journal, setup, simulated, entry.forgotten_before)
-    fitted = fit_parts(
-        setup, [(_spelled_as(setup, run), points) for run, points in runs], entry.learned(model)
-    )
+    fitted = fit_parts(setup, fit_runs(journal, setup, simulated, store), entry.learned(model))
     now = time.time()
     taught = entry
     if fitted.speed is not None:

@@ -22,6 +22,7 @@ from cockpit.core.hardware import MAX_GPUS, Hardware, check_gpu_count, check_gpu
 from cockpit.core.layout import parse_layout
 from cockpit.core.model import whole_number
 from cockpit.core.perfmodel import Calibration
+from cockpit.core.speed import SPEEDS
 from cockpit.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
 from cockpit.engines.arguments import check_args, refuse_owned
 from cockpit.engines.base import server_args
@@ -57,6 +58,7 @@ class Profile:
     calibration: Mapping[str, Any] = field(default_factory=dict)  # perfmodel.Calibration overrides
     description: str = ""
     path: str = ""
+    speed: str = ""  # where predicted speeds come from: "kernels", "analytic"; "": the default (kernels)
 
     @property
     def box(self) -> Hardware:
@@ -135,6 +137,7 @@ _TOP_KEYS = {
     "calibration",
     "description",
     "name",
+    "speed",
 }
 _HARDWARE_KEYS = {"gpu", "count", "memory_gib"}
 _SERVER_KEYS = {"port", "command", "args", "env", "gpus", *ENGINE_NAMES}
@@ -203,7 +206,21 @@ def parse_profile(data: Mapping[str, Any], name: str = "profile", source: str = 
         calibration=_calibration(_section(data, "calibration", source), source),
         description=_description(data.get("description"), source),
         path=source,
+        speed=_speed(data.get("speed"), source),
     )
+
+
+def _speed(value: Any, source: str) -> str:
+    """Where predicted speeds come from: measured kernels where they cover the box, or the
+    analytic model alone; absent: the default (kernels)."""
+    if value is None:
+        return ""
+    if value not in SPEEDS:
+        raise CockpitError(
+            f"{source}: speed must be {' or '.join(SPEEDS)} (got {shown(value)}): "
+            "kernels predicts from measured kernels where they cover the box, analytic never"
+        )
+    return str(value)
 
 
 def check_port(value: Any, where: str) -> int:

@@ -81,6 +81,24 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Margin:
+    """The error a best case allows the model, and where the figure comes from
+    (``cockpit.core.tuning.margin``): the largest leave-one-out error of the calibrated model, or,
+    with too few measured to leave one out, the stated default (or the uncalibrated model's
+    error, where that is larger)."""
+
+    value: float
+    held_out: bool
+
+
+def margin_text(margin: Margin) -> str:
+    """What a best case allows for, in a few words: `leave-one-out error 23%`."""
+    if margin.held_out:
+        return f"leave-one-out error {margin.value:.0%}"
+    return f"model ±{margin.value:.0%}, too few measured to leave one out"
+
+
+@dataclass(frozen=True)
 class TuneStarted:
     tune: int
     spec: TuneSpec
@@ -105,7 +123,7 @@ class TuneRanked:
     rows: tuple[Row, ...]
     best: str | None
     best_goal: float | None
-    margin: float
+    margin: Margin
     bound: float  # the highest optimistic bound among those left
     per_gpu: bool
 
@@ -265,11 +283,6 @@ class TuneResult:
 
 
 TuneEvent = TuneStarted | TuneRanked | TuneStep | TuneLevel | TuneMeasured | TuneNotice | TuneResult
-
-
-def margin_text(margin: float) -> str:
-    """The model's error a best case allows for: `model ±5%`."""
-    return f"model ±{margin:.0%}"
 
 
 def table_rows(rows: Sequence[Row]) -> list[Row]:

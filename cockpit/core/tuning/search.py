@@ -4,9 +4,10 @@ when to stop.
 - **Next candidate**: the best predicted one not yet tried among those whose bound is above the
   best measured (predictions are re-made after every measurement, with what the box taught).
 - **Stop** when the best measured goal beats every remaining candidate's optimistic bound: its
-  prediction with the model's observed error in its favour (tok/s that much higher, latencies that
-  much lower; the error is the largest the calibrated model still shows on the levels measured,
-  never under ``MIN_MARGIN``), or when the budget (launches, time) is spent.
+  prediction with the model's error in its favour (tok/s that much higher, latencies that much
+  looser; the error is measured out of sample, ``cockpit.core.tuning.margin``: a model calibrated
+  on what it is judged against would let the tune stop on a bound it has just fitted), or when
+  the budget (launches, time) is spent.
 - **A candidate's sweep** climbs the spec's levels from the one predicted best: up while goodput
   rises, then down from the start while it rises; a level is never measured twice. It ends when the
   best measured level's neighbours are both measured (or off the ladder): that level is the
@@ -23,9 +24,8 @@ from dataclasses import dataclass
 
 from cockpit.core.layout import Layout
 from cockpit.core.tuning.candidates import Candidate
-from cockpit.core.tuning.events import Point, margin_text
+from cockpit.core.tuning.events import Margin, margin_text
 
-MIN_MARGIN = 0.05  # a bound is never closer than 5% above the prediction: measurement noise
 MEMORY_FAILURES = ("oom", "kv-cache")  # diagnosis kinds that say the layout ran out of memory
 # Why a candidate was not tried (``Row.state``): the tune view says each in a word or two.
 DROPPED, OUTRANKED, OUT_OF_BOUNDS, NOT_REACHED = "dropped", "outranked", "out-of-bounds", "not-reached"
@@ -54,23 +54,8 @@ class Decision:
 
     candidate: Candidate | None
     reason: str
-    margin: float  # the error allowance of the bounds at this decision
+    margin: Margin  # the error allowance of the bounds at this decision
     bound: float  # the highest optimistic bound among the candidates left (0: none left)
-
-
-def observed_margin(candidates: Sequence[Candidate], points: Sequence[Point]) -> float:
-    """How far today's (calibrated) model still is from what was measured: the largest relative
-    error of its predicted output tok/s at the levels measured, at least ``MIN_MARGIN``. Raw
-    tok/s, not goodput: goodput jumps where a latency crosses its bound, and the bound loosens
-    the latencies by the same margin (``Prediction.goal_at``)."""
-    predicted = {c.name: c.prediction for c in candidates}
-    errors = []
-    for point in points:
-        prediction = predicted.get(point.name)
-        expected = prediction.tok_s_at(point.level) if prediction else None
-        if expected and point.tok_s > 0:
-            errors.append(abs(point.tok_s / expected - 1.0))
-    return max([MIN_MARGIN, *errors])
 
 
 def optimistic_bound(candidate: Candidate, margin: float) -> float:
@@ -96,19 +81,18 @@ def dropped_as_similar(candidate: Candidate, failures: Sequence[tuple[Candidate,
 def decide(
     candidates: Sequence[Candidate],
     tried: Mapping[str, Tried],
-    failures: Sequence[tuple[Candidate, Tried]] = (),
-    points: Sequence[Point] = (),
+    failures: Sequence[tuple[Candidate, Tried]],
+    margin: Margin,
     *,
     launches_left: int | None = None,
     time_left_s: float | None = None,
 ) -> Decision:
     """The next candidate to launch: the best predicted among those not tried that could still
-    beat the best measured, or why the tune is done. ``points`` are the levels measured so far
-    (the model's error)."""
-    margin = observed_margin(candidates, points)
+    beat the best measured, or why the tune is done. ``margin``: the model's error out of sample
+    (``margin.out_of_sample_margin``), which every bound allows in the candidate's favour."""
     left = [c for c in candidates if c.name not in tried and dropped_as_similar(c, failures) is None]
-    left = [c for c in left if optimistic_bound(c, margin) > 0]
-    bound = max((optimistic_bound(c, margin) for c in left), default=0.0)
+    left = [c for c in left if optimistic_bound(c, margin.value) > 0]
+    bound = max((optimistic_bound(c, margin.value) for c in left), default=0.0)
     best = best_tried(tried)
     if not left:
         why = (
@@ -131,15 +115,17 @@ def decide(
         return Decision(None, "the time budget is spent", margin, bound)
     # The best-ranked of those that could still win: by the calibrated prediction, then the bound
     # (a candidate the model puts just over a latency bound comes after those it puts within).
-    worth = [c for c in left if best is None or best.goal is None or optimistic_bound(c, margin) > best.goal]
-    chosen = max(worth, key=lambda c: (c.prediction.goal, optimistic_bound(c, margin)))
+    worth = [
+        c for c in left if best is None or best.goal is None or optimistic_bound(c, margin.value) > best.goal
+    ]
+    chosen = max(worth, key=lambda c: (c.prediction.goal, optimistic_bound(c, margin.value)))
     return Decision(chosen, f"best predicted, {chosen.prediction.goal:,.0f}", margin, bound)
 
 
 def why_not_tried(
     candidate: Candidate,
     best: Tried | None,
-    margin: float,
+    margin: Margin,
     failures: Sequence[tuple[Candidate, Tried]],
     stop_reason: str,
 ) -> tuple[str, str]:
@@ -152,7 +138,7 @@ def why_not_tried(
         if similar.name == candidate.name:
             return DROPPED, f"dropped: it failed to start on this box: {similar.failure}"
         return DROPPED, f"dropped: {similar.name} failed to start ({similar.failure_kind or 'failed'})"
-    bound = optimistic_bound(candidate, margin)
+    bound = optimistic_bound(candidate, margin.value)
     if bound <= 0:
         return (
             OUT_OF_BOUNDS,

@@ -8,6 +8,7 @@ config, the plan); closing it stops the monitor thread and closes the journal.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -16,11 +17,15 @@ from functools import cached_property
 from pathlib import Path
 
 from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout
+from cockpit.core.model import ModelArch
 from cockpit.core.outcome import LAUNCHING, READY
-from cockpit.core.perfmodel import predict_tok_s
+from cockpit.core.perfmodel import for_verdict, predict_tok_s
 from cockpit.core.planner import FAILS, FITS, TIGHT, Learned, Setup, Verdict, plan_layout
 from cockpit.core.secrets import shell_line
+from cockpit.core.speed import KernelTimes, SpeedBackend, SpeedSource
+from cockpit.engines import Placement
 from cockpit.engines.options import SET_BY_COCKPIT
 from cockpit.faces.tui.format import duration
 from cockpit.lab.box import BoxContext
@@ -34,6 +39,26 @@ from cockpit.store.paths import private_dir
 from cockpit.store.profile import Profile, profile_names
 
 EXPORT_SUFFIX = {"md": "md", "csv": "csv"}
+
+
+class _Stoppable:
+    """A speed backend that refuses once the session closes, so its planning thread ends."""
+
+    def __init__(self, backend: SpeedBackend, closing: threading.Event) -> None:
+        self._backend, self._closing = backend, closing
+
+    def kernels(
+        self, model: ModelArch, hardware: Hardware, engine: str, placement: Placement
+    ) -> KernelTimes | SpeedSource:
+        if self._closing.is_set():
+            raise CockpitError("the session closed")
+        return self._backend.kernels(model, hardware, engine, placement)
+
+
+# Measured kernels are planned on a thread after the first frame: it waits for a screen to take
+# the session (at most KERNELS_WAIT_S; a session without one plans then), then FIRST_FRAME_S more.
+KERNELS_WAIT_S = 10.0
+FIRST_FRAME_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -58,6 +83,16 @@ class Session(Lab):
     # that overlapped `forget_measured` is not kept as new
     _measured: tuple[int, dict[str, LastMeasured]] | None = field(default=None, init=False, repr=False)
     _generation: int = field(default=0, init=False, repr=False)
+    _closing: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    # Set once the layouts stand as planned with the speed the box was given: at once with the
+    # analytic model alone, else when the measured-kernels thread has handed its list over (or
+    # given up). A test that shows predictions waits for it.
+    kernels_settled: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+
+    def close(self) -> None:
+        """Stop planning with measured kernels (between two layouts), then close the lab."""
+        self._closing.set()
+        super().close()
 
     @classmethod
     def open(
@@ -67,6 +102,7 @@ class Session(Lab):
         box: BoxContext | None = None,
         sim: bool = False,
         engine: str | None = None,
+        speed: str | None = None,
         interval: float = 1.0,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         collect_problems: bool = True,
@@ -79,16 +115,52 @@ class Session(Lab):
             box=box,
             sim=sim,
             engine=engine,
+            speed=speed,
             interval=interval,
             startup_timeout=startup_timeout,
             collect_problems=collect_problems,
         )
         try:
-            session.planned = session._plan(session.setup)
+            if session.setup.speed is None:
+                session.planned = session._plan(session.setup)
+                session.kernels_settled.set()
+            else:  # the first frame from the analytic model; measured kernels on a thread
+                session.planned = session._plan(replace(session.setup, speed=None))
+                # Not a daemon: one stopped at exit inside the library's native code aborts the
+                # process; ``close`` stops it between layouts instead, and exit waits for that.
+                threading.Thread(
+                    target=session._plan_with_kernels, args=(session.planned,), name="kernels"
+                ).start()
         except BaseException:
             session.close()
             raise
         return session
+
+    def _plan_with_kernels(self, first: PlannedLayouts) -> None:
+        """Plan again with the setup's measured kernels (importing AIConfigurator and compiling
+        each layout takes seconds) off the screen's thread, and hand the list over as a refit
+        does, unless a refit has already planned again (with them). It starts once a screen
+        has taken the session (``on_learned`` set) and drawn its first frame: importing the
+        library holds the interpreter, which would delay that frame by seconds."""
+        try:
+            self._hand_over_kernels(first)
+        finally:
+            self.kernels_settled.set()
+
+    def _hand_over_kernels(self, first: PlannedLayouts) -> None:
+        deadline = time.monotonic() + KERNELS_WAIT_S
+        while self.on_learned is None and time.monotonic() < deadline and not self._closing.is_set():
+            time.sleep(0.05)
+        if self._closing.wait(FIRST_FRAME_S) or self.setup.speed is None:
+            return
+        try:
+            planned = self._plan(replace(self.setup, speed=_Stoppable(self.setup.speed, self._closing)))
+        except Exception:  # closed meanwhile, or the library failed: the analytic list stands
+            return
+        if self.planned is first:
+            self.planned = planned
+            if self.on_learned is not None:
+                self.on_learned()
 
     # -- the plan ---------------------------------------------------------------------------
 
@@ -223,10 +295,14 @@ class Session(Lab):
     def against(self, verdict: Verdict) -> Against:
         """How the verdict's predictions were made, and what this box last measured of its layout."""
         bench = self.profile.bench
+        planned = self.planned
+        setup = planned.setup if planned is not None else self.setup
+        perf = for_verdict(setup, verdict)
         return Against(
             calibration_mark(self.planned_with),
             self.last_measured().get(str(verdict.layout)),
             (bench.input_len, bench.output_len),
+            perf.source.short if perf is not None else "",
         )
 
     def last_measured(self) -> dict[str, LastMeasured]:

@@ -66,7 +66,8 @@ def describe(v: Verdict, argv: str, suggestion: str = "", against: Against | Non
         out.append(f"→ {suggestion}\n")
     if v.predicted_tok_s:
         levels = " · ".join(f"C={c} {tok:,.0f}" for c, tok in v.predicted_tok_s.items())
-        basis = f" ({against.basis})" if against is not None else ""
+        said = [against.basis, against.speed] if against is not None else []
+        basis = f" ({', '.join(s for s in said if s)})" if any(said) else ""
         out.append(f"predicted tok/s{basis}: {levels}\n")
     if against is not None and last is not None and last.points:
         out.append(measured_speed(v, against, last) + "\n", style=MEASURED_STYLE)

@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from cockpit.core.tuning.events import (
+    Margin,
     Point,
     Row,
     TuneEvent,
@@ -35,6 +36,7 @@ from cockpit.core.tuning.events import (
     margin_text,
     table_rows,
 )
+from cockpit.core.tuning.margin import UNMEASURED
 from cockpit.core.tuning.pareto import AXIS_LABELS, Axis, latency, latency_axis, pareto_front
 from cockpit.core.tuning.search import DROPPED, NOT_REACHED, OUT_OF_BOUNDS, OUTRANKED
 from cockpit.core.tuning.spec import TuneSpec
@@ -94,7 +96,7 @@ class TuneBoard:
     rows: tuple[Row, ...] = ()
     best: str | None = None
     best_goal: float | None = None
-    margin: float = 0.0
+    margin: Margin = UNMEASURED
     bound: float = 0.0  # the highest best case (optimistic bound) among the candidates left
     per_gpu: bool = False
     step: TuneStep | None = None  # the candidate launched and not yet measured
