@@ -23,7 +23,7 @@ from cockpit.core.records import LaunchFacts
 from cockpit.core.secrets import redact_argv
 from cockpit.engines import get_engine
 from cockpit.faces import cli
-from cockpit.sim.engine import truth_from_env
+from cockpit.sim.engine import read_truth
 from cockpit.store.calibration import (
     CalibrationStore,
     Entry,
@@ -371,9 +371,9 @@ def truth_file(tmp_path, data) -> dict[str, str]:
 
 
 def test_a_truth_file_reads_into_what_the_engine_plans_with(tmp_path):
-    assert truth_from_env({}) == Learned()
+    assert read_truth({}).learned == Learned()
     env = truth_file(tmp_path, {"calibration": {"eta_bw": 0.42, "t_layer_us": 96}, "reserve_offset_gib": 6})
-    truth = truth_from_env(env)
+    truth = read_truth(env).learned
     assert truth == Learned(calibration={"eta_bw": 0.42, "t_layer_us": 96}, reserve_offset_gib=6.0)
 
 
@@ -394,7 +394,7 @@ def test_a_truth_file_reads_into_what_the_engine_plans_with(tmp_path):
 def test_a_bad_truth_is_one_line_naming_the_variable_and_the_fix(tmp_path, data, said):
     env = truth_file(tmp_path, data)
     with pytest.raises(CockpitError) as caught:
-        truth_from_env(env)
+        read_truth(env)
     text = str(caught.value)
     assert "\n" not in text and said in text
     assert text.startswith("COCKPIT_SIM_TRUTH") and text.endswith("or unset COCKPIT_SIM_TRUTH")
@@ -403,7 +403,7 @@ def test_a_bad_truth_is_one_line_naming_the_variable_and_the_fix(tmp_path, data,
 
 def test_a_missing_truth_file_is_one_line(tmp_path):
     with pytest.raises(CockpitError, match=r"^cannot read the COCKPIT_SIM_TRUTH file .*nope.yaml: .*: fix"):
-        truth_from_env({"COCKPIT_SIM_TRUTH": str(tmp_path / "nope.yaml")})
+        read_truth({"COCKPIT_SIM_TRUTH": str(tmp_path / "nope.yaml")})
 
 
 def test_the_engine_fails_where_its_truth_says_though_the_planner_says_it_fits(tmp_path):

@@ -18,7 +18,7 @@ from cockpit.core.hardware import hardware
 from cockpit.core.perfmodel import for_verdict
 from cockpit.core.planner import Learned, Setup, plan_layout
 from cockpit.engines import get_engine
-from cockpit.sim.engine import read_truth, truth_from_env
+from cockpit.sim.engine import read_truth
 from cockpit.sim.measure import closed_loop
 from cockpit.sim.pacers import PerfPacer
 from cockpit.sim.witness import Bend, Truth, Witness, witness_for
@@ -73,7 +73,9 @@ def test_a_truth_file_reads_pace_bends_and_memory(tmp_path):
     assert truth.bend.moe_efficiency == {1: 0.5, 32: 0.8, 256: 1.0}
     assert truth.bend.layout_overhead_ms == {"tp8 ep": 3.0}  # the layout's canonical words
     assert truth.bend.collective_floor_us == 20.0 and truth.bend.bandwidth_share == 0.6
-    assert truth_from_env(env_with(tmp_path, BENT)) == Learned(reserve_offset_gib=2.0)  # what it plans with
+    assert read_truth(env_with(tmp_path, BENT)).learned == Learned(
+        reserve_offset_gib=2.0
+    )  # what it plans with
 
 
 @pytest.mark.parametrize(

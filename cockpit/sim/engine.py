@@ -32,7 +32,7 @@ import yaml
 
 from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
-from cockpit.core.planner import GiB, Learned, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
+from cockpit.core.planner import GiB, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
 from cockpit.engines import api_keys, get_engine, surface
 from cockpit.sim import logs
 from cockpit.sim.batcher import Batcher
@@ -94,12 +94,6 @@ def read_truth(env: Mapping[str, str]) -> Truth:
         line = f" at line {where.line + 1}" if where is not None else ""
         raise CockpitError(f"COCKPIT_SIM_TRUTH: {path} is not valid YAML{line}: {fix}") from None
     return Truth.parse(data, str(path))
-
-
-def truth_from_env(env: Mapping[str, str]) -> Learned:
-    """The truth's memory facts (and the planner's constants for ``pace: planner``) as the
-    planner's ``Learned`` seam takes them: what the engine plans with."""
-    return read_truth(env).learned
 
 
 def visible_gpus(env: Mapping[str, str], count: int) -> list[int]:
