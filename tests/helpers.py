@@ -1,10 +1,12 @@
-"""What many test files need alike: waiting for a condition, a free port, a socket that listens."""
+"""What many test files need alike: waiting for a condition, a free port, a socket that listens,
+and launches and benchmark levels as the calibration fit reads them."""
 
 from __future__ import annotations
 
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -41,3 +43,27 @@ def listening_socket(backlog: int = 8) -> socket.socket:
     s.bind(("127.0.0.1", 0))
     s.listen(backlog)
     return s
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A journaled launch as the fit reads it (``cockpit.core.fitting.Launched``)."""
+
+    layout: str
+    argv: tuple[str, ...]
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A benchmark level as the fit reads it (``cockpit.core.fitting.Measured``)."""
+
+    concurrency: int
+    output_tok_s: float
+    input_len: int | None = None
+    output_len: int | None = None
+    failed: bool = False
+    client_limited: bool = False
+    extra: dict = field(default_factory=dict)
+    duration_s: float | None = 10.0
+    errors: int = 0

@@ -9,11 +9,13 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from functools import partial
 
 import pytest
 import yaml
-from helpers import free_port
+from helpers import Launch, free_port
+from helpers import Level as FitLevel
 
 from cockpit.core.errors import CockpitError
 from cockpit.core.fitting import engine_fell_behind, fit, launched_as_planned, usable_level
@@ -40,29 +42,7 @@ IN, OUT = 64, 32
 # t_layer_us 70), 6 GiB per GPU more kept besides weights, weights 4% larger than modelled.
 TRUTH = Learned(calibration={"eta_bw": 0.42, "t_layer_us": 96.0}, reserve_offset_gib=6.0, weights_factor=1.04)
 
-
-@dataclass(frozen=True)
-class Launch:
-    """A journaled launch as the fit reads it."""
-
-    layout: str
-    argv: tuple[str, ...]
-    facts: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Level:
-    """A benchmark level as the fit reads it."""
-
-    concurrency: int
-    output_tok_s: float
-    input_len: int | None = IN
-    output_len: int | None = OUT
-    failed: bool = False
-    client_limited: bool = False
-    extra: dict = field(default_factory=dict)
-    duration_s: float | None = 10.0
-    errors: int = 0
+Level = partial(FitLevel, input_len=IN, output_len=OUT)  # a level at this file's request lengths
 
 
 def learned_for(setup: Setup, simulated: bool, store: CalibrationStore) -> Learned:

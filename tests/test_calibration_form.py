@@ -1,21 +1,22 @@
-"""Calibration that survives differences of form (issue 24, item 4).
+"""Calibration that survives differences of form (docs/performance.md#what-a-box-teaches).
 
 A simulated box whose truth differs from the planner in form, not only in its constants, is
 measured on three layouts; calibration (cockpit.core.fitting) learns from them; an untried
 layout of another GPU count and parallel kind is then predicted within 15% at every level
 measured on it, where the uncalibrated model was further off.
 
-The witness: the simulator's batcher on a virtual clock, closed-loop clients windowed as the
-bench's, paced by a stand-in truth written here (``Bent``: the planner's own model with parts
-bent as a box could bend them), which the planner and the fit never read. Each test names the
-truth it runs against.
+The witness: the simulator's batcher on a virtual clock (``cockpit.sim.measure.closed_loop``),
+closed-loop clients windowed as the bench's, paced by the simulator's own step model
+(``cockpit.sim.witness``, ``pace: witness``) with one part bent per truth, which the planner and
+the fit never read. Each test names the truth it runs against.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
+from helpers import Launch, Level
 
 from cockpit.core.fitting import fit
 from cockpit.core.perfmodel import predict_tok_s
@@ -58,26 +59,6 @@ def truth(name: str) -> Truth:
 # -- launches as the fit reads them -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Launch:
-    layout: str
-    argv: tuple[str, ...]
-    facts: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Level:
-    concurrency: int
-    output_tok_s: float
-    input_len: int | None = IN
-    output_len: int | None = OUT
-    failed: bool = False
-    client_limited: bool = False
-    extra: dict = field(default_factory=dict)
-    duration_s: float | None = 10.0
-    errors: int = 0
-
-
 def measure(setup: Setup, layout: str, box: Truth) -> dict[int, float]:
     """Output tok/s at each of LEVELS on a simulated box whose truth is ``box``."""
     pacer = witness_for(setup, plan_layout(setup, layout), box)
@@ -91,7 +72,7 @@ def measure(setup: Setup, layout: str, box: Truth) -> dict[int, float]:
 
 def run(setup: Setup, layout: str, box: Truth) -> tuple[Launch, list[Level]]:
     argv = redact_argv(plan_layout(setup, layout).argv)
-    return Launch(layout, argv), [Level(c, t) for c, t in measure(setup, layout, box).items()]
+    return Launch(layout, argv), [Level(c, t, IN, OUT) for c, t in measure(setup, layout, box).items()]
 
 
 def worst(setup: Setup, layout: str, measured: dict[int, float]) -> float:

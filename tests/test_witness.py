@@ -17,6 +17,7 @@ from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import hardware
 from cockpit.core.perfmodel import for_verdict
 from cockpit.core.planner import Learned, Setup, plan_layout
+from cockpit.core.speed import SpeedSource
 from cockpit.engines import get_engine
 from cockpit.sim.engine import read_truth
 from cockpit.sim.measure import closed_loop
@@ -252,8 +253,7 @@ def test_pace_kernels_paces_from_measured_kernel_times():
     verdict = plan_layout(setup, "tp2")
     assert verdict.placement is not None
     kernels = measured_kernels(model, setup.hardware, "vllm", verdict.placement, setup.engine.version)
-    if not hasattr(kernels, "decode_step_s"):
-        pytest.skip(f"no kernel data here: {kernels}")
+    assert not isinstance(kernels, SpeedSource), kernels.note  # the library covers Qwen3 on H200
     pacer = witness_for(setup, verdict, Truth(pace="kernels"))
     assert pacer.pace.truth == "kernels" and "measured kernels" in pacer.pace.detail
     assert pacer.step_time_s(8, 1024) == pytest.approx(kernels.decode_step_s(8, 1024))

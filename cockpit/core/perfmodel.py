@@ -543,7 +543,16 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
 def predict_tok_s(
     setup: Setup, verdict: Verdict, levels: Sequence[int], input_len: int, output_len: int
 ) -> dict[int, float]:
+    return with_prediction(setup, verdict, levels, input_len, output_len).predicted_tok_s
+
+
+def with_prediction(
+    setup: Setup, verdict: Verdict, levels: Sequence[int], input_len: int, output_len: int
+) -> Verdict:
+    """The verdict with its predicted tok/s at ``levels`` and the source that predicted them, from
+    one performance model (no prediction for a layout that cannot start)."""
     model = for_verdict(setup, verdict)
     if model is None:
-        return {}
-    return {c: model.workload_tok_s(c, input_len, output_len) for c in levels}
+        return replace(verdict, predicted_tok_s={}, predicted_by=None)
+    tok_s = {c: model.workload_tok_s(c, input_len, output_len) for c in levels}
+    return replace(verdict, predicted_tok_s=tok_s, predicted_by=model.source)

@@ -29,7 +29,7 @@ from cockpit.core.model import (
     ModelArch,
 )
 from cockpit.core.secrets import redact_argv
-from cockpit.core.speed import SpeedBackend
+from cockpit.core.speed import SpeedBackend, SpeedSource
 from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, check_args
 from cockpit.engines.arguments import refuse_owned
 from cockpit.engines.estimate import GiB, MemoryEstimate, StateArgs
@@ -123,6 +123,7 @@ class Verdict:
     argv: tuple[str, ...] = ()
     alternatives: tuple[Layout, ...] = ()
     predicted_tok_s: dict[int, float] = field(default_factory=dict)
+    predicted_by: SpeedSource | None = None  # which source predicted predicted_tok_s (cockpit.core.speed)
     warnings: tuple[str, ...] = ()  # what the engine would warn about (a deprecated spelling), not a failure
     server: ServerArgs | None = None  # the arguments it was planned with (profile's and knobs), once checked
 

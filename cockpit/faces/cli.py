@@ -497,9 +497,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ...], box: BoxContext) -> int:
     """The plan of ``profile`` on ``box`` (the context made from it), as `cockpit plan` prints it."""
-    from dataclasses import replace
 
-    from cockpit.core.perfmodel import predict_tok_s
+    from cockpit.core.perfmodel import with_prediction
     from cockpit.core.planner import plan_all
     from cockpit.reports.plan import plan_table, terminal_width
 
@@ -516,7 +515,7 @@ def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ..
     bench = BenchRequest(concurrency=asked).filled(profile.bench)
     levels = bench.concurrency
     verdicts = [
-        replace(v, predicted_tok_s=predict_tok_s(setup, v, levels, bench.input_len, bench.output_len))
+        with_prediction(setup, v, levels, bench.input_len, bench.output_len)
         for v in plan_all(setup, args.layout or None)
     ]
     for warning in dict.fromkeys(w for v in verdicts for w in v.warnings):  # e.g. a deprecated flag
@@ -528,7 +527,7 @@ def _print_plan(args: argparse.Namespace, profile: Profile, notes: tuple[str, ..
         print(f"note: {unread}", file=sys.stderr)
     from cockpit.reports.speed import layout_sources, speed_lines
 
-    sources = layout_sources(setup, verdicts)  # which backend and data predicted each layout
+    sources = layout_sources(verdicts)  # which backend and data predicted each layout
     if args.json:
         rows = [v.to_json() for v in verdicts]
         for row in rows:  # the newest numbers this box measured of the layout, or null

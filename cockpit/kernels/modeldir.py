@@ -23,12 +23,24 @@ def models_dir() -> Path:
     return state_dir() / "kernels" / "models"
 
 
+# Folders written in this process, by (state folder, config path, its mtime and size): a plan
+# asks for every layout, and the config need not be read and hashed again for each.
+_written: dict[tuple[Path, str, int, int], Path] = {}
+
+
 def model_folder(model: ModelArch) -> Path | str:
     """The folder holding ``model``'s config.json (its quantization merged in, as cockpit read
     it), or why there is none: a model parsed from no file on disk has no config to hand over."""
     source = Path(model.source)
-    if not source.is_file():
+    try:
+        seen = source.stat()
+    except OSError:
+        seen = None
+    if seen is None or not source.is_file():
         return f"the model's config.json ({model.source}) is not a file on disk"
+    key = (models_dir(), str(source), seen.st_mtime_ns, seen.st_size)
+    if key in _written and (_written[key] / "config.json").is_file():
+        return _written[key]
     try:
         text = read_text(
             source, limit=MAX_CONFIG_BYTES, what=str(source), fix="point --model at its config.json"
@@ -52,4 +64,5 @@ def model_folder(model: ModelArch) -> Path | str:
         return str(err)
     except OSError as err:
         return f"cannot write the model's config.json for AIConfigurator: {err.strerror}"
+    _written[key] = folder
     return folder

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cockpit.core.perfmodel import for_verdict
-from cockpit.core.planner import Setup, Verdict
+from cockpit.core.planner import Verdict
 from cockpit.core.speed import KERNELS, SpeedSource
 
 
-def layout_sources(setup: Setup, verdicts: Sequence[Verdict]) -> dict[str, SpeedSource]:
-    """Each layout that gets a prediction, and the source of its numbers (a layout that cannot
-    start gets none)."""
-    sources: dict[str, SpeedSource] = {}
-    for verdict in verdicts:
-        model = for_verdict(setup, verdict)
-        if model is not None:
-            sources[str(verdict.layout)] = model.source
-    return sources
+def layout_sources(verdicts: Sequence[Verdict]) -> dict[str, SpeedSource]:
+    """Each layout that got a prediction (``perfmodel.with_prediction``), and the source of its
+    numbers (a layout that cannot start gets none)."""
+    return {str(v.layout): v.predicted_by for v in verdicts if v.predicted_by is not None}
 
 
 def speed_lines(sources: Mapping[str, SpeedSource]) -> list[str]:

@@ -21,7 +21,7 @@ from cockpit.core.benchrequest import BenchRequest
 from cockpit.core.errors import CockpitError
 from cockpit.core.layout import Layout
 from cockpit.core.outcome import FAILED, LAUNCHING, READY, STOPPED
-from cockpit.core.perfmodel import for_verdict, predict_tok_s
+from cockpit.core.perfmodel import for_verdict, with_prediction
 from cockpit.core.planner import FAILS, Setup, Verdict, nearest_fitting, plan_all, plan_layout
 from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.core.secrets import Scrubber, launch_secrets_env, redact_argv
@@ -594,17 +594,17 @@ class Launcher:
         except (CockpitError, ValueError) as exc:  # a re-attached server's layout this cockpit cannot plan
             log.warning("no tok/s prediction for experiment %s (%s): %s", exp, layout, exc)
             return
-        tok_s = predict_tok_s(setup, verdict, levels, input_len, output_len)
-        if tok_s:
-            per_level = {str(c): round(v, 2) for c, v in tok_s.items()}
-            perf = for_verdict(setup, verdict)
-            predicted: dict[str, object] = {
-                "tok_s": {f"{input_len}/{output_len}": per_level},
-                "learned_runs": setup.learned.runs,
-            }
-            if perf is not None:
-                predicted["speed"] = perf.source.label
-            self.journal.merge_predicted(exp, predicted)
+        predicted = with_prediction(setup, verdict, levels, input_len, output_len)
+        if predicted.predicted_tok_s and predicted.predicted_by is not None:
+            per_level = {str(c): round(v, 2) for c, v in predicted.predicted_tok_s.items()}
+            self.journal.merge_predicted(
+                exp,
+                {
+                    "tok_s": {f"{input_len}/{output_len}": per_level},
+                    "learned_runs": setup.learned.runs,
+                    "speed": predicted.predicted_by.label,
+                },
+            )
 
     def _record_facts(self, exp: int, facts: LaunchFacts) -> None:
         """The facts an event carries, journaled; a log that said nothing leaves the row as it is."""

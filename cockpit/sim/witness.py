@@ -393,12 +393,21 @@ class Witness(PoolCapacity):
     def _unbent(self) -> Witness:
         return Witness(self.perf, Bend())
 
+    @cached_property
+    def _bent(self) -> bool:
+        """Whether any bend is set: unbent, kernel times stand as they are (every step asks)."""
+        return self.bend != Bend()
+
     def _decode_bent(self, batch: int, context: float) -> float:
         """What the bends (but the per-layout overhead, added apart) change of the witness's own step."""
+        if not self._bent:
+            return 1.0
         plain = self._unbent._decode_s(batch, context)
         return self._decode_s(batch, context) / plain if plain > 0 else 1.0
 
     def _prefill_bent(self, tokens: int) -> float:
+        if not self._bent:
+            return 1.0
         plain = self._unbent._prefill_s(tokens)
         return self._prefill_s(tokens) / plain if plain > 0 else 1.0
 

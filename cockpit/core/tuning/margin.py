@@ -14,7 +14,7 @@ A leave-one-out needs a calibration on what is left: two parallel layouts with g
 the candidate left out (``fitting.MIN_SPEED_LAYOUTS``). Until some candidate can be left out so,
 every prediction made without it is the uncalibrated model's, and the margin is the larger of its
 errors and ``DEFAULT_MARGIN``: the analytic model is meant to land within about 30% of measured
-numbers (docs/performance.md), and it was 26% off at the median on public runs (issue 24).
+numbers (docs/performance.md); on public runs it is 20-27% off at the median (docs/measured.md).
 """
 
 from __future__ import annotations

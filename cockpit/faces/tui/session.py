@@ -21,7 +21,7 @@ from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout
 from cockpit.core.model import ModelArch
 from cockpit.core.outcome import LAUNCHING, READY
-from cockpit.core.perfmodel import for_verdict, predict_tok_s
+from cockpit.core.perfmodel import with_prediction
 from cockpit.core.planner import FAILS, FITS, TIGHT, Learned, Setup, Verdict, plan_layout
 from cockpit.core.secrets import shell_line
 from cockpit.core.speed import KernelTimes, SpeedBackend, SpeedSource
@@ -198,10 +198,7 @@ class Session(Lab):
 
     def _predicted(self, setup: Setup, verdict: Verdict) -> Verdict:
         bench = self.profile.bench
-        return replace(
-            verdict,
-            predicted_tok_s=predict_tok_s(setup, verdict, self.levels, bench.input_len, bench.output_len),
-        )
+        return with_prediction(setup, verdict, self.levels, bench.input_len, bench.output_len)
 
     def _ordered(self, setup: Setup, verdicts: list[Verdict]) -> list[Verdict]:
         by_name = {str(v.layout): v for v in verdicts}
@@ -295,14 +292,11 @@ class Session(Lab):
     def against(self, verdict: Verdict) -> Against:
         """How the verdict's predictions were made, and what this box last measured of its layout."""
         bench = self.profile.bench
-        planned = self.planned
-        setup = planned.setup if planned is not None else self.setup
-        perf = for_verdict(setup, verdict)
         return Against(
             calibration_mark(self.planned_with),
             self.last_measured().get(str(verdict.layout)),
             (bench.input_len, bench.output_len),
-            perf.source.short if perf is not None else "",
+            verdict.predicted_by.short if verdict.predicted_by is not None else "",
         )
 
     def last_measured(self) -> dict[str, LastMeasured]:
