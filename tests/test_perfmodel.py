@@ -197,3 +197,16 @@ def test_sglang_speed_uses_its_own_largest_decode_graph(minimax):
     assert for_verdict(capped, plan_layout(capped, "tp4")).graph_max_bs == 64
     eager = Setup(minimax, box, get_engine("sglang"), server_args=("--disable-cuda-graph",))
     assert for_verdict(eager, plan_layout(eager, "tp4")).graph_max_bs == 0
+
+
+def test_replicas_prefill_their_own_prompts_side_by_side():
+    """Two replicas each compute the prompts of their own requests: a round's prefill takes half
+    the time it takes one replica of the same shape to compute them all."""
+    setup = build_setup(SetupOverrides(profile="minimax-m2.5", engine="sglang"))[0]
+    one = for_verdict(setup, plan_layout(setup, "tp4"))
+    two = for_verdict(setup, plan_layout(setup, "tp4 dp2"))
+    assert one is not None and two is not None
+    assert two.prefill_time_s(1024) == pytest.approx(one.prefill_time_s(1024))  # the same shape
+    alone, side_by_side = one.closed_loop(8, 1024, 64), two.closed_loop(8, 1024, 64)
+    assert side_by_side.prefill_s == pytest.approx(alone.prefill_s / 2)
+    assert two.closed_loop(1, 1024, 64).prefill_s == pytest.approx(one.closed_loop(1, 1024, 64).prefill_s)

@@ -276,3 +276,15 @@ def test_the_engine_says_which_truth_paces_it(tmp_path):
     assert pace["truth"] == "witness" and "collective_floor_us=10" in pace["detail"]
     lines = [line for line in sim.log_path.read_text().splitlines() if "cockpit sim: paced by" in line]
     assert lines == [f"INFO:     cockpit sim: paced by the witness truth: {pace['detail']}"]
+
+
+def test_replicas_schedule_with_their_budgets_together_and_prefill_side_by_side():
+    """One batcher stands for every replica: their step budgets together, a step's prompt tokens
+    spread over them, each computing its share at once."""
+    setup = build_setup(SetupOverrides(profile="minimax-m2.5", engine="sglang"))[0]
+    one = witness_for(setup, plan_layout(setup, "tp4"), Truth(pace="witness"))
+    two = witness_for(setup, plan_layout(setup, "tp4 dp2"), Truth(pace="witness"))
+    assert one.token_budget is not None and two.token_budget == 2 * one.token_budget
+    assert two.prefill_time_s(2048) == pytest.approx(one.prefill_time_s(1024))
+    planner = witness_for(setup, plan_layout(setup, "tp4 dp2"), Truth(pace="planner"))
+    assert planner.token_budget == two.token_budget  # the planner's pace schedules the same way
