@@ -86,6 +86,19 @@ class LinkClass:
         return (group_size, self.allreduce_latency_us, self.allreduce_busbw_gbs)
 
 
+@dataclass(frozen=True)
+class InterLink:
+    """The network between nodes, per GPU: each GPU's share of the node's NICs (one 400 Gb/s
+    NIC per GPU on an HGX box is 50 GB/s per direction), and a small message's latency."""
+
+    name: str = "InfiniBand NDR"
+    bandwidth_gbs: float = 50.0  # per GPU, per direction
+    latency_us: float = 10.0  # a small all-reduce across nodes, software included
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.bandwidth_gbs * 8:.0f} Gb/s per GPU, {self.latency_us:g} us)"
+
+
 LINKS: dict[str, LinkClass] = {
     link.key: link
     for link in (
@@ -292,17 +305,37 @@ class Hardware:
     """A box: `count` GPUs of one type. `memory_gib` defaults to the type's, may be overridden."""
 
     gpu: GpuType
-    count: int
+    count: int  # every GPU, over all nodes
     memory_gib: float  # per GPU, always set: the type's figure unless the box says otherwise
+    nodes: int  # boxes the GPUs sit in (cockpit.core.cluster); 1: one box
+    inter_link: (
+        InterLink | None
+    )  # the network between nodes (cockpit.core.cluster.InterLink); None on one box
 
-    def __init__(self, gpu: GpuType, count: int, memory_gib: float | None = None) -> None:
+    def __init__(
+        self,
+        gpu: GpuType,
+        count: int,
+        memory_gib: float | None = None,
+        *,
+        nodes: int = 1,
+        inter_link: InterLink | None = None,
+    ) -> None:
         # Written out so that `memory_gib` is a plain float once built; None only means "the type's".
         check_gpu_count(count, "the box's GPU count")
         if memory_gib is not None:
             check_gpu_memory(memory_gib)
+        if nodes < 1 or count % nodes:
+            raise CockpitError(f"{count} GPUs cannot be spread evenly over {nodes} nodes")
         object.__setattr__(self, "gpu", gpu)
         object.__setattr__(self, "count", count)
         object.__setattr__(self, "memory_gib", gpu.memory_gib if memory_gib is None else memory_gib)
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "inter_link", inter_link)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.count // self.nodes
 
     @property
     def link(self) -> LinkClass:
@@ -323,6 +356,11 @@ class Hardware:
         return self.memory_gib
 
     def __str__(self) -> str:
+        if self.nodes > 1:
+            return (
+                f"{self.nodes} nodes x {self.gpus_per_node} x {self.gpu.label} ({self.memory_gib:.2f} GiB, "
+                f"{self.link.name} inside, {self.inter_link} between)"
+            )
         return f"{self.count} x {self.gpu.label} ({self.memory_gib:.2f} GiB, {self.link.name})"
 
 

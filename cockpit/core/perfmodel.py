@@ -297,7 +297,7 @@ class PerfModel:
         micro = math.ceil(per_replica / microbatches)
         t_stage = self.step(micro, context, with_lm_head=False).total
         t_lm = self._lm_head_s
-        hops = (p.pp - 1) * self._hop(micro)
+        hops = self._hops(micro)
         residual = self._residual(per_replica)
         if microbatches == 1:
             return max(floor, (p.pp * t_stage + t_lm + hops) * residual)
@@ -469,6 +469,8 @@ class PerfModel:
     def _all_reduce(self, n: int, nbytes: float) -> float:
         if n <= 1:
             return 0.0
+        if self._spans_nodes(n):
+            return self._all_reduce_across_nodes(n, nbytes)
         link = self.hardware.link
         alpha = link.allreduce_latency(n) * 1e-6 * self.calibration.ar_latency_scale
         return alpha + nbytes / (link.allreduce_busbw(n) * 1e9 * self.calibration.ar_bw_scale)
@@ -476,6 +478,60 @@ class PerfModel:
     def _hop(self, batch: int) -> float:
         cal = self.calibration
         return cal.alpha_p2p_us * 1e-6 + batch * self.model.hidden * 2 / (cal.bw_p2p_gbs * 1e9)
+
+    # -- across nodes (cockpit.core.cluster) -----------------------------------------------------
+    # A group whose ranks sit on several nodes meets the network between them (hw.inter_link, per
+    # GPU: each GPU's share of its node's NICs). Ranks lie on the nodes in order, a run of
+    # ``node_gpus`` each (engines/nodes.py), so a group of n consecutive ranks spans nodes when it
+    # is wider than a node's run or does not tile it.
+
+    def _spans_nodes(self, n: int) -> bool:
+        p = self.placement
+        return (
+            p.nodes > 1 and self.hardware.inter_link is not None and (n > p.node_gpus or p.node_gpus % n != 0)
+        )
+
+    def _all_reduce_across_nodes(self, n: int, nbytes: float) -> float:
+        """A group of n ranks, ``local`` on each of k nodes, reduces in two levels, as NCCL's
+        rings do when each ring crosses the nodes through its own NIC: a reduce-scatter inside the
+        node, an all-reduce of each GPU's 1/local shard across the k nodes over that GPU's share of
+        the NICs (a ring's 2(k-1)/k of the bytes, the bus bandwidth of nccl-tests,
+        https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), and an all-gather
+        inside the node. Each level pays its latency: at decode's small messages the network's
+        latency, twice a layer, is what TP across nodes costs. The same form stands for the MoE
+        group's exchange across nodes: vLLM's default all2all backend is an all-gather then a
+        reduce-scatter (`all2all_backend = "allgather_reducescatter"`, vllm/config/parallel.py),
+        the bytes of one all-reduce, and SGLang's DP attention gathers and scatters alike."""
+        link, inside, cal = self.hardware.inter_link, self.hardware.link, self.calibration
+        assert link is not None
+        local = max(1, min(n, self.placement.node_gpus))
+        k = math.ceil(n / local)
+        t_inside = 0.0
+        if local > 1:  # reduce-scatter and all-gather: an all-reduce's bytes and two latencies
+            t_inside = 2 * inside.allreduce_latency(local) * 1e-6 * cal.ar_latency_scale + (
+                2 * (local - 1) / local * nbytes / (inside.allreduce_busbw(local) * 1e9 * cal.ar_bw_scale)
+            )
+        t_across = link.latency_us * 1e-6 + 2 * (k - 1) / k * (nbytes / local) / (link.bandwidth_gbs * 1e9)
+        return t_inside + t_across
+
+    def _hops(self, batch: int) -> float:
+        """Every pipeline boundary's send of a microbatch's activations (hidden x 2 bytes a token):
+        on one node at the box's point-to-point figures, between nodes over the network, no faster
+        than inside a node, with its latency added."""
+        p = self.placement
+        crossing = 0
+        if p.nodes > 1 and self.hardware.inter_link is not None and p.node_gpus:
+            # a stage is the layout's TP group (SGLang's DP attention lives inside it)
+            node_of = [s * p.layout.tp // p.node_gpus for s in range(p.pp)]
+            crossing = sum(1 for a, b in zip(node_of, node_of[1:]) if a != b)
+        inside = (p.pp - 1 - crossing) * self._hop(batch)
+        if not crossing:
+            return inside
+        link, cal = self.hardware.inter_link, self.calibration
+        assert link is not None
+        bandwidth = min(cal.bw_p2p_gbs, link.bandwidth_gbs) * 1e9
+        across = (cal.alpha_p2p_us + link.latency_us) * 1e-6 + batch * self.model.hidden * 2 / bandwidth
+        return inside + crossing * across
 
     def _active_params_per_gpu(self) -> float:
         p = self.placement
@@ -534,6 +590,13 @@ def for_verdict(setup: Setup, verdict: Verdict) -> PerfModel | None:
     )
     if setup.speed is None:
         return model
+    if verdict.placement.nodes > 1:
+        # The measured kernel tables time one box's collectives (NVLink); across nodes the
+        # network's part is the analytic model's.
+        return replace(
+            model,
+            analytic_note=f"measured kernels cover one node; {verdict.layout} spans {verdict.placement.nodes} nodes",
+        )
     kernels = setup.speed.kernels(setup.model, setup.hardware, engine.name, verdict.placement)
     if isinstance(kernels, SpeedSource):
         return replace(model, analytic_note=kernels.note)

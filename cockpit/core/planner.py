@@ -34,6 +34,7 @@ from cockpit.engines import Engine, Inexpressible, Placement, Rule, ServerArgs, 
 from cockpit.engines.arguments import refuse_owned
 from cockpit.engines.estimate import GiB, MemoryEstimate, StateArgs
 from cockpit.engines.memory import max_model_len
+from cockpit.engines.nodes import NodeShare, span_warnings, split_text
 
 FITS, TIGHT, FAILS = "fits", "tight", "fails"
 VERDICT_ORDER = {FITS: 0, TIGHT: 1, FAILS: 2}
@@ -126,6 +127,7 @@ class Verdict:
     predicted_by: SpeedSource | None = None  # which source predicted predicted_tok_s (cockpit.core.speed)
     warnings: tuple[str, ...] = ()  # what the engine would warn about (a deprecated spelling), not a failure
     server: ServerArgs | None = None  # the arguments it was planned with (profile's and knobs), once checked
+    nodes: tuple[NodeShare, ...] = ()  # across a cluster's nodes: what each node holds; () one node
 
     @property
     def gpus_used(self) -> int:
@@ -156,6 +158,11 @@ class Verdict:
             "alternatives": [str(a) for a in self.alternatives],
             "predicted_tok_s": {str(c): round(v, 1) for c, v in self.predicted_tok_s.items()},
             "warnings": list(self.warnings),
+            **(
+                {"nodes": [n.to_json() for n in self.nodes], "node_split": split_text(self.nodes)}
+                if self.nodes
+                else {}
+            ),
         }
 
     def __str__(self) -> str:
@@ -177,7 +184,7 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
     except CockpitError as exc:
         return Verdict(layout, engine.name, FAILS, (Reason("server-args", str(exc)),))
     try:
-        placement = engine.placement(layout.parallel, hw.count, model, server)
+        placement = engine.placement(layout.parallel, hw.count, model, server, nodes=hw.nodes)
     except Inexpressible as exc:
         return Verdict(
             layout, engine.name, FAILS, (Reason("inexpressible", str(exc)),), alternatives=exc.alternatives
@@ -193,6 +200,13 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
         model, hw, engine, placement, server, setup.request_len, setup.learned, state_args
     )
     reasons += memory_reasons(model, engine, placement, memory, server, setup.request_len)
+    warnings = server.notes
+    shares: tuple[NodeShare, ...] = ()
+    node_rules = {"gpus-available", "nnodes", "pp-nodes", "dp-nodes"}
+    if placement.nodes > 1 and not any(r.rule in node_rules for r in reasons):
+        # Placement is symmetric, so the busiest GPU's estimate holds on every node.
+        shares = tuple(engine.node_shares(placement))
+        warnings += span_warnings(placement.attn_tp, hw.gpus_per_node, placement.nodes, hw.inter_link)
     verdict = FITS
     if any(r.rule != "kv-thin" for r in reasons):
         verdict = FAILS
@@ -206,8 +220,9 @@ def plan_layout(setup: Setup, layout: Layout | str) -> Verdict:
         placement,
         memory,
         argv,
-        warnings=server.notes,
+        warnings=warnings,
         server=server,
+        nodes=shares,
     )
 
 
@@ -231,7 +246,8 @@ def knob_state_args(setup: Setup, layout: Layout) -> StateArgs:
 def plan_all(setup: Setup, layouts: Iterable[Layout | str] | None = None) -> list[Verdict]:
     """Verdicts for the given layouts, or every layout the engine can run on the box; fits first."""
     if layouts is None:
-        layouts = setup.engine.candidate_layouts(setup.hardware.count, moe=setup.model.is_moe)
+        hw = setup.hardware
+        layouts = setup.engine.candidate_layouts(hw.count, moe=setup.model.is_moe, nodes=hw.nodes)
     verdicts = [plan_layout(setup, x) for x in layouts]
     return sorted(verdicts, key=lambda v: (VERDICT_ORDER[v.verdict], -v.gpus_used))
 

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from cockpit.core.cluster import Node, NodeLaunch, Rendezvous
 from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout
 from cockpit.core.model import ModelArch
 from cockpit.engines.arguments import check_args
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
+from cockpit.engines.nodes import NodeShare, check_cluster, node_env, node_shares, refuse_rendezvous
 from cockpit.engines.options import CheckedArgs, OptionTable, option_table, size_value, table_version
 from cockpit.engines.surface import EngineSurface
 
@@ -297,10 +299,24 @@ class Placement:
     experts_per_gpu: int = 0  # on the busiest GPU
     flags: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # A cluster (cockpit.core.cluster): the nodes the layout runs on, ranks spread evenly, and
+    # the GPUs each node has. One box: 1 node of every GPU.
+    nodes: int = 1
+    gpus_per_node: int = 0  # 0: gpus_total (one box)
 
     @property
     def gpus_idle(self) -> int:
         return max(0, self.gpus_total - self.gpus_used)
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs each node the layout runs on holds."""
+        return self.gpus_used // self.nodes if self.nodes > 1 else self.gpus_used
+
+    @property
+    def per_node(self) -> int:
+        """GPUs one node of the box or cluster has."""
+        return self.gpus_per_node or self.gpus_total
 
     def __str__(self) -> str:
         parts = [f"{self.gpus_used} of {self.gpus_total} GPU{'' if self.gpus_total == 1 else 's'}"]
@@ -316,6 +332,8 @@ class Placement:
             )
         if self.pp > 1:
             parts.append(f"PP{self.pp} ({max(self.stage_layers)} layers/stage)")
+        if self.nodes > 1:
+            parts.append(f"over {self.nodes} nodes ({self.node_gpus} GPUs each)")
         return ", ".join(parts)
 
     def to_json(self) -> dict:
@@ -333,6 +351,7 @@ class Placement:
             "pp": self.pp,
             "stage_layers": list(self.stage_layers),
             "notes": list(self.notes),
+            **({"nodes": self.nodes, "gpus_per_node": self.node_gpus} if self.nodes > 1 else {}),
         }
 
 
@@ -393,14 +412,22 @@ class Engine(ABC):
 
     @abstractmethod
     def placement(
-        self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
+        self,
+        layout: Layout,
+        gpus_total: int,
+        model: ModelArch,
+        server: ServerArgs | None = None,
+        *,
+        nodes: int = 1,
     ) -> Placement:
         """Raise ``Inexpressible`` when the flags cannot say this layout. ``server``: the arguments
-        that move a tensor's split (SGLang's --enable-dp-lm-head); None reads as the defaults."""
+        that move a tensor's split (SGLang's --enable-dp-lm-head); None reads as the defaults.
+        ``nodes``: the nodes ``gpus_total`` sit in (a cluster), each holding the same share."""
 
     @abstractmethod
-    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
-        """What this engine can be asked to run on a box of n_gpus, fit or not, in listing order."""
+    def candidate_layouts(self, n_gpus: int, *, moe: bool, nodes: int = 1) -> list[Layout]:
+        """What this engine can be asked to run on a box of n_gpus, fit or not, in listing order;
+        on a cluster of ``nodes``, those that fit in one node or fill whole nodes."""
 
     @abstractmethod
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
@@ -514,6 +541,79 @@ class Engine(ABC):
     @abstractmethod
     def graph_max_bs(self, server: ServerArgs, hw: Hardware, model: ModelArch, placement: Placement) -> int:
         """The largest decode batch captured in a CUDA graph; 0: eager mode."""
+
+    # -- across nodes (cockpit.core.cluster) --------------------------------------------------
+
+    host_ip_var: str = ""  # the variable that tells the engine its node's own address, if any
+
+    def node_args(
+        self, placement: Placement, rank: int, rendezvous: Rendezvous
+    ) -> tuple[list[str], list[str]]:
+        """The multi-node flags of node ``rank``: (said alike on every node, this node's own)."""
+        raise Inexpressible(f"{self.label} has no multi-node launch in cockpit")
+
+    def node_shares(self, placement: Placement) -> list[NodeShare]:
+        """Which of the layout's ranks each node holds (one share on one node)."""
+        layout = placement.layout
+        return node_shares(layout.tp, layout.pp, layout.dp, placement.nodes)
+
+    def node_launches(
+        self,
+        placement: Placement,
+        hw: Hardware,
+        nodes: Sequence[Node],
+        rendezvous: Rendezvous,
+        model_path: str,
+        port: int,
+        extra_args: Sequence[str] = (),
+        command: Sequence[str] = (),
+    ) -> list[NodeLaunch]:
+        """What each node runs, the head first: the one argv of ``argv`` with the multi-node
+        flags, arguments said alike on every node and only the node's rank, its local DP size and
+        start rank and --headless differing; the head alone serves HTTP, on 127.0.0.1 as on one box.
+        A layout that fits in one node runs on the head alone, with today's argv."""
+        if len(nodes) != hw.nodes:
+            raise CockpitError(
+                f"the cluster lists {len(nodes)} nodes and the box was planned with {hw.nodes}"
+            )
+        if placement.nodes <= 1:
+            check_cluster(nodes, 1, placement.gpus_used)
+            head = nodes[0]
+            argv = self.argv(placement, model_path, port, extra_args, command)
+            return [
+                NodeLaunch(0, head.host, tuple(argv), node_env(head), tuple(range(placement.gpus_used)), True)
+            ]
+        check_cluster(nodes, placement.nodes, placement.node_gpus)
+        groups = check_args(self.options, extra_args, strict=self.strict).groups
+        refuse_rendezvous(self.name, [g.option.dest for g in groups], [g.spelling for g in groups])
+        launcher = command or self.default_command
+        launches = []
+        for rank, node in enumerate(nodes[: placement.nodes]):
+            shared, own = self.node_args(placement, rank, rendezvous)
+            argv = [
+                *launcher,
+                *self.model_args(model_path, launcher),
+                *placement.flags,
+                *shared,
+                *own,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *self.always_args,
+                *extra_args,
+            ]
+            launches.append(
+                NodeLaunch(
+                    rank,
+                    node.host,
+                    tuple(argv),
+                    node_env(node, self.host_ip_var),
+                    tuple(range(placement.node_gpus)),
+                    rank == 0,
+                )
+            )
+        return launches
 
     def argv(
         self,

@@ -60,6 +60,18 @@ class EngineSurface:
     # A phase (cockpit.runner.phases) to regexes of the functions a traceback passes through in it.
     traceback_phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    # -- across nodes (cockpit.runner.phases; docs/simulator.md#nodes) ----------------------------
+    # A node begins to wait at the rendezvous (group address: where, when the line says).
+    join_waiting: tuple[Pattern, ...] = ()
+    # A rank entered the rendezvous: group rank names it (a number, or SGLang's "PP1 TP3"), world
+    # the world size where the line says it. Searched in the whole line, not its message alone:
+    # SGLang names the rank only in its prefix.
+    rank_joined: tuple[Pattern, ...] = ()
+    # Every rank joined: a line only printed once the process group holds the whole world.
+    all_joined: tuple[Pattern, ...] = ()
+    # Seconds the head's store waits for the other ranks unless told otherwise.
+    join_timeout_s: float = 600.0
+
     # -- its argument parser (cockpit.sim.flags parses argv as the engine does) -------------------
     model_positional: bool  # the model may come first, without a flag: `vllm serve MODEL`
     model_dest: str  # where the parser keeps the model (the option's dest)
@@ -111,6 +123,30 @@ class EngineSurface:
     metric_prefix: str = ""  # every name the engine serves starts so
     # A figure's name to the engine's spellings of it, newest first.
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+# torch.distributed's words, the same under both engines (their failures name them "rank-timeout"
+# and "peer-lost"). The head's store gives up on the ranks that never came
+# (torch/csrc/distributed/c10d/TCPStore.cpp: "Timed out after 601 seconds waiting for clients.
+# 1/2 clients joined.", the timeout plus one); a rank that never reached the head's store gives up
+# connecting (torch/csrc/distributed/c10d/socket.cpp).
+RANK_TIMEOUT = (
+    r"DistStoreError: Timed out after (?P<seconds>\d+) seconds waiting for clients\. "
+    r"(?P<joined>\d+)/(?P<world>\d+) clients joined"
+    r"|(?:DistNetworkError|DistStoreError): The client socket has timed out after (?P<ms>\d+)ms while "
+    r"trying to connect to \((?P<host>[^,()]+), (?P<port>\d+)\)"
+)
+# A peer went away: Gloo's collectives (gloo/transport/tcp/pair.cc, "Connection closed by peer
+# [10.0.0.2]:45459", or a read's "Connection reset by peer"), NCCL's (ncclRemoteError), or the
+# store's client when the head's store is gone ("[c10d] recvValue failed ... Failed to recv, got 0
+# bytes. Connection was likely closed. Did the remote server shutdown or crash?", vllm-project/vllm#32136).
+PEER_LOST = (
+    r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<peer_port>\d+)"
+    r"|(?P<reset>Connection reset by peer)"
+    r"|(?P<nccl>NCCL error: remote process exited or there was a network error)"
+    r"|(?P<store>Failed to recv, got 0 bytes\. Connection was likely closed\. Did the remote server "
+    r"shutdown or crash\?)"
+)
 
 
 def any_of(patterns: Iterable[str], flags: int = 0) -> Pattern:

@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     from cockpit.bench.command import add_bench_parser
 
     add_bench_parser(commands)
+    from cockpit.faces.agent import add_agent_parser
+
+    add_agent_parser(commands)
 
     _add_tune_parser(commands)
     _add_sweep_parser(commands)

@@ -124,11 +124,15 @@ def box_context(profile: Profile, *, sim: bool, real: bool = False, speed: str |
     keeps measured kernels out (``--speed``); None: the profile's ``speed:``, else kernels where
     they cover."""
     hardware = profile.box
+    if profile.cluster is not None:  # this machine's driver says nothing of the nodes'
+        reason = SIM_GIVEN if sim and not real else ""
+    else:
+        reason = "" if real and not sim else simulated_reason(sim, hardware)
     return BoxContext(
         hardware,
         profile.engine,
         _launcher(profile),
-        reason="" if real and not sim else simulated_reason(sim, hardware),
+        reason=reason,
         speed=speed or profile.speed or KERNELS,
     )
 

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from cockpit.core.cluster import Cluster, Node
 from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
 from cockpit.core.planner import Setup
@@ -35,9 +36,24 @@ from cockpit.telemetry.base import GpuSource
 from cockpit.telemetry.monitor import Monitor
 
 
-def gpu_source(hardware: Hardware, sim: bool) -> GpuSource:
+def gpu_source(hardware: Hardware, sim: bool, cluster: Cluster | None = None) -> GpuSource:
     """The simulated box made from the profile's hardware, the host for a CPU box, or the real
-    GPUs through NVML."""
+    GPUs through NVML; on a cluster, every node's GPUs from its agent over SSH (each simulated
+    node reads its own simulated box)."""
+    if cluster is not None:
+        from cockpit.runner.cluster import agent_env
+        from cockpit.telemetry.agent import ClusterSource
+
+        def node_env(node: Node) -> dict[str, str]:
+            if not sim:
+                return {}
+            return {
+                **agent_env(True),
+                "COCKPIT_SIM_NODE": node.host,
+                "COCKPIT_SIM_GPUS": f"{node.gpus}x{hardware.gpu.key}",
+            }
+
+        return ClusterSource(cluster, env=node_env)
     if sim:
         from cockpit.sim.box import SimBox
         from cockpit.telemetry.simbox import SimBoxSource
@@ -124,7 +140,7 @@ class Lab:
         store = CalibrationStore()
         setup = replace(setup, learned=store.learned(box.key, setup.model_path))  # a bad file: a notice
         with contextlib.ExitStack() as undo:  # a part that fails to open closes those opened before it
-            source = gpu_source(box.hardware, box.simulated)
+            source = gpu_source(box.hardware, box.simulated, profile.cluster)
             undo.callback(source.close)
             journal = Journal(warn=warn)
             undo.callback(journal.close)

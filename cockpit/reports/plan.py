@@ -120,7 +120,21 @@ def plan_table(
             speeds.append(measured_cell(last) if last else "-")
         reason = _reason_cell(v, every=len(verdicts) == 1)
         rows.append([str(v.layout), gpus, flags, verdict_mark(v.verdict), weights, kv, *speeds, reason])
-    return format_table(headers, rows, width)
+    return format_table(headers, rows, width) + node_split(verdicts, width)
+
+
+def node_split(verdicts: Sequence[Verdict], width: int | None = None) -> str:
+    """Under the table, for layouts across a cluster's nodes: what each node holds
+    (`tp8 pp2: node 1: PP stage 0, GPUs 0-7; node 2: PP stage 1, GPUs 0-7`); nothing on one box.
+    What the network costs is among the verdicts' warnings, which the caller prints."""
+    spread = [v for v in verdicts if v.nodes]
+    if not spread:
+        return ""
+    lines: list[str] = []
+    for v in spread:
+        text = f"{v.layout}: " + "; ".join(str(n) for n in v.nodes)
+        lines += _wrap([text], max(40, width - 2) if width else None)
+    return "\n\nacross nodes:\n" + "\n".join("  " + line for line in lines)
 
 
 def measured_cell(last: LastMeasured) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from cockpit.engines import surfaces
 from cockpit.engines.surface import EngineSurface, any_of
 from cockpit.runner.events import Diagnosis
-from cockpit.runner.phases import PhaseTracker, log_message, strip_ansi
+from cockpit.runner.phases import DIST_INIT_ADDR, PhaseTracker, log_message, strip_ansi
 
 # --- What to try next (the caller may replace these with layouts the planner says fit) -------
 
@@ -635,6 +635,76 @@ def _non_default(site: _Site, name: str) -> str | None:
     return None
 
 
+# A node's lines in a cluster's log, as cockpit prefixes them ("[node 2 127.0.0.3] ...").
+NODE_PREFIX = re.compile(r"^\s*\[node (?P<node>\d+) (?P<host>[^\]\s]+)\]")
+NEXT_RENDEZVOUS = (
+    "check that every node started and reaches {address} (firewall, wrong interface: set ifname in the "
+    "cluster profile), and that every node runs the same arguments"
+)
+NEXT_PEER_LOST = (
+    "read that node's log for its own error (OOM, killed, crashed); the nodes of one engine live and die "
+    "together: start them all again"
+)
+
+
+def _node_of(site: _Site) -> str:
+    """ "node 2 (127.0.0.3): " when the matched line is a cluster node's, else nothing."""
+    found = NODE_PREFIX.match(strip_ansi(site.lines[site.index]))
+    return f"node {found['node']} ({found['host']}): " if found else ""
+
+
+def _rendezvous_address(site: _Site) -> str | None:
+    """Where the ranks meet, as a line above the error said (the engines' join lines)."""
+    patterns = [p for engine in surfaces() for p in (*engine.rank_joined, *engine.join_waiting)]
+    patterns.append(DIST_INIT_ADDR)
+    for line in reversed(site.lines[: site.index]):
+        plain = strip_ansi(line)
+        for pattern in patterns:
+            if (match := pattern.search(plain)) and (
+                found := match.groupdict().get("address") or match.groupdict().get("old")
+            ):
+                return found.removeprefix("tcp://")
+    return None
+
+
+def _rank_timeout(match: re.Match[str], site: _Site) -> Diagnosis:
+    """The head's store gave up on ranks that never came, or a node never reached the head."""
+    node = _node_of(site)
+    if match["joined"]:
+        joined, world = int(match["joined"]), int(match["world"])
+        address = _rendezvous_address(site)
+        at = f" at {address}" if address else ""
+        cause = (
+            f"{node}{world - joined} of {world} ranks never joined the rendezvous{at} within "
+            f"{int(match['seconds']) - 1} s: a node did not start, or cannot reach the head"
+        )
+    else:
+        address = f"{match['host']}:{match['port']}"
+        cause = (
+            f"{node}this node never reached the head at {address} within {int(match['ms']) // 1000} s: "
+            "the head did not start, or this node cannot reach it"
+        )
+    return site.diagnosis(
+        "rank-timeout", cause, NEXT_RENDEZVOUS.format(address=address or "the head's address")
+    )
+
+
+def _peer_lost(match: re.Match[str], site: _Site) -> Diagnosis:
+    """Another node's engine went away under this one."""
+    node = _node_of(site)
+    phase = site.phase()
+    when = f" {PHASE_WORDS[phase]}" if phase in PHASE_WORDS else ""
+    if match["store"]:
+        who = "the head went away (its store closed the connection)"
+    elif match["peer"]:
+        who = f"the node at {match['peer']} went away (Connection closed by peer)"
+    elif match["nccl"]:
+        who = "a peer went away (NCCL: remote process exited or there was a network error)"
+    else:
+        who = "a peer went away (Connection reset by peer)"
+    return site.diagnosis("peer-lost", f"{node}{who}{when}", NEXT_PEER_LOST)
+
+
 def _pp_unsupported(match: re.Match[str], site: _Site) -> Diagnosis:
     return site.diagnosis(
         "pp-unsupported",
@@ -822,6 +892,9 @@ _CAUSES: tuple[tuple[re.Pattern[str] | str, Explain], ...] = (
     ("external-weights", _external_weights),
     ("world-size", _world_size),
     (INVALID_DEVICE, _invalid_device),
+    # Before NCCL's own words: a lost node is the cause of the NCCL error that reports it.
+    ("rank-timeout", _rank_timeout),
+    ("peer-lost", _peer_lost),
     (NCCL_WATCHDOG, _nccl_timeout),
     (NCCL_ERROR, _nccl_error),
     (NCCL_ERROR_CODE, _nccl_error),

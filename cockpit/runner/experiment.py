@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import psutil
 
 from cockpit.core.benchrequest import BenchRequest
+from cockpit.core.cluster import Cluster, NodeLaunch
 from cockpit.core.errors import CockpitError
 from cockpit.core.layout import Layout
 from cockpit.core.outcome import FAILED, LAUNCHING, READY, STOPPED
@@ -27,6 +28,7 @@ from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.core.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.engines import api_keys
 from cockpit.engines.arguments import knob_next_step
+from cockpit.runner.cluster import SPEC_ENV, describe_nodes, keeper_argv, keeper_spec, preflight
 from cockpit.runner.diagnose import describe_end
 from cockpit.runner.events import (
     BenchDone,
@@ -42,7 +44,14 @@ from cockpit.runner.events import (
 )
 from cockpit.runner.registry import ServerEntry, new_log_path
 from cockpit.runner.signals import held_signals
-from cockpit.runner.supervisor import ServerEnded, ServerHandle, Supervisor, busy_port
+from cockpit.runner.supervisor import (
+    ServerEnded,
+    ServerHandle,
+    Supervisor,
+    busy_port,
+    free_local_port,
+    keeps_nodes,
+)
 from cockpit.store.journal import Journal
 from cockpit.store.profile import Profile
 from cockpit.telemetry.base import GpuSample
@@ -136,6 +145,8 @@ class Launcher:
     _ended: dict[int, str] = field(default_factory=dict, repr=False)
     _end_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _scrubber: Scrubber | None = field(default=None, repr=False)  # every launch's secret values
+    # experiment -> every node's argv, on a cluster (the journal holds the head's)
+    node_argvs: dict[int, list[tuple[str, ...]]] = field(default_factory=dict, repr=False)
     cancels: int = 0  # stops asked for so far; a launch asked for before the last one does not start
     # Told the experiment's id when something new was measured (a launch came up, a bench ended):
     # the lab learns from the journal there. What it raises is logged, never passed on.
@@ -246,7 +257,10 @@ class Launcher:
             )
             try:
                 refusal = self._refusal(verdict, force, used, free, samples, held, others)
-                if refusal is None:
+                if refusal is None and self.cluster is not None:
+                    log_path = new_log_path(exp, str(layout))
+                    argv, env, failure = self._spawn_cluster(exp, verdict, log_path, str(layout), gpus)
+                elif refusal is None:
                     argv = verdict.argv  # as planned, shown and journaled: the launcher is in it
                     env = self.environment(gpus)
                     log_path = new_log_path(exp, str(layout))
@@ -277,17 +291,96 @@ class Launcher:
         self._launched[exp] = setup  # kept while it runs (dropped by _forget): nothing for a refusal
         try:
             self.journal.update_experiment(
-                exp, log_path=str(log_path), pid=handle.pid, port=self.profile.port
+                exp, log_path=str(log_path), pid=handle.pid, port=handle.entry.port
             )
+            if exp in self.node_argvs:  # across nodes: the head's argv, as the rendezvous made it
+                self.journal.update_experiment(exp, argv=list(redact_argv(argv)))
         except BaseException:
             self._stop_unjournaled(handle)
             raise
-        shown_env = {k: v for k, v in env.items() if k != "COCKPIT_SIM_CALIBRATION"}
+        shown_env = {k: v for k, v in env.items() if k not in ("COCKPIT_SIM_CALIBRATION", SPEC_ENV)}
         yield Launching.redacted(exp, argv, handle.pid, str(log_path), shown_env)
         yield from self.follow(handle)
 
+    @property
+    def cluster(self) -> Cluster | None:
+        """The profile's nodes, when the layouts run across several boxes."""
+        return getattr(self.profile, "cluster", None)
+
+    def _spawn_cluster(
+        self, exp: int, verdict: Verdict, log_path, layout: str, gpus: Sequence[int]
+    ) -> tuple[Sequence[str], dict[str, str], Diagnosis | None]:
+        """Check every node and start the node keeper, which starts the nodes
+        (cockpit.runner.nodekeeper). Returns what is shown and journaled: the head's argv, the
+        environment, and a refusal if a node failed its checks."""
+        cluster, setup = self.cluster, self.setup
+        assert cluster is not None and verdict.placement is not None
+        checked = preflight(
+            cluster,
+            setup.engine.name,
+            setup.command or setup.engine.default_command,
+            self.profile.port,
+            simulated=self.sim,
+        )
+        if isinstance(checked, Diagnosis):
+            return verdict.argv, {}, checked
+        launches = setup.engine.node_launches(
+            verdict.placement,
+            setup.hardware,
+            cluster.nodes,
+            checked.rendezvous,
+            setup.model_path or setup.model.name,
+            self.profile.port,
+            (*setup.server_args, *verdict.layout.knobs),
+            setup.command,
+        )
+        launches = [replace(x, env={**self.node_environment(x), **x.env}) for x in launches]
+        self._learn_secrets([a for x in launches for a in x.argv])
+        local_port = free_local_port()
+        env = {
+            SPEC_ENV: keeper_spec(
+                cluster=cluster,
+                launches=launches,
+                engine=setup.engine.name,
+                experiment=exp,
+                local_port=local_port,
+                port=self.profile.port,
+                simulated=self.sim,
+            )
+        }
+        argv = keeper_argv()
+        failure = self._spawn(exp, argv, env, log_path, layout, gpus, port=local_port)
+        shown = {
+            **describe_nodes(launches),
+            "rendezvous": f"{checked.rendezvous.head}:{checked.rendezvous.port}",
+            **({"version": str(checked.versions[0])} if checked.versions and checked.versions[0] else {}),
+        }
+        self.node_argvs[exp] = [tuple(x.argv) for x in launches]
+        return launches[0].argv, shown, failure
+
+    def node_environment(self, launch: NodeLaunch) -> dict[str, str]:
+        """One node's engine environment: the profile's, its GPUs, and on a simulated cluster
+        the node's own simulated box."""
+        env = dict(self.profile.env)
+        hw = self.setup.hardware
+        if not hw.on_cpu:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, launch.gpus))
+        if self.sim:
+            env["COCKPIT_SIM_GPUS"] = f"{hw.gpus_per_node}x{hw.gpu.key}"
+            env["COCKPIT_SIM_NODE"] = launch.host
+            env["COCKPIT_SIM_CALIBRATION"] = json.dumps(dict(self.profile.calibration))
+        return env
+
     def _spawn(
-        self, exp: int, argv: Sequence[str], env: dict[str, str], log_path, layout: str, gpus: Sequence[int]
+        self,
+        exp: int,
+        argv: Sequence[str],
+        env: dict[str, str],
+        log_path,
+        layout: str,
+        gpus: Sequence[int],
+        *,
+        port: int | None = None,
     ) -> Diagnosis | None:
         """Start the engine; ``self.handle`` is set before any interrupt can land. A failure to
         start (no such launcher) comes back as the Diagnosis to report."""
@@ -302,7 +395,7 @@ class Launcher:
                 experiment=exp,
                 argv=argv,
                 env=env,
-                port=self.profile.port,
+                port=self.profile.port if port is None else port,
                 log_path=log_path,
                 engine=self.setup.engine.name,
                 profile=self.profile.path or self.profile.name,  # its file: a re-attach opens the same one
@@ -341,8 +434,13 @@ class Launcher:
     def _follow(self, handle: ServerHandle) -> Iterator[Event]:
         exp = handle.entry.experiment
         ready_paths = self.setup.engine.ready_paths
+        nodes = self.setup.hardware.nodes if keeps_nodes(handle.entry) else 1
         events = self.supervisor.follow(
-            handle, timeout=self.startup_timeout, ready_paths=ready_paths, api_key=self.api_key(handle)
+            handle,
+            timeout=self.startup_timeout,
+            ready_paths=ready_paths,
+            api_key=self.api_key(handle),
+            nodes=nodes,
         )
         for event in map(self._scrubbed, events):
             if isinstance(event, Failed) and exp in self._stopping:
@@ -544,7 +642,10 @@ class Launcher:
                 f"not launched: the planner says {verdict.layout} fails: {verdict.reasons[0]}",
                 (suggestion + "; " if suggestion else "") + "--force launches it anyway",
             )
-        holder = busy_port("127.0.0.1", self.profile.port)
+        if self.cluster is not None:  # the head's port is checked on the head (cockpit.runner.cluster)
+            holder = None
+        else:
+            holder = busy_port("127.0.0.1", self.profile.port)
         holder = holder or next(
             (
                 f"pid {e.pid or '(starting)'} ({e.layout} of cockpit)"

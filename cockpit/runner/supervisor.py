@@ -226,11 +226,13 @@ class Supervisor:
         ready_paths: Sequence[str] = ("/health", "/v1/models"),
         poll: float = 0.05,
         api_key: str | None = None,
+        nodes: int = 1,
     ) -> Iterator[Event]:
         """Log lines and phases as they come; the last event is ``Ready`` or ``Failed``, with
-        the numbers the engine logged about its launch (``facts``)."""
+        the numbers the engine logged about its launch (``facts``). Across ``nodes``, ready
+        also waits for the engine's word that every rank joined."""
         experiment = handle.entry.experiment
-        tracker = PhaseTracker(experiment)
+        tracker = PhaseTracker(experiment, nodes=nodes)
         facts = FactsReader()
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         reader = LogTail(Path(handle.entry.log_path))
@@ -275,7 +277,7 @@ class Supervisor:
                     next_health = now + HEALTH_EVERY_S
                     answered = self._ready(http, handle.url, ready_paths)
                     foreign = answered and _answered_by_another(handle)
-                    if answered and not foreign:
+                    if answered and not foreign and (nodes == 1 or tracker.all_joined):
                         for line in reader.read():  # what it wrote just before it answered
                             yield from take(line)
                         yield Ready(
@@ -375,6 +377,8 @@ class Supervisor:
         KV cache) and end a moment after the API server that leads them; a launch that came
         before they were gone would find the box still busy (seen with the real engine)."""
         pgid = handle.entry.pgid
+        if keeps_nodes(handle.entry):
+            grace = max(grace, NODE_KEEPER_GRACE_S)
         if not handle.ours:  # re-attached from the registry: signalled only once verified
             problem = unverified(handle.entry)
             if problem == ENDED:
@@ -565,6 +569,25 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def free_local_port() -> int:
+    """A port free on this machine's 127.0.0.1 now (the kernel's choice)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# A launch across nodes is one local process (cockpit.runner.nodekeeper) that stops every node's
+# engine over SSH when asked: it gets this long before SIGKILL, which would leave the nodes running.
+NODE_KEEPER_GRACE_S = 60.0
+
+
+def keeps_nodes(entry: ServerEntry) -> bool:
+    """Whether a server entry is a launch across nodes (its process is the node keeper)."""
+    return "cockpit.runner.nodekeeper" in entry.argv[:3]
 
 
 def busy_port(host: str, port: int) -> str | None:

@@ -10,6 +10,10 @@ real GPU, a dead process's allocations vanish.
     <root>/<box-name>/proc-<pid>.json  {"pid", "name", "create_time", "time",
                                         "gpus": {"0": {"used_bytes", "utilization", "power_w"}}}
 
+A simulated cluster runs its nodes on one machine: with COCKPIT_SIM_NODE set (the node's host,
+``127.0.0.3``) the box is that node's own, its folder named after the node (``127.0.0.3-8xh200``),
+so two nodes of the same GPUs hold memory on separate GPUs, as two machines would.
+
 Memory a process publishes is what NVML would list for it, CUDA context included: the
 simulated engine takes its figures from the planner, which already counts the context, so
 readers add no baseline of their own.
@@ -130,8 +134,27 @@ def default_root(env: Mapping[str, str] | None = None) -> Path:
         return Path(platformdirs.user_runtime_dir("cockpit")) / "simbox"
 
 
-def box_name(hardware: Hardware) -> str:
-    """A folder name per box, so an 8 x H200 box never reads an RTX box's processes."""
+def node_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The simulated node this process runs on (COCKPIT_SIM_NODE: its host), "" on a lone box."""
+    env = os.environ if env is None else env
+    return env.get("COCKPIT_SIM_NODE", "").strip()
+
+
+def box_name(hardware: Hardware, node: str = "") -> str:
+    """A folder name per box, so an 8 x H200 box never reads an RTX box's processes; a node's box
+    is prefixed by the node, so the nodes of a simulated cluster never share GPUs."""
+    name = _hardware_name(hardware)
+    if not node:
+        return name
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", node).strip("-.")
+    if not safe:
+        raise CockpitError(
+            f"COCKPIT_SIM_NODE={node!r} names no node: set it to the node's host, like 127.0.0.3"
+        )
+    return f"{safe}-{name}"
+
+
+def _hardware_name(hardware: Hardware) -> str:
     gpu = hardware.gpu
     kind = gpu.key
     if kind not in CATALOG:  # a GPU given only by its memory: name the folder after it
@@ -145,15 +168,17 @@ def box_name(hardware: Hardware) -> str:
 class SimBox:
     """One simulated box: its folder, the processes publishing into it, and reading it back."""
 
-    def __init__(self, hardware: Hardware, root: Path | None = None) -> None:
+    def __init__(self, hardware: Hardware, root: Path | None = None, node: str = "") -> None:
         self.hardware = hardware
-        self.name = box_name(hardware)
+        self.node = node
+        self.name = box_name(hardware, node)
         self.folder = Path(root if root is not None else default_root()) / self.name
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SimBox:
-        """The box COCKPIT_SIM_GPUS names, in COCKPIT_SIM_STATE or the user's runtime directory."""
-        return cls(box_from_env(env), default_root(env))
+        """The box COCKPIT_SIM_GPUS names, in COCKPIT_SIM_STATE or the user's runtime directory;
+        with COCKPIT_SIM_NODE, that node's own box."""
+        return cls(box_from_env(env), default_root(env), node_from_env(env))
 
     @property
     def memory_bytes(self) -> int:
@@ -170,6 +195,8 @@ class SimBox:
             "memory_gib": self.hardware.memory_gib,
             "power_limit_w": self.hardware.gpu.power_w,
         }
+        if self.node:
+            spec["node"] = self.node
         path = self.folder / "box.json"
         if _read_json(path) != spec:
             _write_json(path, spec)
@@ -216,7 +243,8 @@ class SimBox:
             return None
 
     def __repr__(self) -> str:
-        return f"SimBox({self.hardware}, {str(self.folder)!r})"
+        node = f", node={self.node!r}" if self.node else ""
+        return f"SimBox({self.hardware}, {str(self.folder)!r}{node})"
 
 
 class Publisher:

@@ -23,13 +23,14 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from cockpit.core.cluster import InterLink
 from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
 from cockpit.core.planner import GiB, MemoryEstimate, Setup, Verdict, oom_text, plan_layout
@@ -39,10 +40,13 @@ from cockpit.sim.batcher import Batcher
 from cockpit.sim.box import GpuLoad, Publisher, SimBox
 from cockpit.sim.flags import EngineArgs
 from cockpit.sim.logs import vllm as logs_vllm
+from cockpit.sim.nodes import Lost, NodeLink, span_of
 from cockpit.sim.witness import Truth, pace_for
 from cockpit.store.modelfiles import load_model
 from cockpit.store.textfile import read_text
 from cockpit.system import eventloop
+
+T = TypeVar("T")
 
 LOAD_GBPS = 3.0  # weights read per GPU per second (NVMe and page cache, a few GB/s)
 PUBLISH_INTERVAL_S = 0.2
@@ -125,6 +129,7 @@ class SimEngine:
         self.log = logs.for_engine(self.args.engine, self.out, self.env)
         self.sock: socket.socket | None = None  # vLLM binds its port before it builds the engine
         self.publisher: Publisher = self.box.publisher(os.getpid(), self.args.engine)
+        self.link: NodeLink | None = None  # the other nodes, when the engine spans nodes
         self.held: dict[int, int] = {}
         self._published: dict[int, int] = {}
 
@@ -134,7 +139,7 @@ class SimEngine:
         """The planner's verdict with the box's truth as what was learned: memory, logs and pace
         follow it. Its speed constants also win over the profile's: they are the box itself."""
         model = load_model(self.args.model)
-        visible = Hardware(self.box.hardware.gpu, max(1, len(self.gpu_ids)), self.box.hardware.memory_gib)
+        visible = self._visible()
         setup = Setup(
             model,
             visible,
@@ -145,6 +150,15 @@ class SimEngine:
             learned=self.truth.learned,
         )
         return setup, plan_layout(setup, self.args.layout)
+
+    def _visible(self) -> Hardware:
+        """The GPUs the engine sees: this box's visible ones; across nodes, as many on every node
+        (the engines place ranks evenly), joined by the cluster's network."""
+        gpu, per_node, memory = self.box.hardware.gpu, max(1, len(self.gpu_ids)), self.box.hardware.memory_gib
+        nodes = self.args.multinode
+        if nodes is None or nodes.nnodes <= 1:
+            return Hardware(gpu, per_node, memory)
+        return Hardware(gpu, per_node * nodes.nnodes, memory, nodes=nodes.nnodes, inter_link=InterLink())
 
     # -- memory on the simulated GPUs ---------------------------------------------------------
 
@@ -189,15 +203,28 @@ class SimEngine:
         except SimOutOfMemory as exc:
             self.log.oom(str(exc))
             return 1
+        except Lost as lost:  # another node went away while this one loaded or served
+            assert self.link is not None
+            return self.link.ended(lost.word)
         finally:
             if self.sock is not None:
                 self.sock.close()
+            if self.link is not None:
+                await self.link.close(bye=False)
 
     async def _live(self) -> int:
         if self.args.deprecated:  # both engines warn while parsing, before any other line
             self.log.argument_warnings(self.args.deprecated)
         setup, verdict = self.plan()
-        if isinstance(self.log, logs.VLLMLog):
+        nodes = self.args.multinode
+        span = None
+        if nodes is not None:  # across nodes: this node's ranks, and the link to the others
+            used_gpus = verdict.placement.gpus_used if verdict.placement is not None else None
+            span = span_of(nodes, self.args.layout, used_gpus)
+            self.link = NodeLink(span, self.args.engine, self.env, self.log, self.box.node)
+        if span is not None and not span.nodes.serves:
+            self.log.headless(self.args, setup, verdict, span)  # no API server: no port, no logo
+        elif isinstance(self.log, logs.VLLMLog):
             # vllm/entrypoints/launchers/launcher.py: setup_server logs the version and the
             # arguments, then binds the port, before the config and the engine are built.
             self.log.announce(self.args)
@@ -206,9 +233,9 @@ class SimEngine:
             except OSError as exc:
                 self.log.bind_failure(self.args.host, self.args.port, exc)
                 return 1
-            self.log.configured(self.args, setup, verdict)
+            self.log.configured(self.args, setup, verdict, span)
         else:
-            self.log.starting(self.args, setup, verdict)
+            self.log.starting(self.args, setup, verdict, span)
         placement, memory = verdict.placement, verdict.memory
         startup_failures = [
             r
@@ -219,16 +246,22 @@ class SimEngine:
             reasons = startup_failures or list(verdict.reasons)
             self.log.startup_failure(reasons)
             return 1
-        used = self.gpu_ids[: placement.gpus_used]
+        # Across nodes each node holds its own share of the ranks, every node alike.
+        used = self.gpu_ids[: len(span.ranks) if span is not None else placement.gpus_used]
         await asyncio.sleep(STARTUP_DELAY_S / self.scale)
         self.held = {gpu: int(0.5 * GiB) for gpu in used}  # CUDA context
         self.publish()
+        if span is not None and self.link is not None:
+            code = await self.link.meet()
+            if code is not None:
+                return code
+            self.log.joined(self.args, setup, span)
         oom = next((r for r in verdict.reasons if r.rule == "oom-at-load"), None)
         target = memory.weights_gib * GiB
         if oom is not None:
             target = (memory.capacity_gib - 0.5) * GiB - memory.expert_layer_bytes * 2 / 3
         loading = time.monotonic()
-        await self.load(used, max(0.0, target), int(memory.weights_gib * GiB))
+        await self._watched(self.load(used, max(0.0, target), int(memory.weights_gib * GiB)))
         if oom is not None:
             # Every rank of the busiest stage fills alike; its first rank reports, as the planner
             # says (MemoryEstimate.busiest_gpu), and torch names the GPU by its index in the
@@ -240,18 +273,35 @@ class SimEngine:
             self.log.loaded(setup, memory, load_s=time.monotonic() - loading)
         else:
             self.log.loaded(setup, memory)
+        if self.link is not None and self.link.worker is not None:
+            # A node other than the head: its KV cache sized with the head's, then it stays up.
+            self._hold_all(used, memory)
+            self.link.loaded()
+            return await self.link.follow()
+        if self.link is not None:
+            await self._watched(self.link.all_loaded())
         if failure is not None:
             self.log.kv_failure(failure)
             return 1
+        self._hold_all(used, memory)
+        self.log.kv_ready(setup, placement, memory)
+        await asyncio.sleep(1.0 / self.scale)  # CUDA graphs
+        return await self.serve(setup, verdict)
+
+    def _hold_all(self, used: list[int], memory: MemoryEstimate) -> None:
+        """Weights, KV cache and the reserve on every GPU used, as the KV cache is allocated."""
         kv_bytes = int(max(0.0, memory.kv_budget_gib) * GiB)
         reserve = int(self._reserve_gib(memory) * GiB)
         for gpu in used:
             self.held[gpu] = int(memory.weights_gib * GiB + 0.5 * GiB + kv_bytes + reserve)
         self.held = {g: min(b, int(memory.capacity_gib * GiB)) for g, b in self.held.items()}
         self.publish()
-        self.log.kv_ready(setup, placement, memory)
-        await asyncio.sleep(1.0 / self.scale)  # CUDA graphs
-        return await self.serve(setup, verdict)
+
+    async def _watched(self, work: Awaitable[T]) -> T:
+        """``work``, watching the other nodes when there are some (NodeLost when one goes first)."""
+        if self.link is None:
+            return await work
+        return await self.link.guard(work)
 
     def _reserve_gib(self, memory: MemoryEstimate) -> float:
         """What the engine holds beside weights and KV cache: its whole reserve (vLLM), or what
@@ -342,6 +392,9 @@ class SimEngine:
             loop.add_signal_handler(sig, stop.set)
         self.log.ready(self.args)
         tasks = [asyncio.create_task(self._idle_publisher(batcher, stop))]
+        lost: list[Lost] = []
+        if self.link is not None:
+            tasks.append(asyncio.create_task(self._peers_lost(stop, lost)))
         if self.log.periodic_stats and not values.get("disable_log_stats"):
             tasks.append(asyncio.create_task(self._log_stats(app, batcher, values)))
         if self.on_ready is not None:
@@ -349,12 +402,26 @@ class SimEngine:
         await stop.wait()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        self.log.shutdown(in_flight=batcher.running + batcher.waiting)
+        if not lost:
+            self.log.shutdown(in_flight=batcher.running + batcher.waiting)
+            if self.link is not None:
+                await self.link.close(bye=True)  # the other nodes stop with the head
         for task in tasks:
             task.cancel()
         await batcher.close()
         await runner.cleanup()
+        if lost:
+            raise lost[0]
         return 0
+
+    async def _peers_lost(self, stop: asyncio.Event, lost: list[Lost]) -> None:
+        """While serving, a node that goes away ends the head: its next collective would fail."""
+        assert self.link is not None
+        try:
+            await self.link.guard(stop.wait())
+        except Lost as exc:
+            lost.append(exc)
+            stop.set()
 
     async def _log_stats(self, app: Any, batcher: Batcher, values: Mapping[str, object]) -> None:
         """The periodic stats line of vLLM (vllm/v1/metrics/loggers.py): throughputs over the interval,

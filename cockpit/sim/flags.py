@@ -42,6 +42,35 @@ API_SERVER_WARNINGS = (
 
 
 @dataclass(frozen=True)
+class MultiNode:
+    """This node's part in an engine that spans nodes, read from the engine's own flags.
+
+    vLLM 0.33 (vllm/engine/arg_utils.py, vllm/entrypoints/cli/serve.py): TP/PP across nodes with
+    ``--nnodes N --node-rank R --master-addr HEAD --master-port P`` (``--headless`` on the others),
+    the torch process group meeting at HEAD:P; DP across nodes with ``--data-parallel-size-local d
+    --data-parallel-start-rank s --data-parallel-address HEAD --data-parallel-rpc-port RPC``, the
+    engines meeting at HEAD:RPC. SGLang 0.5.23 (sglang/srt/arg_groups/fields/parallel.py):
+    ``--nnodes N --node-rank R --dist-init-addr HEAD:PORT``; only node 0 serves HTTP."""
+
+    nnodes: int
+    node_rank: int
+    host: str  # the head's address, as the flags name it
+    port: int  # where the ranks meet on the head
+    serves: bool  # this node runs the API server (vLLM: not --headless; SGLang: node 0)
+    data_parallel: bool = False  # vLLM: DP engines across nodes (the RPC port), not one torch world
+    timeout_s: float | None = None  # SGLang's --dist-timeout, where given
+
+    @property
+    def head(self) -> bool:
+        return self.node_rank == 0
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class EngineArgs:
     engine: str
     model: str
@@ -55,6 +84,7 @@ class EngineArgs:
     version: str = ""
     entrypoint: str = "vllm serve"  # vLLM: "vllm serve", or "api_server.py" (python -m ...api_server)
     logged_args: tuple[tuple[str, object], ...] = ()  # what vLLM logs as "non-default args"
+    multinode: MultiNode | None = None  # this node's part when the engine spans nodes
 
 
 class _Switch(argparse.Action):
@@ -255,7 +285,51 @@ def parse_engine_args(engine: str, argv: Sequence[str], version: str | None = No
         table.version,
         entrypoint or surface(engine).program,
         logged,
+        _multinode(ns, layout),
     )
+
+
+# vLLM's defaults for the ports the nodes meet at (vllm/config/parallel.py: master_port 29501,
+# data_parallel_rpc_port 29550).
+VLLM_MASTER_PORT = 29501
+VLLM_DP_RPC_PORT = 29550
+
+
+def _multinode(ns: argparse.Namespace, layout: Layout) -> MultiNode | None:
+    """This node's part, when the flags spread the engine over nodes; None on one box. The
+    parser's options say how the nodes meet: one HOST:PORT (SGLang's --dist-init-addr), or a
+    master address and port, or data-parallel engines at an RPC port (vLLM's)."""
+    nnodes = getattr(ns, "nnodes", 1) or 1
+    rank = getattr(ns, "node_rank", 0) or 0
+    if hasattr(ns, "dist_init_addr"):
+        if nnodes <= 1:
+            return None
+        host, port = _host_port(getattr(ns, "dist_init_addr", None) or "", "--dist-init-addr")
+        timeout = getattr(ns, "dist_timeout", None)
+        return MultiNode(nnodes, rank, host, port, serves=rank == 0, timeout_s=timeout)
+    headless = bool(getattr(ns, "headless", False))
+    if nnodes > 1:
+        host = getattr(ns, "master_addr", None) or "127.0.0.1"
+        port = getattr(ns, "master_port", None) or VLLM_MASTER_PORT
+        return MultiNode(nnodes, rank, host, port, serves=not headless)
+    local = getattr(ns, "data_parallel_size_local", None)
+    if local is not None and 0 < local < layout.dp:
+        start = getattr(ns, "data_parallel_start_rank", None) or 0
+        host = getattr(ns, "data_parallel_address", None) or "127.0.0.1"
+        port = getattr(ns, "data_parallel_rpc_port", None) or VLLM_DP_RPC_PORT
+        nodes = -(-layout.dp // local)
+        return MultiNode(nodes, start // local, host, port, serves=not headless, data_parallel=True)
+    return None
+
+
+def _host_port(text: str, flag: str) -> tuple[str, int]:
+    """HOST:PORT or [IPv6]:PORT; a missing or bad one exits as argparse does, naming the flag."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        sys.stderr.write(f"error: {flag} must be HOST:PORT when --nnodes is above 1, got '{text}'\n")
+        raise SystemExit(2)
+    return host, int(port)
 
 
 def _layout(ns: argparse.Namespace, dests: Mapping[str, str]) -> Layout:

@@ -35,6 +35,7 @@ class GpuSample:
     temperature_c: float | None
     processes: tuple[GpuProcess, ...] = ()
     time: float = 0.0
+    node: str = ""  # the node it sits in, on a cluster (cockpit.core.cluster); "" on one box
 
     @property
     def memory_used_gib(self) -> float | None:

@@ -97,7 +97,8 @@ def knob_combinations(spec: TuneSpec) -> list[tuple[str, ...]]:
 
 def candidate_layouts(setup: Setup, spec: TuneSpec) -> list[Layout]:
     """Every layout the engine can be asked for on the box, with every knob combination."""
-    layouts = setup.engine.candidate_layouts(setup.hardware.count, moe=setup.model.is_moe)
+    hw = setup.hardware
+    layouts = setup.engine.candidate_layouts(hw.count, moe=setup.model.is_moe, nodes=hw.nodes)
     combos = knob_combinations(spec)
     if len(layouts) * len(combos) > MAX_CANDIDATES:
         raise CockpitError(

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cockpit.core.cluster import Rendezvous
 from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout, divisors, gpu_totals, in_listing_order, splits
 from cockpit.core.model import ROUTED_EXPERTS, ModelArch
 from cockpit.engines import checks, support
 from cockpit.engines.base import Engine, Placement, Rule, ServerArgs, experts_per_gpu
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
+from cockpit.engines.nodes import NodeShare, host_port, node_shares, nodes_spanned, whole_nodes
 from cockpit.engines.options import version_key
 from cockpit.engines.sglang import memory as memory_rules
 from cockpit.engines.sglang.surface import SURFACE
@@ -71,6 +73,13 @@ PP_UNSUPPORTED = frozenset(
         "Qwen2VLForConditionalGeneration",
         "Qwen3NextForCausalLM",
     }
+)
+
+# Across nodes: check_server_args (sglang/srt/arg_groups/validation_hook.py).
+NNODES_MESSAGE = "AssertionError: tp_size must be divisible by number of nodes"
+DP_NODES_MESSAGE = (
+    "AssertionError: multi-node data-parallel replicas are not supported; use attention DP "
+    "(--attn-dp-size) across nodes"
 )
 
 
@@ -178,7 +187,7 @@ class SGLang(Engine):
             return 0
         return memory_rules.decode_graph_max_bs(server, hw.smi_total_gib * 1024, placement.layout.tp)
 
-    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
+    def candidate_layouts(self, n_gpus: int, *, moe: bool, nodes: int = 1) -> list[Layout]:
         """GPUs = tp x pp; `--ep-size` is carved inside the TP group and must divide tp; DP
         attention splits the TP group and adds no GPUs."""
         totals = gpu_totals(n_gpus)
@@ -190,10 +199,22 @@ class SGLang(Engine):
         if moe:
             layouts += [replace(x, ep=e) for x in grid + replicas for e in divisors(x.tp) if e > 1]
             layouts += [replace(x, ep=x.tp) for x in dp_attention]
-        return in_listing_order(layouts, lambda x: x.tp * x.pp if x.dpa else x.gpus_product)
+
+        def used(x: Layout) -> int:
+            return x.tp * x.pp if x.dpa else x.gpus_product
+
+        if nodes > 1:
+            layouts = [x for x in layouts if whole_nodes(used(x), n_gpus // nodes, nodes)]
+        return in_listing_order(layouts, used)
 
     def placement(
-        self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
+        self,
+        layout: Layout,
+        gpus_total: int,
+        model: ModelArch,
+        server: ServerArgs | None = None,
+        *,
+        nodes: int = 1,
     ) -> Placement:
         server = server or ServerArgs()
         tp, pp, dp = layout.tp, layout.pp, layout.dp
@@ -216,11 +237,13 @@ class SGLang(Engine):
         if server.enable_dp_lm_head and dp == 1:
             notes.append("--enable-dp-lm-head does nothing without DP attention: SGLang turns it off")
         embedding_tp, lm_head_tp = vocab_split(model, tp, attn_tp, layout.dpa, server.enable_dp_lm_head)
+        gpus_used = tp * pp if layout.dpa else tp * pp * dp
+        per_node = gpus_total // nodes
         return Placement(
             engine=self.name,
             layout=layout,
             gpus_total=gpus_total,
-            gpus_used=tp * pp if layout.dpa else tp * pp * dp,
+            gpus_used=gpus_used,
             attn_tp=attn_tp,
             attn_replicas=dp,
             dense_tp=tp,
@@ -233,7 +256,29 @@ class SGLang(Engine):
             experts_per_gpu=experts_per_gpu(model, ep) if model.is_moe else 0,
             flags=tuple(flags),
             notes=tuple(notes),
+            nodes=nodes_spanned(gpus_used, per_node) if nodes > 1 else 1,
+            gpus_per_node=per_node if nodes > 1 else 0,
         )
+
+    def node_args(
+        self, placement: Placement, rank: int, rendezvous: Rendezvous
+    ) -> tuple[list[str], list[str]]:
+        """`--nnodes N --dist-init-addr HEAD:PORT` on every node, its own `--node-rank R`
+        (sglang/srt/server_args.py; https://docs.sglang.ai/references/multi_node_deployment/);
+        TP, attention DP and EP span the nodes, and only rank 0 starts the HTTP server."""
+        shared = [
+            "--nnodes",
+            str(placement.nodes),
+            "--dist-init-addr",
+            host_port(rendezvous.head, rendezvous.port),
+        ]
+        return shared, ["--node-rank", str(rank)]
+
+    def node_shares(self, placement: Placement) -> list[NodeShare]:
+        layout = placement.layout
+        if layout.dpa:
+            return node_shares(layout.tp, layout.pp, 1, placement.nodes, attn_dp=layout.dp)
+        return node_shares(layout.tp, layout.pp, layout.dp, placement.nodes)
 
     def _dp_flags(self, layout: Layout) -> list[str]:
         if layout.dp == 1:
@@ -254,7 +299,9 @@ class SGLang(Engine):
             # SGLang itself would start and ignore --ep-size (no MoE layer reads it); no text of its own.
             rules.append(Rule("ep-needs-experts", "", f"{model.name} is a dense model: drop `ep`"))
         rules += _resolution_rules(layout, placement, server)
-        if placement.gpus_used > placement.gpus_total:
+        if placement.gpus_per_node:
+            rules += _node_rules(placement)
+        elif placement.gpus_used > placement.gpus_total:
             rules.append(
                 Rule(
                     "gpus-available",
@@ -290,6 +337,45 @@ class SGLang(Engine):
                 )
             )
         return rules
+
+
+def _node_rules(placement: Placement) -> list[Rule]:
+    """A cluster's world as SGLang checks it (check_server_args, validation_hook.py) and places it
+    (tp_size_per_node and pp_size_per_node, sglang/srt/entrypoints/engine.py)."""
+    layout, per_node = placement.layout, placement.per_node
+    cluster = placement.gpus_total // per_node
+    world = layout.tp * layout.pp
+    nodes = min(placement.nodes, cluster) if placement.gpus_used > placement.gpus_total else placement.nodes
+    if placement.gpus_used > placement.gpus_total:
+        have = f"the cluster has {placement.gpus_total} ({cluster} nodes of {per_node})"
+        message = NNODES_MESSAGE if world % cluster else "RuntimeError: CUDA error: invalid device ordinal"
+        return [Rule("gpus-available", message, f"the layout needs {placement.gpus_used} GPUs and {have}")]
+    if nodes <= 1:
+        return []
+    if layout.dp > 1 and not layout.dpa:
+        return [
+            Rule(
+                "dp-nodes",
+                DP_NODES_MESSAGE,
+                f"dp{layout.dp} starts whole replicas, which SGLang keeps on one node: say `dpa` or fit in a node",
+            )
+        ]
+    if world % nodes:
+        return [
+            Rule("nnodes", NNODES_MESSAGE, f"TP x PP = {world} does not spread evenly over {nodes} nodes")
+        ]
+    if layout.pp > 1 and layout.pp % nodes and nodes % layout.pp:
+        # pp_size_per_node = pp // nnodes and nnodes_per_pp_rank = nnodes // pp (engine.py): a stage
+        # count and a node count neither of which divides the other leave stages on no node.
+        return [
+            Rule(
+                "pp-nodes",
+                "",
+                f"SGLang puts whole pipeline stages on each node (or one stage on several): --pp-size "
+                f"{layout.pp} over {nodes} nodes leaves stages unplaced",
+            )
+        ]
+    return []
 
 
 def _resolution_rules(layout: Layout, placement: Placement, server: ServerArgs) -> list[Rule]:

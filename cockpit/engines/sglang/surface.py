@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from cockpit.engines.surface import EngineSurface
+from cockpit.engines.surface import PEER_LOST, RANK_TIMEOUT, EngineSurface
 
 LAUNCH_MODULE = "sglang.launch_server"
 
@@ -55,7 +55,26 @@ FAILURES = {
     "moe-block": r"For quantized MoE models, please make sure \(moe_intermediate_size=(?P<width>\d+) / "
     r"moe_tp_size=(?P<moe_tp>\d+)\) % weight_block_size_n=(?P<block>\d+) == 0"
     r"(?: where moe_tp_size is equal to tp_size \((?P<tp>\d+)\) divided by ep_size \((?P<ep>\d+)\))?",
+    # torch.distributed's, across nodes (cockpit/engines/surface.py).
+    "rank-timeout": RANK_TIMEOUT,
+    "peer-lost": PEER_LOST,
 }
+
+# -- across nodes ----------------------------------------------------------------------------------
+
+# Every scheduler opens the process group between "Init parallel begin." and "Init parallel ends."
+# (sglang/srt/distributed/bootstrap.py: init_parallel_runtime; older releases "Init torch
+# distributed begin." / "ends."): across nodes at --dist-init-addr, and torch returns only once
+# every rank is in. The rank is in the logger's prefix only ("[2026-11-29 20:38:47 PP1 TP3]").
+INIT_PARALLEL_ENDS = "Init parallel ends."
+JOIN_WAITING = (re.compile(r"Init (?:parallel|torch distributed) begin\b"),)
+RANK_JOINED = (
+    re.compile(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?P<rank>(?: [A-Z]+\d+)+)\] "
+        r"Init (?:parallel|torch distributed) begin\b"
+    ),
+)
+ALL_JOINED = (re.compile(r"Init (?:parallel|torch distributed) ends\b"),)
 
 # The functions a traceback passes through in each phase (its graph runner, memory pools and
 # model runner), and the line that opens the load.
@@ -160,6 +179,11 @@ SURFACE = EngineSurface(
     wrappers=WRAPPERS,
     failures={failure: re.compile(pattern) for failure, pattern in FAILURES.items()},
     traceback_phases=TRACEBACK_PHASES,
+    join_waiting=JOIN_WAITING,
+    rank_joined=RANK_JOINED,
+    all_joined=ALL_JOINED,
+    # --dist-timeout when given; else 30 minutes ("timed out after 1800000ms", sgl-project/sglang#7478).
+    join_timeout_s=1800.0,
     model_positional=False,
     model_dest="model_path",  # sglang/srt/server_args.py: --model-path / --model
     flexible_args=False,  # plain argparse, abbreviations and all

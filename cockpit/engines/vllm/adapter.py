@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cockpit.core.cluster import Rendezvous
 from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout, gpu_totals, in_listing_order, splits
 from cockpit.core.model import ModelArch
@@ -26,6 +27,7 @@ from cockpit.engines.base import (
     stage_layers,
 )
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
+from cockpit.engines.nodes import nodes_spanned, whole_nodes
 from cockpit.engines.vllm import memory as memory_rules
 from cockpit.engines.vllm.surface import SURFACE
 
@@ -55,6 +57,20 @@ WORLD_MESSAGE = (
     "set '--nnodes' appropriately."
 )
 
+# Across nodes (vllm/engine/arg_utils.py create_engine_config, vllm/config/parallel.py): --nnodes
+# must divide the world, and a DP replica spanning nodes needs whole replicas per node group.
+NNODES_MESSAGE = (
+    "ValueError: Invalid data-parallel launch options: `--nnodes {nodes}` must evenly divide the total "
+    "world size ({world}). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size`, "
+    "`--tensor-parallel-size`, or `--prefill-context-parallel-size`."
+)
+DP_NODE_GROUPS_MESSAGE = (
+    "ValueError: Invalid data parallel configuration: nnodes ({nodes}) must be divisible by the number of "
+    "data parallel node groups ({groups} = data_parallel_size {dp} / data_parallel_size_local 1)"
+)
+# A node given more ranks than it has GPUs (Worker.init_device, vllm/v1/worker/gpu_worker.py).
+LOCAL_RANK_MESSAGE = "AssertionError: DP adjusted local rank {rank} is out of bounds for {gpus} devices."
+
 
 class VLLM(Engine):
     surface = SURFACE
@@ -64,6 +80,7 @@ class VLLM(Engine):
     ready_paths = ("/health", "/v1/models")
     calibration = memory_rules.CALIBRATION
     ssm_dtype_dest = "mamba_ssm_cache_dtype"
+    host_ip_var = "VLLM_HOST_IP"  # the node's own address, as the others reach it (vllm/envs.py)
 
     def model_args(self, model_path: str, command: Sequence[str] = ()) -> list[str]:
         """Positional after ``vllm serve`` (the `model_tag` of vllm/entrypoints/cli/serve.py);
@@ -151,17 +168,25 @@ class VLLM(Engine):
     def graph_max_bs(self, server: ServerArgs, hw: Hardware, model: ModelArch, placement: Placement) -> int:
         return memory_rules.graph_max_bs(server, hw, model)
 
-    def candidate_layouts(self, n_gpus: int, *, moe: bool) -> list[Layout]:
+    def candidate_layouts(self, n_gpus: int, *, moe: bool, nodes: int = 1) -> list[Layout]:
         """GPUs = tp x pp x dp; vLLM has no EP size, only the switch (EP = tp x dp)."""
         totals = gpu_totals(n_gpus)
         layouts = [Layout(tp, pp, dp) for p in totals for tp, pp, dp in splits(p, 3)]
         layouts += [Layout(tp=k) for k in range(1, n_gpus + 1)]
         if moe:
             layouts += [replace(x, expert_parallel=True) for x in layouts if x.tp * x.dp > 1]
+        if nodes > 1:
+            layouts = [x for x in layouts if whole_nodes(x.gpus_product, n_gpus // nodes, nodes)]
         return in_listing_order(layouts, lambda x: x.gpus_product)
 
     def placement(
-        self, layout: Layout, gpus_total: int, model: ModelArch, server: ServerArgs | None = None
+        self,
+        layout: Layout,
+        gpus_total: int,
+        model: ModelArch,
+        server: ServerArgs | None = None,
+        *,
+        nodes: int = 1,
     ) -> Placement:
         tp, pp, dp = layout.tp, layout.pp, layout.dp
         if layout.dpa:
@@ -195,6 +220,10 @@ class VLLM(Engine):
             notes.append(f"EP = TP x DP = {moe_ep}: whole experts per GPU")
         elif model.is_moe and tp * dp > 1:
             notes.append(f"every expert sliced {tp * dp} ways (MoE TP = TP x DP)")
+        per_node = gpus_total // nodes
+        spanned = nodes_spanned(tp * pp * dp, per_node) if nodes > 1 else 1
+        if spanned > 1:
+            _check_dp_over_nodes(layout, spanned, per_node)
         return Placement(
             engine=self.name,
             layout=layout,
@@ -212,7 +241,46 @@ class VLLM(Engine):
             experts_per_gpu=experts_per_gpu(model, moe_ep) if model.is_moe else 0,
             flags=tuple(flags),
             notes=tuple(notes),
+            nodes=spanned,
+            gpus_per_node=per_node if nodes > 1 else 0,
         )
+
+    def node_args(
+        self, placement: Placement, rank: int, rendezvous: Rendezvous
+    ) -> tuple[list[str], list[str]]:
+        """vLLM's multi-node flags (vllm/engine/arg_utils.py, vllm/entrypoints/cli/serve.py).
+
+        A world of one DP rank, or of DP ranks each wider than a node: `--nnodes N --node-rank R
+        --master-addr HEAD --master-port P` (multiprocessing workers over torch.distributed), the
+        DP ranks inferred from the node rank, `--headless` on every node but the head. DP ranks that
+        each fit in a node: the data-parallel launch of
+        https://docs.vllm.ai/en/latest/serving/data_parallel_deployment.html, the same
+        `--data-parallel-size D --data-parallel-address HEAD --data-parallel-rpc-port RPC`
+        everywhere, each node its `--data-parallel-size-local d`, the others `--headless` with
+        `--data-parallel-start-rank` (the earlier nodes' local sizes added up). The head says no
+        start rank: given to a node that serves the API, it turns on the hybrid load balancer
+        (create_engine_config), which balances over that node's own ranks alone."""
+        layout = placement.layout
+        head = rendezvous.head
+        dp_address = ["--data-parallel-address", head, "--data-parallel-rpc-port", str(rendezvous.rpc_port)]
+        headless = ["--headless"] if rank else []
+        if layout.dp == 1 or layout.tp * layout.pp > placement.per_node:
+            shared = [
+                "--nnodes",
+                str(placement.nodes),
+                "--master-addr",
+                head,
+                "--master-port",
+                str(rendezvous.port),
+            ]
+            if layout.dp > 1:
+                shared += dp_address
+            return shared, ["--node-rank", str(rank), *headless]
+        local = layout.dp // placement.nodes
+        own = ["--data-parallel-size-local", str(local)]
+        if rank:
+            own += ["--data-parallel-start-rank", str(rank * local), *headless]
+        return dp_address, own
 
     def startup_rules(self, model: ModelArch, placement: Placement, server: ServerArgs) -> list[Rule]:
         """In vLLM's order: ParallelConfig (world size, EPLB), then VllmConfig (heads, experts,
@@ -220,7 +288,9 @@ class VLLM(Engine):
         models, whose layer 0 is a state layer; KV heads, EPLB's expert split, MoE width, FP8 blocks)."""
         layout = placement.layout
         rules: list[Rule] = []
-        if placement.gpus_used > placement.gpus_total:
+        if placement.gpus_per_node:
+            rules += _node_rules(placement)
+        elif placement.gpus_used > placement.gpus_total:
             rules.append(
                 Rule(
                     "gpus-available",
@@ -243,6 +313,62 @@ class VLLM(Engine):
             model, placement.attn_tp, placement.dense_tp, padded_shared=model.family == "deepseek-v4"
         )
         return rules
+
+
+def _check_dp_over_nodes(layout: Layout, spanned: int, per_node: int) -> None:
+    """DP ranks that each fit in a node are launched as whole ranks per node (the data-parallel
+    launch: every node the same --data-parallel-size-local, so the ranks spread evenly); a DP size
+    the nodes cannot share evenly has no such launch."""
+    replica = layout.tp * layout.pp
+    if layout.dp == 1 or replica > per_node:
+        return
+    if layout.dp % spanned == 0 and replica * (layout.dp // spanned) <= per_node:
+        return
+    fits = max(1, per_node // replica)
+    alternatives = [
+        replace(layout, dp=fits * spanned, ep=None),
+        *([replace(layout, dp=fits, ep=None)] if fits > 1 else []),
+    ]
+    said = ", ".join(f"`{a}`" for a in alternatives)
+    raise Inexpressible(
+        f"vLLM starts the same number of DP ranks on every node (--data-parallel-size-local): DP{layout.dp} of "
+        f"{replica} GPUs each does not share evenly over {spanned} nodes of {per_node} GPUs; try {said}",
+        alternatives,
+    )
+
+
+def _node_rules(placement: Placement) -> list[Rule]:
+    """A cluster's world as vLLM checks it: --nnodes dividing the world and the DP node groups
+    (create_engine_config, vllm/engine/arg_utils.py; ParallelConfig.nnodes_within_dp,
+    vllm/config/parallel.py), and no node given more ranks than it has GPUs."""
+    layout, per_node = placement.layout, placement.per_node
+    world, nodes = placement.gpus_used, placement.nodes
+    cluster = placement.gpus_total // per_node
+    have = f"the cluster has {placement.gpus_total} ({cluster} nodes of {per_node})"
+    if world > placement.gpus_total:
+        if world % cluster:
+            message = NNODES_MESSAGE.format(nodes=cluster, world=world)
+        else:
+            message = LOCAL_RANK_MESSAGE.format(rank=per_node, gpus=per_node)
+        return [Rule("gpus-available", message, f"the layout needs {world} GPUs and {have}")]
+    if nodes > 1 and world % nodes:
+        return [
+            Rule(
+                "nnodes",
+                NNODES_MESSAGE.format(nodes=nodes, world=world),
+                f"{world} ranks need {nodes} nodes of {per_node} GPUs and do not spread evenly over them",
+            )
+        ]
+    replica = layout.tp * layout.pp
+    if layout.dp > 1 and replica > per_node and nodes % layout.dp:
+        return [
+            Rule(
+                "nnodes",
+                DP_NODE_GROUPS_MESSAGE.format(nodes=nodes, groups=layout.dp, dp=layout.dp),
+                f"each of the {layout.dp} DP ranks spans nodes: {nodes} nodes do not split into {layout.dp} groups",
+            )
+        ]
+    return []
 
 
 def _eplb_config_rules(layout: Layout, server: ServerArgs) -> list[Rule]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from cockpit.engines.surface import EngineSurface
+from cockpit.engines.surface import PEER_LOST, RANK_TIMEOUT, EngineSurface
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -91,7 +91,51 @@ FAILURES = {
     # vllm/entrypoints/serve/utils/api_utils.py): "non-default args: {'host': '127.0.0.1', 'port': 18002}".
     "non-default-port": r"non-default args: \{.*?'port': (?P<port>\d+)",
     "non-default-host": r"non-default args: \{.*?'host': '(?P<host>[^']*)'",
+    "rank-timeout": RANK_TIMEOUT,
+    "peer-lost": PEER_LOST,
 }
+
+# -- across nodes ----------------------------------------------------------------------------------
+
+# A node without the API server goes to the head (vllm/entrypoints/cli/serve.py: run_headless):
+# TP/PP across nodes, or its data-parallel engines; the head's executor says how many ranks the
+# world holds and how many are its own (vllm/v1/executor/multiproc_executor.py, world_size above
+# local_world_size: the others are on other nodes); its front end waits for the remote engines
+# (vllm/v1/engine/utils.py: wait_for_engine_startup, at debug level).
+HEADLESS_TEXT = (
+    "Launching vLLM (v{version}) headless multiproc executor, with head node address {address} for "
+    "torch.distributed process group."
+)
+HEADLESS_DP_TEXT = (
+    "Launching {engines} data parallel engine(s) in headless mode, with head node address tcp://{address}."
+)
+JOIN_WAITING = (
+    re.compile(
+        r"Launching vLLM \(v[^)]*\) headless multiproc executor, with head node address (?P<address>\S+) "
+        r"for torch\.distributed process group"
+    ),
+    re.compile(
+        r"Launching (?P<engines>\d+) data parallel engine\(s\) in headless mode, with head node address "
+        r"(?:tcp://)?(?P<address>\S+?)\.?$"
+    ),
+    re.compile(
+        r"DP group leader: node_rank=\d+, node_rank_within_dp=\d+, master_addr=(?P<host>\S+), .*"
+        r"world_size=(?P<world>\d+), local_world_size=(?P<local>\d+)"
+    ),
+    re.compile(r"Waiting for (?P<local>\d+) local, (?P<remote>\d+) remote core engine proc\(s\) to connect"),
+)
+# Every rank as it opens the process group (vllm/distributed/parallel_state.py:
+# init_distributed_environment): across nodes the group meets at tcp://HEAD:PORT (on one box
+# vLLM uses a file:// store, so the line matches only across nodes).
+RANK_JOINED = (
+    re.compile(
+        r"world_size=(?P<world>\d+) rank=(?P<rank>\d+) local_rank=\d+ "
+        r"distributed_init_method=tcp://(?P<address>\S+) backend="
+    ),
+)
+# Logged once the parallel groups are built (parallel_state.py: initialize_model_parallel), which
+# takes every rank of the world.
+ALL_JOINED = (re.compile(r"rank (?P<rank>\d+) in world size (?P<world>\d+) is assigned as"),)
 
 # The functions a traceback passes through in each phase: its model runner's and worker's (V1 and V0).
 TRACEBACK_PHASES = {
@@ -188,6 +232,12 @@ SURFACE = EngineSurface(
     wrappers=WRAPPERS,
     failures={failure: re.compile(pattern) for failure, pattern in FAILURES.items()},
     traceback_phases=TRACEBACK_PHASES,
+    join_waiting=JOIN_WAITING,
+    rank_joined=RANK_JOINED,
+    all_joined=ALL_JOINED,
+    # Its ranks open the group with torch's default NCCL timeout, 10 minutes
+    # (torch/distributed/constants.py; "Timed out after 601 seconds" in public logs).
+    join_timeout_s=600.0,
     model_positional=True,  # vllm/entrypoints/cli/serve.py: `vllm serve [model_tag]`
     model_dest="model",
     flexible_args=True,  # vllm/utils/argparse_utils.py: FlexibleArgumentParser

@@ -121,8 +121,8 @@ class Field:
     fill: Callable[[int], str] | None = None
 
 
-def _length(fields: Sequence[Field]) -> int:
-    return sum(cell_len(f.text) for f in fields) + max(0, len(fields) - 1)
+def _length(fields: Sequence[Field], gap: int = 1) -> int:
+    return sum(cell_len(f.text) for f in fields) + gap * max(0, len(fields) - 1)
 
 
 def shorten(word: str, width: int) -> str:
@@ -134,8 +134,8 @@ def shorten(word: str, width: int) -> str:
     return set_cell_size(word, width - 1) + ELLIPSIS  # by cells: a wide character is never split
 
 
-def fit(fields: Sequence[Field], width: int) -> list[Field]:
-    """The fields that fit in `width` cells, one space apart, in their order, chosen by rank."""
+def fit(fields: Sequence[Field], width: int, gap: int = 1) -> list[Field]:
+    """The fields that fit in `width` cells, `gap` spaces apart, in their order, chosen by rank."""
     chosen: set[int] = set()
     shortened: dict[int, Field] = {}
     for i in sorted(range(len(fields)), key=lambda i: fields[i].rank):
@@ -143,7 +143,7 @@ def fit(fields: Sequence[Field], width: int) -> list[Field]:
         if not field.text:
             continue
         trial = [fields[j] for j in sorted(chosen | {i})]
-        over = _length(trial) - width
+        over = _length(trial, gap) - width
         if over <= 0:
             chosen.add(i)
             continue
@@ -155,19 +155,20 @@ def fit(fields: Sequence[Field], width: int) -> list[Field]:
     return [shortened.get(i, fields[i]) for i in sorted(chosen)]
 
 
-def line(fields: Sequence[Field], width: int) -> Text:
-    """The fields that fit, as one line of `width` cells: fills take the room left, right fields end it."""
-    kept = fit(fields, width)
-    spare = width - _length(kept)
+def line(fields: Sequence[Field], width: int, gap: int = 1) -> Text:
+    """The fields that fit, as one line of `width` cells: fills take the room left, right fields end it.
+    `gap`: the spaces between fields (2 where the fields hold spaces themselves: a node's heading)."""
+    kept = fit(fields, width, gap)
+    spare = width - _length(kept, gap)
     fills = [(i, f.fill) for i, f in enumerate(kept) if f.fill]
     for n, (i, fill) in enumerate(fills):
         extra = spare // len(fills) + (1 if n < spare % len(fills) else 0)
         kept[i] = replace(kept[i], text=fill(cell_len(kept[i].text) + extra))
-    spare = width - _length(kept)
+    spare = width - _length(kept, gap)
     text = Text()
     for n, field in enumerate(kept):
         if n:
-            text.append(" " * (1 + spare if field.right and not kept[n - 1].right else 1))
+            text.append(" " * (gap + spare if field.right and not kept[n - 1].right else gap))
         text.append(field.text, style=field.style)
     return text
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from cockpit.core.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.engines import Placement
-from cockpit.sim.flags import EngineArgs
+from cockpit.sim.flags import EngineArgs, MultiNode
 from cockpit.sim.sitepackages import SITE
 
 Out = Callable[[str], None]
@@ -97,6 +97,51 @@ def raises(
     return Raise(Frame(file, line, function, f"raise {exception}("), config, exception)
 
 
+@dataclass(frozen=True)
+class Span:
+    """This node's share of an engine across nodes: the node's flags, the world size and the
+    global ranks this node runs (docs/simulator.md#nodes)."""
+
+    nodes: MultiNode
+    world: int
+    ranks: range
+
+    @property
+    def init_method(self) -> str:
+        return f"tcp://{self.nodes.address}"
+
+
+# torch's TCPStore and socket words (torch/csrc/distributed/c10d/TCPStore.cpp, socket.cpp), as
+# cockpit/engines/surface.py reads them: the head gives up after the timeout plus one second.
+def store_timeout_text(seconds: float, joined: int, world: int) -> str:
+    return (
+        f"torch.distributed.DistStoreError: Timed out after {int(seconds) + 1} seconds waiting for clients. "
+        f"{joined}/{world} clients joined."
+    )
+
+
+def client_timeout_text(host: str, port: int, seconds: float) -> str:
+    return (
+        f"torch.distributed.DistNetworkError: The client socket has timed out after {int(seconds * 1000)}ms "
+        f"while trying to connect to ({host}, {port})."
+    )
+
+
+def peer_closed_text(host: str, port: int) -> str:
+    """Gloo's, when a peer's process goes away during a collective (gloo/transport/tcp/pair.cc)."""
+    return f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [{host}]:{port}"
+
+
+def store_lost_text(rank: int, local: tuple[str, int], remote: str) -> str:
+    """torch's warning when the head's store goes away under a rank (vllm-project/vllm#32136)."""
+    stamp = time.strftime("%m%d %H:%M:%S")
+    return (
+        f"[rank{rank}]:[W{stamp}.000000000 TCPStore.cpp:125] [c10d] recvValue failed on "
+        f"SocketImpl(fd=99, addr={local[0]}:{local[1]}, remote={remote}): Failed to recv, got 0 bytes. "
+        "Connection was likely closed. Did the remote server shutdown or crash?"
+    )
+
+
 class EngineLog:
     """The hooks the simulated engine calls, in order; each engine prints them in its own words."""
 
@@ -111,7 +156,9 @@ class EngineLog:
     def argument_warnings(self, deprecated: Sequence[str]) -> None:
         """The engine's warning for each deprecated argument used, spelled as the user typed it."""
 
-    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None: ...
+    def starting(
+        self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span | None = None
+    ) -> None: ...
 
     def shard_progress(self, done: int, total: int, elapsed: float) -> None:
         self.out(shards_bar(done, total, elapsed))
@@ -133,6 +180,29 @@ class EngineLog:
         prefix_hit_rate: float | None,
     ) -> None:
         """The engine's periodic throughput line, where it prints one (vLLM)."""
+
+    # -- across nodes (docs/simulator.md#nodes) -------------------------------------------------------
+
+    def headless(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span) -> None:
+        """A node without the API server starts and goes to the head."""
+
+    def joined(self, args: EngineArgs, setup: Setup, span: Span) -> None:
+        """Every rank joined: this node's ranks build their groups and load."""
+
+    def rank_timeout(self, span: Span, seconds: float, joined: int) -> None:
+        """The head's store gave up on the ranks that never came."""
+
+    def unreachable(self, span: Span, seconds: float) -> None:
+        """A node never reached the head's store."""
+
+    def peer_lost(self, span: Span, host: str, port: int) -> None:
+        """The head lost a node: the next collective fails."""
+
+    def head_lost(self, span: Span, local: tuple[str, int]) -> None:
+        """A node lost its head."""
+
+    def head_stopped(self, span: Span) -> None:
+        """A node's head stopped cleanly: the node stops too."""
 
     def bind_failure(self, host: str, port: int, exc: OSError) -> None:
         self.out(

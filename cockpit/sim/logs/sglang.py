@@ -14,20 +14,26 @@ from cockpit.engines.sglang.memory import static_share
 from cockpit.engines.sglang.surface import (
     CHILD_DIED,
     INIT_PARALLEL_BEGIN,
+    INIT_PARALLEL_ENDS,
     LOAD_WEIGHT_BEGIN,
     SCHEDULER_EXCEPTION,
     SURFACE,
     UVICORN_STARTUP_COMPLETE,
 )
-from cockpit.sim.flags import EngineArgs
+from cockpit.sim.flags import EngineArgs, MultiNode
 from cockpit.sim.logs.base import (
     EngineLog,
     Frame,
     Out,
     Raise,
+    Span,
+    client_timeout_text,
     exception_line,
     graph_gib,
+    peer_closed_text,
     raises,
+    store_lost_text,
+    store_timeout_text,
 )
 
 _SCHEDULER = "sglang/srt/managers/scheduler.py"
@@ -159,13 +165,39 @@ def _sglang_kv_dtype(kv_cache_dtype: str) -> str:
     )
 
 
-def _sglang_rank(layout: Layout) -> str:
-    """The first scheduler's log prefix (sglang/srt/managers/scheduler.py): DP, PP, TP, EP when used."""
-    prefix = " DP0" if layout.dp > 1 or layout.dpa else ""
-    prefix += " PP0" if layout.pp > 1 else ""
-    prefix += " TP0" if layout.tp > 1 else ""
-    prefix += " EP0" if (layout.ep or 1) > 1 else ""
+def _sglang_rank(layout: Layout, rank: int = 0) -> str:
+    """A scheduler's log prefix (sglang/srt/managers/scheduler.py): DP, PP, TP, EP when used. Its
+    rank counts TP fastest, then PP; attention DP and EP split the TP group."""
+    pp_rank, tp_rank = divmod(rank, max(1, layout.tp))
+    replicas = layout.dp if layout.dp > 1 or layout.dpa else 1
+    prefix = f" DP{tp_rank * replicas // max(1, layout.tp)}" if replicas > 1 else ""
+    prefix += f" PP{pp_rank}" if layout.pp > 1 else ""
+    prefix += f" TP{tp_rank}" if layout.tp > 1 else ""
+    prefix += f" EP{tp_rank}" if (layout.ep or 1) > 1 else ""
     return prefix.strip()
+
+
+# Where a scheduler opens the process group (sglang/srt/distributed/parallel_state.py:
+# init_distributed_environment, torch's init_process_group) and meets a lost peer (Gloo's CPU group).
+_INIT_PARALLEL = (
+    Frame(_SCHEDULER, 568, "__init__", "self.init_model_worker()"),
+    Frame(
+        "sglang/srt/distributed/bootstrap.py",
+        145,
+        "init_parallel_runtime",
+        "_init_parallel_groups(",
+    ),
+    Frame(
+        "torch/distributed/distributed_c10d.py",
+        1831,
+        "init_process_group",
+        "store, rank, world_size = next(rendezvous_iterator)",
+    ),
+)
+_COLLECTIVE = Frame("torch/distributed/distributed_c10d.py", 2815, "all_reduce", "work.wait()")
+
+
+_ONE_BOX = MultiNode(1, 0, "127.0.0.1", 0, serves=True)
 
 
 class SGLangLog(EngineLog):
@@ -189,7 +221,9 @@ class SGLangLog(EngineLog):
         for spelling in deprecated:
             self.out(_sglang_deprecation(spelling))
 
-    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
+    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span | None = None) -> None:
+        """The main process's arguments, then the schedulers up to the load; across nodes
+        (``span``) up to the rendezvous, each of this node's schedulers opening the group."""
         layout = args.layout
         self.rank = _sglang_rank(layout)
         attn_dp = layout.dp if layout.dpa else 1
@@ -215,11 +249,56 @@ class SGLangLog(EngineLog):
             "host": args.host,
             "port": args.port,
         }
+        if span is not None:
+            settings.update(
+                nnodes=span.nodes.nnodes, node_rank=span.nodes.node_rank, dist_init_addr=span.nodes.address
+            )
         self.main_line(f"server_args={settings}")
-        self.line(INIT_PARALLEL_BEGIN)
-        self.line("Init parallel ends. elapsed=0.50 s")
-        # sglang/srt/model_executor/model_runner.py: load_model
+        if span is None:
+            self.line(INIT_PARALLEL_BEGIN)
+            self.joined(args, setup, Span(_ONE_BOX, 1, range(1)))
+            return
+        self.rank = _sglang_rank(layout, span.ranks.start)
+        for rank in span.ranks:
+            self.line(INIT_PARALLEL_BEGIN, _sglang_rank(layout, rank))
+
+    def joined(self, args: EngineArgs, setup: Setup, span: Span) -> None:
+        """The group holds every rank: the schedulers go on to load (model_runner.py: load_model)."""
+        took = 0.5 if span.nodes.nnodes == 1 else max(0.5, self.elapsed())  # across nodes: the wait too
+        self.line(f"{INIT_PARALLEL_ENDS} elapsed={took:.2f} s")
         self.line(f"{LOAD_WEIGHT_BEGIN} avail mem={setup.hardware.memory_gib - 0.5:.2f} GB")
+
+    # -- across nodes ----------------------------------------------------------------------------
+
+    def headless(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span) -> None:
+        """A node other than 0 starts as the head does, its schedulers only (no HTTP server:
+        sglang/srt/entrypoints/http_server.py returns for node_rank >= 1)."""
+        self.starting(args, setup, verdict, span)
+
+    def rank_timeout(self, span: Span, seconds: float, joined: int) -> None:
+        """Rank 0's store gives up: its scheduler dies, and the main process with it."""
+        self._scheduler_died(
+            [_SGLANG_SCHEDULER, *_INIT_PARALLEL], store_timeout_text(seconds, joined, span.world)
+        )
+
+    def unreachable(self, span: Span, seconds: float) -> None:
+        nodes = span.nodes
+        self._scheduler_died(
+            [_SGLANG_SCHEDULER, *_INIT_PARALLEL], client_timeout_text(nodes.host, nodes.port, seconds)
+        )
+
+    def peer_lost(self, span: Span, host: str, port: int) -> None:
+        self._scheduler_died([_SGLANG_SCHEDULER, _COLLECTIVE], peer_closed_text(host, port))
+
+    def head_lost(self, span: Span, local: tuple[str, int]) -> None:
+        for rank in span.ranks:
+            self.out(store_lost_text(rank, local, span.nodes.address))
+        self._scheduler_died(
+            [_SGLANG_SCHEDULER, _COLLECTIVE], peer_closed_text(span.nodes.host, span.nodes.port)
+        )
+
+    def head_stopped(self, span: Span) -> None:
+        """The head's schedulers are gone: this node's exit with them (no line of their own)."""
 
     def startup_failure(self, reasons: Sequence[Reason]) -> None:
         """The scheduler logs the traceback (its first line beside the prefix), the main process

@@ -17,18 +17,23 @@ from collections.abc import Mapping, Sequence
 from cockpit.core.layout import Layout
 from cockpit.core.planner import MemoryEstimate, Reason, Setup, Verdict
 from cockpit.engines import Placement
-from cockpit.engines.vllm.surface import ENGINE_CORE_FAILED, SURFACE
-from cockpit.sim.flags import EngineArgs
+from cockpit.engines.vllm.surface import ENGINE_CORE_FAILED, HEADLESS_DP_TEXT, HEADLESS_TEXT, SURFACE
+from cockpit.sim.flags import EngineArgs, MultiNode
 from cockpit.sim.logs.base import (
     EngineLog,
     Frame,
     Out,
     Raise,
+    Span,
     bare,
+    client_timeout_text,
     exception_line,
     gb,
     graph_gib,
+    peer_closed_text,
     raises,
+    store_lost_text,
+    store_timeout_text,
 )
 from cockpit.sim.sitepackages import SITE
 
@@ -303,6 +308,23 @@ _OBSERVABILITY = (
 )
 STATS_INTERVAL_S = 10.0  # vllm/envs.py: VLLM_LOG_STATS_INTERVAL
 
+# Across nodes (docs/simulator.md#nodes). A headless node's main process has no name of its own
+# (vllm/logger.py: multiprocessing's); its workers open the group in torch's init_process_group
+# (torch/distributed/distributed_c10d.py), and meet a lost peer in a collective on Gloo's CPU group.
+_HEADLESS_MAIN = "MainProcess"
+_ONE_BOX = MultiNode(1, 0, "127.0.0.1", 0, serves=True)
+_INIT_PROCESS_GROUP = Frame(
+    "torch/distributed/distributed_c10d.py",
+    1831,
+    "init_process_group",
+    "store, rank, world_size = next(rendezvous_iterator)",
+)
+_ALL_REDUCE = Frame("torch/distributed/distributed_c10d.py", 2815, "all_reduce", "work.wait()")
+
+
+def _split(span: Span) -> tuple[str, int]:
+    return span.nodes.host, span.nodes.port
+
 
 def logo_wanted(env: Mapping[str, str]) -> bool:
     """The logo, or its plain one-line form when vLLM's logger has no formatter
@@ -332,6 +354,7 @@ class VLLMLog(EngineLog):
         self.entrypoint = "vllm serve"
         self.shutdown_timeout = 0
         self.memory: MemoryEstimate | None = None  # what was loaded: a KV failure says what was left
+        self.serving = False  # the API server serves: a failure now is the busy loop's
         self._pids: dict[str, int] = {"APIServer": os.getpid()}
 
     def pid(self, process: str) -> int:
@@ -372,9 +395,9 @@ class VLLMLog(EngineLog):
 
     # -- start -------------------------------------------------------------------------------
 
-    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
+    def starting(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span | None = None) -> None:
         self.announce(args)
-        self.configured(args, setup, verdict)
+        self.configured(args, setup, verdict, span)
 
     def announce(self, args: EngineArgs) -> None:
         """The API server's first lines, before it binds its port (vllm/entrypoints/launchers/
@@ -398,19 +421,14 @@ class VLLMLog(EngineLog):
             self.out(text)
         self.out(f"OSError: [Errno {exc.errno or 98}] {exc.strerror or 'Address already in use'}")
 
-    def configured(self, args: EngineArgs, setup: Setup, verdict: Verdict) -> None:
-        """The config (vllm/config/model.py), then the engine core and its workers up to the load."""
+    def configured(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span | None = None) -> None:
+        """The config (vllm/config/model.py), then the engine core and its workers up to the load;
+        across nodes (``span``), up to the rendezvous: ``joined`` goes on once every rank is in."""
         layout = args.layout
         if layout.dp > 1:
             self.engine_core = "EngineCore_DP0"
             self.engine_cores = [f"EngineCore_DP{i}" for i in range(layout.dp)]
-        config = _config_failure(verdict.reasons)
-        length = setup.server.max_model_len or setup.model.max_context
-        self.line(f"Resolved architecture: {setup.model.architecture}", "model.py:733")
-        if config is not None and _vllm_raise(config.message).config == "ModelConfig":
-            return  # ModelConfig's own check (the context length) fails before it names the length
-        self.line(f"Using max model len {length}", "model.py:2152")
-        if config is not None:
+        if not self._model_config(setup, verdict):
             return
         if not setup.server.cuda_graphs:
             self._eager_warnings("APIServer")
@@ -419,27 +437,130 @@ class VLLMLog(EngineLog):
         if placement is None:
             return
         world = layout.tp * layout.pp
+        if span is None:
+            self.line(
+                "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=127.0.0.1, "
+                f"mq_connect_ip=127.0.0.1 (local), world_size={world}, local_world_size={world}",
+                "multiproc_executor.py:153",
+                self.engine_core,
+            )
+            self._ranks_enter(
+                layout, setup, range(placement.gpus_used), world, f"file:///tmp/vllm_dist_{uuid.uuid4().hex}"
+            )
+            self.joined(args, setup, Span(_ONE_BOX, placement.gpus_used, range(placement.gpus_used)))
+            return
+        # The head of a world across nodes leads it: its own ranks, then the others' over the network.
+        nodes = span.nodes
         self.line(
-            "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=127.0.0.1, "
-            f"mq_connect_ip=127.0.0.1 (local), world_size={world}, local_world_size={world}",
+            f"DP group leader: node_rank={nodes.node_rank}, node_rank_within_dp={nodes.node_rank}, "
+            f"master_addr={nodes.host}, mq_connect_ip={self._host_ip(nodes)} (local), "
+            f"world_size={span.world}, local_world_size={len(span.ranks)}",
             "multiproc_executor.py:153",
             self.engine_core,
         )
-        store = f"file:///tmp/vllm_dist_{uuid.uuid4().hex}"
-        ranks = range(placement.gpus_used)
+        self._ranks_enter(layout, setup, span.ranks, span.world, span.init_method)
+
+    def _model_config(self, setup: Setup, verdict: Verdict, process: str = "APIServer") -> bool:
+        """The model's config lines; False when building it fails (the failure says the rest)."""
+        config = _config_failure(verdict.reasons)
+        length = setup.server.max_model_len or setup.model.max_context
+        self.line(f"Resolved architecture: {setup.model.architecture}", "model.py:733", process)
+        if config is not None and _vllm_raise(config.message).config == "ModelConfig":
+            return False  # ModelConfig's own check (the context length) fails before it names the length
+        self.line(f"Using max model len {length}", "model.py:2152", process)
+        return config is None
+
+    def _host_ip(self, nodes: MultiNode) -> str:
+        """The address vLLM takes for this node (vllm/utils/network_utils.py: get_ip): VLLM_HOST_IP
+        when set, as cockpit sets it on every node."""
+        return self.env.get("VLLM_HOST_IP", "").strip() or nodes.host
+
+    def _ranks_enter(self, layout: Layout, setup: Setup, ranks: range, world: int, init_method: str) -> None:
+        """Each worker opens the process group (vllm/distributed/parallel_state.py:
+        init_distributed_environment): a file:// store on one box, tcp://HEAD:PORT across nodes."""
         self.workers = [self._worker_name(layout, rank, setup) for rank in ranks]
-        for rank in ranks:  # vllm/distributed/parallel_state.py: init_distributed_environment
+        across = world > len(ranks)  # the world spans nodes: global ranks, local ones from 0
+        for local, rank in enumerate(ranks):
+            shown, local_rank = (rank, local) if across else (rank % world, rank % world)
             self.tagged(
-                f"world_size={world} rank={rank % world} local_rank={rank % world} "
-                f"distributed_init_method={store} backend=nccl",
+                f"world_size={world} rank={shown} local_rank={local_rank} "
+                f"distributed_init_method={init_method} backend=nccl",
                 "parallel_state.py:1906",
-                self.workers[rank],
+                self.workers[local],
                 "Worker",
             )
-        for rank in ranks:
-            self._rank_assigned(layout, rank, placement.gpus_used, setup)
-        self.worker = self.workers[0]
+        self.worker = self.workers[0] if self.workers else self.worker
+
+    # -- across nodes ----------------------------------------------------------------------------
+
+    def headless(self, args: EngineArgs, setup: Setup, verdict: Verdict, span: Span) -> None:
+        """A node with --headless (vllm/entrypoints/cli/serve.py: run_headless): it builds the
+        config in its main process, says where the head is, and its workers open the group."""
+        self.entrypoint = args.entrypoint
+        self._pids[_HEADLESS_MAIN] = os.getpid()  # this process, as the API server's is elsewhere
+        if not self._model_config(setup, verdict, _HEADLESS_MAIN):
+            return
+        nodes = span.nodes
+        if nodes.data_parallel:
+            text = HEADLESS_DP_TEXT.format(
+                engines=max(1, args.layout.dp // nodes.nnodes), address=nodes.address
+            )
+            self.line(text, "serve.py:239", _HEADLESS_MAIN)
+        else:
+            text = HEADLESS_TEXT.format(version=args.version, address=nodes.address)
+            self.line(text, "serve.py:224", _HEADLESS_MAIN)
+        if verdict.placement is not None:
+            self._ranks_enter(args.layout, setup, span.ranks, span.world, span.init_method)
+
+    def joined(self, args: EngineArgs, setup: Setup, span: Span) -> None:
+        """Every rank is in: each of this node's ranks gets its groups, the first starts to load."""
+        for rank in span.ranks:
+            self._rank_assigned(args.layout, rank, span.world, setup, self.workers[rank - span.ranks.start])
         self.line(f"Starting to load model {args.model}...", "gpu_model_runner.py:5039", self.worker)
+
+    def rank_timeout(self, span: Span, seconds: float, joined: int) -> None:
+        """Rank 0's store gives up (torch/distributed/distributed_c10d.py: init_process_group):
+        its worker fails to start, and the engine with it."""
+        self._worker_failure(_INIT_PROCESS_GROUP, store_timeout_text(seconds, joined, span.world))
+
+    def unreachable(self, span: Span, seconds: float) -> None:
+        """A headless node's first rank never reaches the head's store."""
+        nodes = span.nodes
+        lines = [
+            "Traceback (most recent call last):",
+            *_INIT_PROCESS_GROUP.lines(),
+            client_timeout_text(nodes.host, nodes.port, seconds),
+        ]
+        self._logged_exception(
+            "WorkerProc failed to start.", lines, self.worker, "multiproc_executor.py:1057"
+        )
+
+    def peer_lost(self, span: Span, host: str, port: int) -> None:
+        """The head's first rank meets the lost node in its next collective (Gloo's CPU group):
+        while starting, the worker fails to start; while serving, its busy loop fails and the
+        engine core with it (vllm/v1/executor/multiproc_executor.py, vllm/v1/engine/core.py)."""
+        if not self.serving:
+            self._worker_failure(_ALL_REDUCE, peer_closed_text(host, port))
+            return
+        lines = ["Traceback (most recent call last):", *_ALL_REDUCE.lines(), peer_closed_text(host, port)]
+        self._logged_exception(
+            "WorkerProc hit an exception.", lines, self.worker, "multiproc_executor.py:1189"
+        )
+        self._logged_exception(
+            "EngineCore encountered a fatal error.", lines, self.engine_core, "core.py:1586"
+        )
+
+    def head_lost(self, span: Span, local: tuple[str, int]) -> None:
+        """The head's store is gone under this node's ranks (vllm-project/vllm#32136)."""
+        for rank in span.ranks:
+            self.out(store_lost_text(rank, local, span.nodes.address))
+        lines = ["Traceback (most recent call last):", *_ALL_REDUCE.lines(), peer_closed_text(*_split(span))]
+        self._logged_exception(
+            "WorkerProc hit an exception.", lines, self.worker, "multiproc_executor.py:1189"
+        )
+
+    def head_stopped(self, span: Span) -> None:
+        self.line("Shutting down.", "serve.py:266", _HEADLESS_MAIN)
 
     def _engine_config(self, args: EngineArgs, setup: Setup) -> None:
         """vllm/v1/engine/core.py: the engine core's config, VllmConfig.__str__ (vllm/config/vllm.py)
@@ -485,7 +606,7 @@ class VLLMLog(EngineLog):
         name += f"_EP{dp * layout.tp + tp}" if layout.expert_parallel and setup.model.is_moe else ""
         return name
 
-    def _rank_assigned(self, layout: Layout, rank: int, world: int, setup: Setup) -> None:
+    def _rank_assigned(self, layout: Layout, rank: int, world: int, setup: Setup, worker: str) -> None:
         """vllm/distributed/parallel_state.py: every MoE model has an EP group over DP x PCP x TP.
         Logged while the worker is still plain "Worker" (its name comes after its groups)."""
         dp, pp, tp = _rank_names(layout, rank)
@@ -495,7 +616,7 @@ class VLLMLog(EngineLog):
             f"rank {rank} in world size {world} is assigned as DP rank {dp}, PP rank {pp}, PCP rank 0, "
             f"TP rank {tp}, ETP rank {tp}, EP rank {ep}, EPLB rank {eplb}",
             "parallel_state.py:2350",
-            self.workers[rank] if rank < len(self.workers) else self._worker_name(layout, rank, setup),
+            worker,
             "Worker",
         )
 
@@ -717,6 +838,7 @@ class VLLMLog(EngineLog):
         self.out(f"INFO:     Started server process [{os.getpid()}]")
         self.out("INFO:     Waiting for application startup.")
         self.out(f"INFO:     {SURFACE.ready_line}")
+        self.serving = True
 
     # -- serving ---------------------------------------------------------------------------------
 

@@ -34,8 +34,6 @@ VIEWS = {
 }
 LEFT = ("layouts", "tune")  # wide: the one shown last of these holds the left column
 WIDE_MIN_WIDTH, WIDE_MIN_HEIGHT = 100, 32
-GPU_COLUMNS_WIDE = 4
-GPU_COLUMNS_COMPACT = 2
 
 
 class MainScreen(Screen):
@@ -148,12 +146,7 @@ class MainScreen(Screen):
         compact = width < WIDE_MIN_WIDTH or height < WIDE_MIN_HEIGHT
         self.set_class(compact, "-compact")
         self.query_one(Footer).compact = compact  # every pane key in 80 columns
-        columns = GPU_COLUMNS_COMPACT if compact else GPU_COLUMNS_WIDE
-        count = max(1, self.gpu_count)
-        columns = min(columns, count)
-        rows = -(-count // columns)
-        self.gpus.styles.grid_size_columns = columns
-        self.gpus.styles.height = rows * self.gpus.pane_lines(compact, rows, height)  # panes fill their rows
+        self.gpus.fit_screen(compact, height)  # columns, rows and height: by node on a cluster
 
     # -- views ------------------------------------------------------------------------------
 

@@ -1,0 +1,263 @@
+"""``python -m cockpit.runner.nodekeeper``: one launch across nodes, kept as one local process.
+
+The supervisor starts, registers, follows and stops this process as it would an engine on one
+box (cockpit.runner.supervisor), and this process does the same for every node over SSH:
+
+- starts each node's engine through the node's ``cockpit agent spawn`` (detached there, carrying
+  this launch's token, so an SSH drop of the cockpit leaves it running and findable);
+- writes every node's log lines to its own output, which is the launch log, prefixed by node;
+- forwards a local port to the head's HTTP port (the head serves on its own 127.0.0.1);
+- says in the log when a node has not joined after a minute (the engines wait 10-30 minutes);
+- when one node's engine ends, says which and stops the others; on SIGTERM stops them all.
+
+Its orders come as JSON in its environment (cockpit.runner.cluster.keeper_spec).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from cockpit.core.cluster import Cluster, NodeLaunch, cluster_from_json, node_launch_from_json
+from cockpit.core.errors import CockpitError
+from cockpit.runner.cluster import SPEC_ENV, node_prefix
+from cockpit.runner.registry import TOKEN_ENV
+
+POLL_S = 0.2
+STOP_GRACE_S = 15.0
+# The agent's last line for an engine that ended (cockpit.faces.agent): "exited with code N" or
+# "was killed by signal SIGKILL".
+_ENDED = re.compile(r"cockpit agent: the engine (exited with code -?\d+|was killed by signal \w+)")
+
+
+class NodeKeeper:
+    def __init__(self, spec: dict, token: str) -> None:
+        self.cluster: Cluster = cluster_from_json(spec["cluster"])
+        self.launches: list[NodeLaunch] = [node_launch_from_json(x) for x in spec["launches"]]
+        self.engine = str(spec["engine"])
+        self.experiment = int(spec["experiment"])
+        self.local_port = int(spec["local_port"])
+        self.port = int(spec["port"])
+        self.env = {str(k): str(v) for k, v in dict(spec.get("agent_env", {})).items()}
+        self.join_notice_s = float(spec.get("join_notice_s", 60.0))
+        self.token = token
+        self.pids: dict[int, int] = {}  # rank -> the keeper pid on that node (its process group)
+        self.ended: dict[int, str] = {}  # rank -> how its engine ended
+        self.entered: set[int] = set()  # nodes whose ranks said they entered the rendezvous
+        self.all_joined = False  # the head said every rank is in
+        self.children: list[subprocess.Popen] = []
+        self.out_lock = threading.Lock()
+        self.stop_asked = threading.Event()
+        self.entry_patterns = self._patterns("rank_joined")
+        self.all_joined_patterns = self._patterns("all_joined")
+
+    # -- output --------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        with self.out_lock:
+            sys.stdout.write(f"cockpit: {text}\n")
+            sys.stdout.flush()
+
+    def _patterns(self, name: str) -> tuple[re.Pattern[str], ...]:
+        """The engine's own words for a step of the rendezvous (cockpit.engines.surface)."""
+        from cockpit.engines import ENGINES
+
+        surface = ENGINES[self.engine].surface if self.engine in ENGINES else None
+        return tuple(getattr(surface, name, ()) or ())
+
+    def node(self, rank: int):
+        return self.cluster.nodes[rank]
+
+    def label(self, rank: int) -> str:
+        return f"node {rank + 1} ({self.launches[rank].host})"
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start_node(self, launch: NodeLaunch) -> None:
+        from cockpit.system.ssh import run_agent
+
+        env_flags = [f"--env={k}={v}" for k, v in launch.env.items()]
+        log = f"nodes/exp{self.experiment}-node{launch.rank + 1}.log"
+        answer = run_agent(
+            self.cluster,
+            self.node(launch.rank),
+            ["spawn", "--log", log, "--token", self.token, *env_flags, "--", *launch.argv],
+            env=self.env,
+            timeout=60.0,
+        )
+        if not isinstance(answer, dict) or "pid" not in answer:
+            why = answer.get("error") if isinstance(answer, dict) else answer
+            raise CockpitError(f"{self.label(launch.rank)}: the agent could not start the engine: {why}")
+        self.pids[launch.rank] = int(answer["pid"])
+        self.say(
+            f"{self.label(launch.rank)} started the engine (pid {answer['pid']}, log {answer.get('log', log)})"
+        )
+        self.follow_node(launch.rank, str(answer.get("log", log)))
+
+    def follow_node(self, rank: int, log: str) -> None:
+        """The node's log lines, prefixed, into ours; its engine's end, noted."""
+        from cockpit.system.ssh import agent_argv
+
+        argv = agent_argv(
+            self.cluster,
+            self.node(rank),
+            [
+                "tail",
+                "--log",
+                log,
+                "--prefix",
+                node_prefix(rank, self.launches[rank].host),
+                "--pid",
+                str(self.pids[rank]),
+            ],
+            env=self.env,
+        )
+        child = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        self.children.append(child)
+        threading.Thread(target=self._read, args=(rank, child), daemon=True).start()
+
+    def _read(self, rank: int, child: subprocess.Popen) -> None:
+        assert child.stdout is not None
+        for raw in child.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self.out_lock:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            ended = _ENDED.search(line)
+            if ended:
+                self.ended.setdefault(rank, ended.group(1))
+            elif any(p.search(line) for p in self.entry_patterns):
+                self.entered.add(rank)
+            if any(p.search(line) for p in self.all_joined_patterns):
+                self.all_joined = True
+        code = child.wait()
+        if rank not in self.ended and not self.stop_asked.is_set():
+            # the tail ended without the engine's end: SSH to the node dropped
+            self.ended.setdefault(rank, f"could not be followed (ssh exited with code {code})")
+
+    def forward(self) -> subprocess.Popen:
+        """The head's HTTP port, here: the head binds its own 127.0.0.1, as every server we start."""
+        from cockpit.system.ssh import forward_argv
+
+        argv = forward_argv(self.cluster, self.cluster.head, self.local_port, self.port)
+        child = subprocess.Popen(argv, stdout=sys.stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.children.append(child)
+        return child
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            for launch in self.launches:  # the head first: the others connect to it
+                if self.stop_asked.is_set():
+                    break
+                self.start_node(launch)
+            forward = self.forward()
+        except CockpitError as exc:
+            self.say(str(exc))
+            self.stop_nodes()
+            return 1
+        started = time.monotonic()
+        noticed = False
+        while not self.stop_asked.wait(POLL_S):
+            if self.ended:
+                rank = min(self.ended)
+                self.say(
+                    f"{self.label(rank)}: the engine {self.ended[rank]}"
+                    + ("" if len(self.launches) == 1 else "; stopping the other nodes")
+                )
+                self.stop_nodes()
+                return 1
+            if forward.poll() is not None:
+                self.say(
+                    f"the forward to the head's port {self.port} ended (ssh exited with code {forward.returncode})"
+                )
+                self.stop_nodes()
+                return 1
+            if not noticed and not self.all_joined and time.monotonic() - started > self.join_notice_s:
+                noticed = True
+                self.notice_not_joined()
+        self.say("stopping every node")
+        self.stop_nodes()
+        return 0
+
+    def notice_not_joined(self) -> None:
+        """Said once, a minute in: which nodes have not entered the rendezvous, long before the
+        engine's own timeout (10 to 30 minutes) says it in its words."""
+        missing = [r for r in range(len(self.launches)) if r not in self.entered]
+        head = self.launches[0].host
+        why = (
+            f"{', '.join(self.label(r) for r in missing)} never said it entered"
+            if missing and self.entry_patterns
+            else "every node started, and the head has not heard from them all"
+        )
+        self.say(
+            f"ranks not joined after {self.join_notice_s:.0f} s at the head {head}: {why}; check that every "
+            "node reaches the head (firewall, the interface in ifname) and runs the same arguments; the engine "
+            "itself gives up only after its own timeout"
+        )
+
+    def stop_nodes(self) -> None:
+        """Every node's engine, stopped by its agent (only a process group carrying our token)."""
+        from cockpit.system.ssh import run_agent
+
+        def stop(rank: int) -> None:
+            try:
+                answer = run_agent(
+                    self.cluster,
+                    self.node(rank),
+                    ["stop", "--pid", str(self.pids[rank]), "--token", self.token, "--grace", "10"],
+                    env=self.env,
+                    timeout=STOP_GRACE_S + 30.0,
+                )
+                if isinstance(answer, dict) and not answer.get("stopped", True) and answer.get("why"):
+                    self.say(f"{self.label(rank)}: {answer['why']}")
+            except CockpitError as exc:
+                self.say(f"{self.label(rank)}: could not be stopped: {exc}")
+
+        ranks = sorted(self.pids)
+        if ranks:
+            with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
+                list(pool.map(stop, ranks))
+        for child in self.children:
+            if child.poll() is None:
+                child.terminate()
+        for child in self.children:
+            try:
+                child.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = os.environ.pop(SPEC_ENV, None)  # the argv may carry a key: not passed on to ssh
+    token = os.environ.get(TOKEN_ENV, "")
+    if not raw or not token:
+        print("cockpit: the node keeper is started by cockpit itself (no launch spec here)", file=sys.stderr)
+        return 2
+    try:
+        keeper = NodeKeeper(json.loads(raw), token)
+    except (CockpitError, ValueError, KeyError, TypeError) as exc:
+        print(f"cockpit: cannot read the launch spec: {exc}", file=sys.stderr)
+        return 2
+
+    def asked(*_: object) -> None:
+        keeper.stop_asked.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, asked)
+    return keeper.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
