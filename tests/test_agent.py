@@ -71,6 +71,42 @@ def test_a_spawned_engine_is_followed_to_its_keepers_last_line(node, tmp_path):
     assert again.stdout.splitlines()[0] == "line 1"
 
 
+def test_an_environment_sent_on_stdin_reaches_the_engine_and_no_command_line(node, tmp_path):
+    cluster, head = node
+    log = tmp_path / "env.log"
+    secret = "hf_stdin_secret_4711"
+    code = "import os; print(os.environ['HF_TOKEN'], os.environ['COCKPIT_ENV_PROBE'], flush=True)"
+    started = run_agent(
+        cluster,
+        head,
+        ["spawn", "--log", str(log), "--token", "tok-env", "--env-stdin", "--", sys.executable, "-c", code],
+        timeout=TIMEOUT,
+        stdin=json.dumps({"HF_TOKEN": secret, "COCKPIT_ENV_PROBE": "probe"}),
+    )
+    assert started["pid"] > 1
+    wait_for(lambda: "exited with code 0" in log.read_text(), timeout=TIMEOUT)
+    assert f"{secret} probe" in log.read_text()
+    with pytest.raises(CockpitError, match="--env-stdin wants a JSON object"):
+        run_agent(
+            cluster,
+            head,
+            [
+                "spawn",
+                "--log",
+                str(log),
+                "--token",
+                "tok-env",
+                "--env-stdin",
+                "--",
+                sys.executable,
+                "-c",
+                "pass",
+            ],
+            timeout=TIMEOUT,
+            stdin="[1, 2]",
+        )
+
+
 def test_stop_needs_the_token_and_ends_the_group(node, tmp_path):
     cluster, head = node
     log = tmp_path / "engine.log"
@@ -139,6 +175,10 @@ def test_ports_says_who_holds_a_bound_port(node):
     assert busy[str(port)].startswith(f"pid {os.getpid()} ")
     free = run_agent(cluster, head, ["free-port", "--host", "127.0.0.2"], timeout=TIMEOUT)["port"]
     assert 1024 <= free <= 65535
+    two = run_agent(cluster, head, ["free-port", "--host", "127.0.0.2", "--count", "2"], timeout=TIMEOUT)[
+        "ports"
+    ]
+    assert len(set(two)) == 2  # the rendezvous and the RPC port are never the same one
 
 
 def sim_env(state, host=""):

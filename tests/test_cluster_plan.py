@@ -206,7 +206,7 @@ def test_plan_text_and_json_say_the_node_split(deepseek, cluster):
 
 
 def test_rendezvous_flags_among_server_args_are_refused(deepseek, cluster):
-    with pytest.raises(CockpitError, match="--master-port is the cluster's to say"):
+    with pytest.raises(CockpitError, match="--master-port is the cluster launch's to say"):
         launches(deepseek, cluster, "vllm", "tp8 pp2", extra=("--master-port", "1234"))
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from cockpit.runner.registry import TOKEN_ENV, Registry
 from cockpit.store.journal import Journal
 
 GIB = 2**30
+SECRET = "hf_cluster_secret_8128"
 
 
 @pytest.fixture(autouse=True)
@@ -148,12 +150,16 @@ def test_an_unreachable_node_is_said_in_ssh_words_before_anything_starts(tmp_pat
     result = cockpit("run", "try tp8 pp2", "--profile", profile)
     out = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "node 127.0.0.3 cannot be reached" in out and "Connection refused" in out, out
+    assert "node 127.0.0.3: ssh: connect to host 127.0.0.3 port" in out and "Connection refused" in out, out
+    assert "nothing launched" in out and "[node " not in out
     assert not Registry().live()
 
 
 def test_a_cockpit_that_dies_leaves_the_nodes_running_and_listed(tmp_path, sshd):  # noqa: F811
     profile, port = cluster_profile(tmp_path, sshd)
+    data = yaml.safe_load(open(profile))
+    data["server"]["env"] = {"HF_TOKEN": SECRET}
+    open(profile, "w").write(yaml.safe_dump(data))
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -182,7 +188,13 @@ def test_a_cockpit_that_dies_leaves_the_nodes_running_and_listed(tmp_path, sshd)
     proc.send_signal(signal.SIGKILL)  # an SSH drop that takes the cockpit with it
     proc.wait(timeout=30)
     [entry] = Registry().live()
-    assert carrying(entry.token)
+    running = carrying(entry.token)
+    engines = [p for p in running if "cockpit.sim" in " ".join(p.cmdline())]
+    assert {p.environ().get("COCKPIT_SIM_NODE") for p in engines} == {"127.0.0.2", "127.0.0.3"}
+    assert all(p.environ().get("HF_TOKEN") == SECRET for p in engines)  # the profile's env reached every node
+    for proc in psutil.process_iter():  # ... and no command line on the machine (ssh, agents) shows it
+        with contextlib.suppress(psutil.Error):
+            assert SECRET not in " ".join(proc.cmdline())
     listed = cockpit("servers")
     assert "tp8 pp2" in listed.stdout, listed.stdout + listed.stderr
     stopped = cockpit("stop", "all", timeout=120)
@@ -270,3 +282,26 @@ def test_a_port_taken_on_the_head_is_refused_before_launch(tmp_path, sshd):  # n
     assert result.returncode != 0, out
     assert "is already in use on the head node 127.0.0.2" in out, out
     assert not Registry().live()
+
+
+def test_a_layout_that_fits_in_one_node_runs_on_the_head_alone(tmp_path, sshd):  # noqa: F811
+    profile, port = cluster_profile(tmp_path, sshd)
+    result = cockpit("run", "try tp8", "--profile", profile)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "ready     http://127.0.0.1:" in out
+    assert "[node 1 127.0.0.2]" in out and "[node 2 127.0.0.3]" not in out
+    [row] = Journal().experiments()
+    assert "--nnodes" not in row.argv and set(row.peak_memory) == set(range(8))
+    assert not Registry().live()
+
+
+def test_a_join_notice_that_is_not_seconds_is_one_line(monkeypatch):
+    from cockpit.core.errors import CockpitError
+    from cockpit.runner.cluster import join_notice
+
+    monkeypatch.setenv("COCKPIT_JOIN_NOTICE_S", "soon")
+    with pytest.raises(CockpitError, match="COCKPIT_JOIN_NOTICE_S='soon' is not a number of seconds"):
+        join_notice(60.0)
+    monkeypatch.setenv("COCKPIT_JOIN_NOTICE_S", "5")
+    assert join_notice(60.0) == 5.0

@@ -21,9 +21,9 @@ from cockpit.core.errors import CockpitError
 from cockpit.core.hardware import Hardware
 from cockpit.core.layout import Layout
 from cockpit.core.model import ModelArch
-from cockpit.engines.arguments import check_args
+from cockpit.engines.arguments import check_args, refuse_owned
 from cockpit.engines.estimate import CachePool, MemoryBudget, MemoryEstimate, StateArgs
-from cockpit.engines.nodes import NodeShare, check_cluster, node_env, node_shares, refuse_rendezvous
+from cockpit.engines.nodes import NodeShare, check_cluster, node_env, node_shares
 from cockpit.engines.options import CheckedArgs, OptionTable, option_table, size_value, table_version
 from cockpit.engines.surface import EngineSurface
 
@@ -584,8 +584,8 @@ class Engine(ABC):
                 NodeLaunch(0, head.host, tuple(argv), node_env(head), tuple(range(placement.gpus_used)), True)
             ]
         check_cluster(nodes, placement.nodes, placement.node_gpus)
-        groups = check_args(self.options, extra_args, strict=self.strict).groups
-        refuse_rendezvous(self.name, [g.option.dest for g in groups], [g.spelling for g in groups])
+        # where nodes meet and which node is which are cockpit's to say, once for all nodes
+        refuse_owned(check_args(self.options, extra_args, strict=self.strict), "server argument")
         launcher = command or self.default_command
         launches = []
         for rank, node in enumerate(nodes[: placement.nodes]):

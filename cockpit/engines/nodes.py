@@ -12,33 +12,11 @@ Pure: plain sizes in, words and argument lists out.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cockpit.core.cluster import InterLink, Node
 from cockpit.core.errors import CockpitError
-
-# The flags a multi-node launch says itself, per engine: given among a profile's server arguments
-# they would contradict the rendezvous cockpit chose (or give one node another world).
-RENDEZVOUS_DESTS: Mapping[str, frozenset[str]] = {
-    "vllm": frozenset(
-        {
-            "nnodes",
-            "node_rank",
-            "master_addr",
-            "master_port",
-            "headless",
-            "data_parallel_size_local",
-            "data_parallel_start_rank",
-            "data_parallel_address",
-            "data_parallel_rpc_port",
-            "data_parallel_rank",
-            "data_parallel_hybrid_lb",
-            "data_parallel_external_lb",
-        }
-    ),
-    "sglang": frozenset({"nnodes", "node_rank", "dist_init_addr"}),
-}
 
 
 def nodes_spanned(world: int, per_node: int) -> int:
@@ -135,18 +113,6 @@ def node_env(node: Node, host_ip_var: str = "") -> dict[str, str]:
 def host_port(host: str, port: int) -> str:
     """`HOST:PORT`, an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-def refuse_rendezvous(engine: str, dests: Sequence[str], spellings: Sequence[str]) -> None:
-    """A server argument that says where nodes meet or which node this is: cockpit says those on
-    a cluster, once for all nodes."""
-    owned = RENDEZVOUS_DESTS.get(engine, frozenset())
-    for dest, spelling in zip(dests, spellings):
-        if dest in owned:
-            raise CockpitError(
-                f"server argument {spelling} is the cluster's to say (cockpit sets each node's rank and "
-                "the rendezvous): drop it from the profile's args"
-            )
 
 
 def check_cluster(nodes: Sequence[Node], used: int, per_node: int) -> None:

@@ -113,6 +113,11 @@ def _parser() -> _Parser:
     spawn.add_argument("--log", required=True, metavar="PATH")
     spawn.add_argument("--token", required=True)
     spawn.add_argument("--env", dest="spawn_env", action="append", metavar="K=V", help="for ARGV only")
+    spawn.add_argument(
+        "--env-stdin",
+        action="store_true",
+        help="for ARGV only: a JSON object of K: V on stdin (values kept off every command line)",
+    )
 
     keep = subs.add_parser("keep", help="run `-- ARGV`, then append how it ended to --log")
     keep.add_argument("--log", required=True, metavar="PATH")
@@ -139,8 +144,9 @@ def _parser() -> _Parser:
     ports.add_argument("--host", default="127.0.0.1", metavar="ADDR")
     ports.add_argument("ports", nargs="+", type=_port, metavar="PORT")
 
-    free = subs.add_parser("free-port", help="a port free on --host")
+    free = subs.add_parser("free-port", help="ports free on --host, as many as --count, all different")
     free.add_argument("--host", default="127.0.0.1", metavar="ADDR")
+    free.add_argument("--count", type=_count, default=1, metavar="N")
 
     gpus = subs.add_parser("gpus", help="one JSON line of GPU samples per round")
     gpus.add_argument("--every", type=_seconds, default=1.0, metavar="S")
@@ -202,7 +208,10 @@ def cmd_spawn(args: argparse.Namespace) -> int:
         raise BadInput("cockpit agent spawn: give the command after --, like -- vllm serve MODEL")
     if not args.token:
         raise BadInput("cockpit agent spawn: --token must not be empty")
-    env = {**os.environ, **dict(_env_pair(pair) for pair in args.spawn_env or ()), TOKEN_ENV: args.token}
+    env = {**os.environ, **dict(_env_pair(pair) for pair in args.spawn_env or ())}
+    if args.env_stdin:
+        env.update(_env_from_stdin())
+    env[TOKEN_ENV] = args.token
     launcher = args.argv[0]
     if shutil.which(launcher, path=env.get("PATH")) is None:
         why = "No such file or directory" if not os.path.exists(launcher) else "Permission denied"
@@ -221,6 +230,20 @@ def cmd_spawn(args: argparse.Namespace) -> int:
         )
     _say({"pid": process.pid, "log": str(log), "started": time.time()})
     return 0
+
+
+def _env_from_stdin() -> dict[str, str]:
+    """The engine's environment sent on stdin: a profile's env may hold a token, which `ps` on
+    either machine would show if it rode on the ssh command line."""
+    try:
+        data = json.loads(sys.stdin.read(1_000_000) or "{}")
+    except ValueError as error:
+        raise BadInput(f"cockpit agent spawn: --env-stdin wants a JSON object on stdin ({error})") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise BadInput("cockpit agent spawn: --env-stdin wants a JSON object of strings on stdin")
+    return data
 
 
 def _log_file(text: str) -> Path:
@@ -356,7 +379,11 @@ def cmd_find(args: argparse.Namespace) -> int:
     for process in psutil.process_iter():
         if process.pid != os.getpid() and _living(process) and _carries(process, args.token):
             pids.append(process.pid)
-    _say({"pids": sorted(pids)})
+    groups = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    _say({"pids": sorted(pids), "groups": sorted(groups)})  # groups: what `stop --pid` takes
     return 0
 
 
@@ -432,15 +459,21 @@ def cmd_ports(args: argparse.Namespace) -> int:
 
 
 def cmd_free_port(args: argparse.Namespace) -> int:
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
-            s.bind((args.host, 0))
-            port = s.getsockname()[1]
-    except OSError as error:
-        raise CockpitError(
-            f"cannot bind {args.host}: {error.strerror}: give an address of this node"
-        ) from None
-    _say({"port": port})
+    """Ports the kernel picks, every socket held until all are picked: never the same one twice."""
+    if not 1 <= args.count <= 16:
+        raise BadInput("cockpit agent free-port: --count takes 1 to 16")
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(args.count):
+            try:
+                s = held.enter_context(socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET))
+                s.bind((args.host, 0))
+            except OSError as error:
+                raise CockpitError(
+                    f"cannot bind {args.host}: {error.strerror}: give an address of this node"
+                ) from None
+            ports.append(s.getsockname()[1])
+    _say({"port": ports[0], "ports": ports})
     return 0
 
 
@@ -507,7 +540,17 @@ def cmd_version(args: argparse.Namespace) -> int:
         version, how = simulated, f"{SIM_VERSION_ENV} on a simulated node"
     else:
         version, how = engine_version(args.engine, command)
-    _say({"engine": args.engine, "version": version, "how": how, "python": platform.python_version()})
+    from cockpit import __version__
+
+    _say(
+        {
+            "engine": args.engine,
+            "version": version,
+            "how": how,
+            "python": platform.python_version(),
+            "cockpit": __version__,
+        }
+    )
     return 0
 
 

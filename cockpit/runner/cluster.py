@@ -22,6 +22,8 @@ from cockpit.runner.events import Diagnosis
 NODE_UNREACHABLE = "node-unreachable"
 VERSIONS_DIFFER = "engine-versions-differ"
 NODE_PORT_IN_USE = "node-port-in-use"
+NODE_AGENT = "node-agent"
+JOIN_NOTICE_ENV = "COCKPIT_JOIN_NOTICE_S"
 SPEC_ENV = "COCKPIT_CLUSTER_SPEC"
 AGENT_TIMEOUT_S = 30.0
 # Seconds a node may go without saying it joined before cockpit says so in the launch log (the
@@ -64,7 +66,8 @@ def preflight(
 ) -> ClusterPlan | Diagnosis:
     """Reach every node, compare their engine versions, choose the head's ports and check the
     HTTP port free there. The first problem comes back as a Diagnosis; nothing is started."""
-    from cockpit.system.ssh import run_agent
+    from cockpit import __version__
+    from cockpit.system.ssh import Unreachable, run_agent
 
     env = agent_env(simulated)
 
@@ -85,12 +88,29 @@ def preflight(
 
     answers = _each(cluster, version)
     for node, answer in zip(cluster.nodes, answers, strict=True):
-        if isinstance(answer, CockpitError):
+        if isinstance(answer, Unreachable):
             return Diagnosis(
                 NODE_UNREACHABLE,
-                f"node {node.host} cannot be reached: {answer}; nothing launched",
-                f"check `ssh {node.label}` works without a password, then the node's host and ssh_port in the cluster profile",
+                f"{answer}; nothing launched",
+                f"check that `ssh {node.label}` works without a password, then the node's host and ssh_port "
+                "in the cluster profile",
             )
+        if isinstance(answer, CockpitError):
+            return Diagnosis(
+                NODE_AGENT,
+                f"{answer}; nothing launched",
+                "install the same cockpit on every node, or set cluster.agent to its command there",
+            )
+    cockpits = {a.get("cockpit") for a in answers}
+    if cockpits != {__version__}:
+        said = ", ".join(
+            f"{n.host}: {a.get('cockpit') or 'unknown'}" for n, a in zip(cluster.nodes, answers, strict=True)
+        )
+        return Diagnosis(
+            NODE_AGENT,
+            f"the nodes run another cockpit than this one ({__version__}; {said}); nothing launched",
+            "install the same cockpit on every node (its agent starts and stops the engines there)",
+        )
     versions = tuple(a.get("version") for a in answers)
     if len(set(versions)) > 1:
         said = ", ".join(
@@ -114,21 +134,37 @@ def preflight(
                 f"port {port} is already in use on the head node {head.host} by {who}; nothing launched",
                 "stop that server or set server.port in the profile",
             )
-        ports = []
-        for _ in range(2):
-            answer = run_agent(
-                cluster, head, ["free-port", "--host", head.reach], env=env, timeout=AGENT_TIMEOUT_S
-            )
-            ports.append(int(answer["port"]) if isinstance(answer, dict) else 0)
+        answer = run_agent(
+            cluster,
+            head,
+            ["free-port", "--host", head.reach, "--count", "2"],
+            env=env,
+            timeout=AGENT_TIMEOUT_S,
+        )
+        ports = [int(p) for p in answer["ports"]]
     except (CockpitError, KeyError, TypeError, ValueError) as exc:
         return Diagnosis(
             NODE_UNREACHABLE,
             f"the head node {head.host} did not answer: {exc}; nothing launched",
             f"check `ssh {head.label}` and that cockpit runs there",
         )
-    if ports[0] == ports[1]:
-        ports[1] = ports[0] + 1 if ports[0] < 65535 else ports[0] - 1
     return ClusterPlan(Rendezvous(head.reach, ports[0], ports[1]), versions)
+
+
+def join_notice(default: float) -> float:
+    """Seconds before a node that has not joined is said: COCKPIT_JOIN_NOTICE_S, else ``default``."""
+    raw = os.environ.get(JOIN_NOTICE_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 86400:
+        raise CockpitError(
+            f"{JOIN_NOTICE_ENV}={raw[:20]!r} is not a number of seconds: unset it or give one, like 60"
+        )
+    return seconds
 
 
 def keeper_argv() -> list[str]:
@@ -158,7 +194,7 @@ def keeper_spec(
             "local_port": local_port,
             "port": port,
             "agent_env": agent_env(simulated),
-            "join_notice_s": float(os.environ.get("COCKPIT_JOIN_NOTICE_S", join_notice_s)),
+            "join_notice_s": join_notice(join_notice_s),
         }
     )
 

@@ -191,6 +191,9 @@ class Launcher:
         """The whole argv of the server (profile's args and the layout's knobs): ours from its
         spawn; a re-attached one from its process, once the registry vouches it is that process
         (journal and registry hold it redacted); else the profile's own."""
+        if handle is not None and keeps_nodes(handle.entry):  # across nodes: the head's, not the keeper's
+            heads = self.node_argvs.get(handle.entry.experiment)
+            return list(heads[0]) if heads else [*(self.profile.command or ()), *self.profile.args]
         spawned = handle.popen.args if handle is not None and handle.popen is not None else None
         if isinstance(spawned, list):  # the supervisor spawns an argv list
             return [str(arg) for arg in spawned]
@@ -335,7 +338,9 @@ class Launcher:
             setup.command,
         )
         launches = [replace(x, env={**self.node_environment(x), **x.env}) for x in launches]
-        self._learn_secrets([a for x in launches for a in x.argv])
+        self._learn_secrets(
+            [a for x in launches for a in x.argv], {k: v for x in launches for k, v in x.env.items()}
+        )
         local_port = free_local_port()
         env = {
             SPEC_ENV: keeper_spec(
@@ -357,6 +362,15 @@ class Launcher:
         }
         self.node_argvs[exp] = [tuple(x.argv) for x in launches]
         return launches[0].argv, shown, failure
+
+    def _nodes_launched(self, handle: ServerHandle) -> int:
+        """The nodes a launch runs on (a layout that fits in one node runs on the head alone)."""
+        if not keeps_nodes(handle.entry):
+            return 1
+        if handle.entry.experiment in self.node_argvs:
+            return len(self.node_argvs[handle.entry.experiment])
+        verdict = plan_layout(self.setup, handle.entry.layout)  # re-attached: as it was planned
+        return verdict.placement.nodes if verdict.placement else self.setup.hardware.nodes
 
     def node_environment(self, launch: NodeLaunch) -> dict[str, str]:
         """One node's engine environment: the profile's, its GPUs, and on a simulated cluster
@@ -434,7 +448,7 @@ class Launcher:
     def _follow(self, handle: ServerHandle) -> Iterator[Event]:
         exp = handle.entry.experiment
         ready_paths = self.setup.engine.ready_paths
-        nodes = self.setup.hardware.nodes if keeps_nodes(handle.entry) else 1
+        nodes = self._nodes_launched(handle)
         events = self.supervisor.follow(
             handle,
             timeout=self.startup_timeout,
@@ -610,13 +624,14 @@ class Launcher:
         assert self._scrubber is not None
         return self._scrubber.text(text)
 
-    def _learn_secrets(self, argv: Sequence[str]) -> None:
+    def _learn_secrets(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         """Know the secret values of a launch's whole argv (profile's args and the layout's
-        knobs), its environment and inherited credentials: the engine prints them in words no
-        name rule foresees (vLLM: `non-default args: {'api_key': ['V']}`)."""
+        knobs), its environment (``env``: a cluster node's own too) and inherited credentials:
+        the engine prints them in words no name rule foresees (vLLM: `non-default args:
+        {'api_key': ['V']}`)."""
         found = Scrubber.from_launch(
             [*(self.profile.command or ()), *self.profile.args, *argv],
-            launch_secrets_env(self.profile.env, os.environ),
+            launch_secrets_env({**self.profile.env, **(env or {})}, os.environ),
         )
         self._scrubber = found if self._scrubber is None else self._scrubber.joined(found)
 

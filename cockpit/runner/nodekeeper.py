@@ -32,7 +32,9 @@ from cockpit.runner.cluster import SPEC_ENV, node_prefix
 from cockpit.runner.registry import TOKEN_ENV
 
 POLL_S = 0.2
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 15.0  # each node's engine, between SIGTERM and SIGKILL
+SPAWN_TIMEOUT_S = 60.0
+FORWARD_REOPENS = 5  # an SSH forward that drops is opened again this many times before the launch ends
 # The agent's last line for an engine that ended (cockpit.faces.agent): "exited with code N" or
 # "was killed by signal SIGKILL".
 _ENDED = re.compile(r"cockpit agent: the engine (exited with code -?\d+|was killed by signal \w+)")
@@ -50,12 +52,18 @@ class NodeKeeper:
         self.join_notice_s = float(spec.get("join_notice_s", 60.0))
         self.token = token
         self.pids: dict[int, int] = {}  # rank -> the keeper pid on that node (its process group)
+        self.attempted: set[int] = set()  # ranks whose spawn was asked for (it may have run)
+        self.logs: dict[int, str] = {}  # rank -> its log on the node
+        self.read_bytes: dict[int, int] = {}  # rank -> bytes of its log written to ours
+        self.dropped: set[int] = set()  # ranks whose log follower ended without the engine's end
+        self.unreachable: set[int] = set()  # ranks whose node did not answer since their log dropped
         self.ended: dict[int, str] = {}  # rank -> how its engine ended
         self.entered: set[int] = set()  # nodes whose ranks said they entered the rendezvous
         self.all_joined = False  # the head said every rank is in
         self.children: list[subprocess.Popen] = []
         self.out_lock = threading.Lock()
         self.stop_asked = threading.Event()
+        self.stopped = False
         self.entry_patterns = self._patterns("rank_joined")
         self.all_joined_patterns = self._patterns("all_joined")
 
@@ -84,14 +92,17 @@ class NodeKeeper:
     def start_node(self, launch: NodeLaunch) -> None:
         from cockpit.system.ssh import run_agent
 
-        env_flags = [f"--env={k}={v}" for k, v in launch.env.items()]
-        log = f"nodes/exp{self.experiment}-node{launch.rank + 1}.log"
+        # named by the launch's token: another cockpit's experiment of the same number never shares it
+        log = f"nodes/exp{self.experiment}-{self.token[:8]}-node{launch.rank + 1}.log"
+        self.attempted.add(launch.rank)  # from here an engine may run there: a stop looks for it
         answer = run_agent(
             self.cluster,
             self.node(launch.rank),
-            ["spawn", "--log", log, "--token", self.token, *env_flags, "--", *launch.argv],
+            ["spawn", "--log", log, "--token", self.token, "--env-stdin", "--", *launch.argv],
             env=self.env,
-            timeout=60.0,
+            timeout=SPAWN_TIMEOUT_S,
+            stdin=json.dumps(dict(launch.env)),  # off the command lines: a profile's env may hold a token
+            own_session=True,
         )
         if not isinstance(answer, dict) or "pid" not in answer:
             why = answer.get("error") if isinstance(answer, dict) else answer
@@ -100,10 +111,12 @@ class NodeKeeper:
         self.say(
             f"{self.label(launch.rank)} started the engine (pid {answer['pid']}, log {answer.get('log', log)})"
         )
-        self.follow_node(launch.rank, str(answer.get("log", log)))
+        self.logs[launch.rank] = str(answer.get("log", log))
+        self.follow_node(launch.rank)
 
-    def follow_node(self, rank: int, log: str) -> None:
-        """The node's log lines, prefixed, into ours; its engine's end, noted."""
+    def follow_node(self, rank: int) -> None:
+        """The node's log lines, prefixed, into ours (from where an earlier follower stopped);
+        its engine's end, noted."""
         from cockpit.system.ssh import agent_argv
 
         argv = agent_argv(
@@ -112,7 +125,9 @@ class NodeKeeper:
             [
                 "tail",
                 "--log",
-                log,
+                self.logs[rank],
+                "--offset",
+                str(self.read_bytes.get(rank, 0)),
                 "--prefix",
                 node_prefix(rank, self.launches[rank].host),
                 "--pid",
@@ -128,7 +143,9 @@ class NodeKeeper:
 
     def _read(self, rank: int, child: subprocess.Popen) -> None:
         assert child.stdout is not None
+        prefix = len(node_prefix(rank, self.launches[rank].host).encode())
         for raw in child.stdout:
+            self.read_bytes[rank] = self.read_bytes.get(rank, 0) + max(0, len(raw) - prefix)
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             with self.out_lock:
                 sys.stdout.write(line + "\n")
@@ -140,10 +157,9 @@ class NodeKeeper:
                 self.entered.add(rank)
             if any(p.search(line) for p in self.all_joined_patterns):
                 self.all_joined = True
-        code = child.wait()
+        child.wait()
         if rank not in self.ended and not self.stop_asked.is_set():
-            # the tail ended without the engine's end: SSH to the node dropped
-            self.ended.setdefault(rank, f"could not be followed (ssh exited with code {code})")
+            self.dropped.add(rank)  # SSH to the node dropped, or the follower died: asked about in run()
 
     def forward(self) -> subprocess.Popen:
         """The head's HTTP port, here: the head binds its own 127.0.0.1, as every server we start."""
@@ -157,39 +173,94 @@ class NodeKeeper:
     # -- run -----------------------------------------------------------------------------------
 
     def run(self) -> int:
+        """Start every node, then watch them until one ends or a stop is asked for; every node
+        that may run is stopped on the way out, whatever happened."""
+        try:
+            return self._run()
+        except Exception as exc:  # never a traceback in the launch log, never a node left behind
+            self.say(f"the launch failed: {type(exc).__name__}: {exc}")
+            return 1
+        finally:
+            self.stop_nodes()
+
+    def _run(self) -> int:
         try:
             for launch in self.launches:  # the head first: the others connect to it
                 if self.stop_asked.is_set():
-                    break
+                    return 0
                 self.start_node(launch)
             forward = self.forward()
         except CockpitError as exc:
             self.say(str(exc))
-            self.stop_nodes()
             return 1
         started = time.monotonic()
         noticed = False
+        reopened = 0
         while not self.stop_asked.wait(POLL_S):
             if self.ended:
                 rank = min(self.ended)
-                self.say(
-                    f"{self.label(rank)}: the engine {self.ended[rank]}"
-                    + ("" if len(self.launches) == 1 else "; stopping the other nodes")
-                )
-                self.stop_nodes()
+                others = "" if len(self.launches) == 1 else "; stopping the other nodes"
+                self.say(f"{self.label(rank)}: the engine {self.ended[rank]}{others}")
                 return 1
+            for rank in sorted(self.dropped):
+                self.dropped.discard(rank)
+                self.reconnect(rank)
             if forward.poll() is not None:
-                self.say(
-                    f"the forward to the head's port {self.port} ended (ssh exited with code {forward.returncode})"
-                )
-                self.stop_nodes()
-                return 1
+                reopened += 1
+                if reopened > FORWARD_REOPENS:
+                    self.say(
+                        f"the forward to the head's port {self.port} failed {reopened} times (ssh exited with code "
+                        f"{forward.returncode}): check `ssh {self.cluster.head.label}`"
+                    )
+                    return 1
+                self.say(f"the forward to the head's port {self.port} ended; opening it again")
+                time.sleep(min(30.0, 2.0**reopened))
+                forward = self.forward()
             if not noticed and not self.all_joined and time.monotonic() - started > self.join_notice_s:
                 noticed = True
                 self.notice_not_joined()
         self.say("stopping every node")
-        self.stop_nodes()
         return 0
+
+    def reconnect(self, rank: int) -> None:
+        """A node's follower ended without its engine's last line: SSH dropped. The engine is
+        asked about; one that still runs is followed again from where its log was left."""
+        from cockpit.system.ssh import run_agent
+
+        try:
+            answer = run_agent(
+                self.cluster,
+                self.node(rank),
+                ["status", "--pid", str(self.pids[rank]), "--token", self.token],
+                env=self.env,
+                timeout=30.0,
+            )
+        except CockpitError as exc:
+            if rank not in self.unreachable:  # said once; the engine there may well still run
+                self.unreachable.add(rank)
+                self.say(
+                    f"{self.label(rank)}: its log dropped and the node does not answer ({exc}); trying again"
+                )
+            time.sleep(2.0)
+            self.dropped.add(rank)
+            return
+        self.unreachable.discard(rank)
+        if isinstance(answer, dict) and answer.get("alive"):
+            self.say(f"{self.label(rank)}: its log dropped; following it again")
+            self.follow_node(rank)
+        else:
+            self.follow_node(rank)  # the engine ended: its follower reads the rest, its last line included
+
+    def find(self, rank: int) -> list[int]:
+        """The process groups on a node that carry this launch's token: an engine whose spawn
+        was cut short before its pid came back."""
+        from cockpit.system.ssh import run_agent
+
+        answer = run_agent(
+            self.cluster, self.node(rank), ["find", "--token", self.token], env=self.env, timeout=30.0
+        )
+        groups = answer.get("groups", []) if isinstance(answer, dict) else []
+        return sorted({int(g) for g in groups})
 
     def notice_not_joined(self) -> None:
         """Said once, a minute in: which nodes have not entered the rendezvous, long before the
@@ -213,19 +284,25 @@ class NodeKeeper:
 
         def stop(rank: int) -> None:
             try:
-                answer = run_agent(
-                    self.cluster,
-                    self.node(rank),
-                    ["stop", "--pid", str(self.pids[rank]), "--token", self.token, "--grace", "10"],
-                    env=self.env,
-                    timeout=STOP_GRACE_S + 30.0,
-                )
-                if isinstance(answer, dict) and not answer.get("stopped", True) and answer.get("why"):
-                    self.say(f"{self.label(rank)}: {answer['why']}")
+                pids = [self.pids[rank]] if rank in self.pids else self.find(rank)
+                for pid in pids:
+                    answer = run_agent(
+                        self.cluster,
+                        self.node(rank),
+                        ["stop", "--pid", str(pid), "--token", self.token, "--grace", f"{STOP_GRACE_S:g}"],
+                        env=self.env,
+                        timeout=STOP_GRACE_S + 30.0,
+                        own_session=True,
+                    )
+                    if isinstance(answer, dict) and not answer.get("stopped", True) and answer.get("why"):
+                        self.say(f"{self.label(rank)}: {answer['why']}")
             except CockpitError as exc:
                 self.say(f"{self.label(rank)}: could not be stopped: {exc}")
 
-        ranks = sorted(self.pids)
+        if self.stopped:
+            return
+        self.stopped = True
+        ranks = sorted(self.attempted)
         if ranks:
             with ThreadPoolExecutor(max_workers=min(16, len(ranks))) as pool:
                 list(pool.map(stop, ranks))

@@ -582,7 +582,7 @@ def free_local_port() -> int:
 
 # A launch across nodes is one local process (cockpit.runner.nodekeeper) that stops every node's
 # engine over SSH when asked: it gets this long before SIGKILL, which would leave the nodes running.
-NODE_KEEPER_GRACE_S = 60.0
+NODE_KEEPER_GRACE_S = 90.0  # a spawn in flight (60 s at most), then every node's stop (15 s)
 
 
 def keeps_nodes(entry: ServerEntry) -> bool:

@@ -170,30 +170,46 @@ def run_agent(
     env: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     control: Path | str | None = None,
+    stdin: str | None = None,
+    own_session: bool = False,
 ) -> Any:
     """Run one agent sub-command on ``node`` and return its answer: the JSON line it printed
-    (a list of them when it printed several). Any failure is one line naming the node."""
+    (a list of them when it printed several). Any failure is one line naming the node.
+    ``stdin``: what the agent reads (what must stay off the command lines `ps` shows).
+    ``own_session``: ssh outside the caller's process group, so that a SIGTERM to the group does
+    not cut a call (a spawn, a stop) half way, leaving an engine that nobody knows of."""
     argv = agent_argv(cluster, node, sub_argv, env, control=control)
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            input=stdin,
+            stdin=subprocess.DEVNULL if stdin is None else None,
+            start_new_session=own_session,
         )
     except FileNotFoundError:
         raise CockpitError(
             "no `ssh` command here: install OpenSSH's client to reach the cluster's nodes"
         ) from None
     except subprocess.TimeoutExpired:
-        raise CockpitError(
+        raise Unreachable(
             f"node {node.host}: the agent did not answer `{cut(' '.join(sub_argv[:2]))}` within {timeout:g} s: "
             "check the node is up and not overloaded"
         ) from None
     return agent_answer(node, done.returncode, done.stdout, done.stderr)
 
 
+class Unreachable(CockpitError):
+    """SSH itself failed: the node, its port, the key or the host key; not the agent."""
+
+
 def agent_answer(node: Node, returncode: int, stdout: str, stderr: str) -> Any:
     """What an agent call answered, or the one-line error its exit status and output mean."""
     if returncode == SSH_FAILED:
-        raise CockpitError(f"node {node.host}: {ssh_error(stderr)}")
+        raise Unreachable(f"node {node.host}: {ssh_error(stderr)}")
     answers = []
     for line in stdout.splitlines():
         try:
