@@ -165,7 +165,7 @@ def test_stop_waits_for_every_process_of_the_servers_group(tmp_path):
     they hold the memory. A stop returns when the whole group is gone (the real engine's next
     launch found the box busy before)."""
     from cockpit.runner.registry import Registry
-    from cockpit.runner.supervisor import Supervisor, _group_members
+    from cockpit.runner.supervisor import Supervisor, group_members
 
     child = (
         "import signal, time\n"
@@ -190,7 +190,7 @@ def test_stop_waits_for_every_process_of_the_servers_group(tmp_path):
     deadline = time.monotonic() + 20
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_group_members(handle.entry.pgid)) == 2
+    assert len(group_members(handle.entry.pgid)) == 2
     how = supervisor.stop(handle, grace=10)
     assert how == "stopped with SIGTERM"
-    assert _group_members(handle.entry.pgid) == []  # the child's 1.5 s of dying included
+    assert group_members(handle.entry.pgid) == []  # the child's 1.5 s of dying included

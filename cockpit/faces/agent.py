@@ -37,6 +37,7 @@ import psutil
 
 from cockpit.core.errors import CockpitError
 from cockpit.runner.registry import TOKEN_ENV
+from cockpit.runner.supervisor import group_members, signal_group, wait_group_gone
 
 BAD_INPUT = 2
 FAILED = 1
@@ -306,14 +307,11 @@ def _living(process: psutil.Process) -> bool:
 
 
 def _group(pgid: int) -> list[psutil.Process]:
-    """The living processes of process group ``pgid``."""
+    """The living processes of process group ``pgid`` (the supervisor's reading of a group)."""
     members = []
-    for process in psutil.process_iter():
-        try:
-            if os.getpgid(process.pid) == pgid and _living(process):
-                members.append(process)
-        except (OSError, psutil.Error):
-            continue
+    for pid in group_members(pgid):
+        with contextlib.suppress(psutil.Error):
+            members.append(psutil.Process(pid))
     return members
 
 
@@ -339,8 +337,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    _signal_group(args.pid, signal.SIGTERM)
-    if _wait_gone(args.pid, args.grace):
+    signal_group(args.pid, signal.SIGTERM)
+    if wait_group_gone(args.pid, args.grace):
         _say({"stopped": True, "why": "ended on SIGTERM"})
         return 0
     # SIGKILL the engine first, so its keeper can still write how it ended; then the rest.
@@ -348,25 +346,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
         if process.pid != args.pid:
             with contextlib.suppress(psutil.Error, OSError):
                 process.kill()
-    if not _wait_gone(args.pid, 3.0):
-        _signal_group(args.pid, signal.SIGKILL)
-        _wait_gone(args.pid, 3.0)
+    if not wait_group_gone(args.pid, 3.0):
+        signal_group(args.pid, signal.SIGKILL)
+        wait_group_gone(args.pid, 3.0)
     _say({"stopped": True, "why": f"killed: still running {args.grace:g} s after SIGTERM"})
     return 0
-
-
-def _signal_group(pgid: int, number: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, number)
-
-
-def _wait_gone(pgid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _group(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_S)
-    return True
 
 
 def cmd_status(args: argparse.Namespace) -> int:

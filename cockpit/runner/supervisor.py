@@ -202,7 +202,7 @@ class Supervisor:
             except (
                 BaseException
             ) as exc:  # the registry cannot be written: a server we cannot list must not run
-                _signal_group(popen.pid, signal.SIGKILL)
+                signal_group(popen.pid, signal.SIGKILL)
                 popen.wait()
                 self.registry.drop_pending(pending)
                 raise CockpitError(
@@ -392,21 +392,21 @@ class Supervisor:
                 )
         elif pgid != handle.pid:  # our child leads its own group (start_new_session): never another
             pgid = handle.pid
-        members = set(_group_members(pgid)) | {handle.pid}
+        members = set(group_members(pgid)) | {handle.pid}
         how = "exited"
         if handle.returncode() is None:
             how = "stopped with SIGTERM"
-            _signal_group(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + grace  # one grace for the leader and its group
             exited = self.wait_exit(handle, grace)
-            if not exited or not _wait_group_gone(pgid, max(0.0, deadline - time.monotonic())):
+            if not exited or not wait_group_gone(pgid, max(0.0, deadline - time.monotonic())):
                 how = f"killed with SIGKILL after {grace:.0f} s"
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
                 self.wait_exit(handle, 5.0)
-                _wait_group_gone(pgid, 5.0)
+                wait_group_gone(pgid, 5.0)
         else:
-            _signal_group(pgid, signal.SIGKILL)  # children the engine left behind
-            _wait_group_gone(pgid, 5.0)
+            signal_group(pgid, signal.SIGKILL)  # children the engine left behind
+            wait_group_gone(pgid, 5.0)
         self.registry.remove(handle.pid)
         if not self._wait_memory_released(members, memory_timeout):
             how += f"; its GPU memory was still held after {memory_timeout:.0f} s"
@@ -487,7 +487,7 @@ def _not_answering(handle: ServerHandle, path: str, seconds: float) -> str:
     )
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """The live processes of a process group (an ended one not yet reaped is not live)."""
     if pgid <= 0:
         return []
@@ -507,10 +507,10 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _wait_group_gone(pgid: int, seconds: float) -> bool:
+def wait_group_gone(pgid: int, seconds: float) -> bool:
     """Wait until no live process is left in the group; False if some still run after ``seconds``."""
     deadline = time.monotonic() + seconds
-    while _group_members(pgid):
+    while group_members(pgid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -539,7 +539,7 @@ def unverified(entry: ServerEntry) -> str | None:
     except psutil.AccessDenied:
         return f"pid {pid} cannot be inspected (permission denied)"
     if not leads:
-        return None if entry.token and _group_carries(pgid, entry.token) else ENDED
+        return None if entry.token and group_carries(pgid, entry.token) else ENDED
     try:
         if os.getpgid(pid) != pgid:
             return f"pid {pid} is in process group {os.getpgid(pid)}, not {pgid}"
@@ -552,16 +552,16 @@ def unverified(entry: ServerEntry) -> str | None:
     return None
 
 
-def _group_carries(pgid: int, token: str) -> bool:
+def group_carries(pgid: int, token: str) -> bool:
     """Whether a live member of the group carries ``token`` (what a server left behind)."""
-    for pid in _group_members(pgid):
+    for pid in group_members(pgid):
         with contextlib.suppress(psutil.Error, OSError):
             if psutil.Process(pid).environ().get(TOKEN_ENV) == token:
                 return True
     return False
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def signal_group(pgid: int, sig: signal.Signals) -> None:
     """``sig`` to a server's group; 0 (cockpit's own group) and negative numbers never reach killpg."""
     if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 0:
         return
