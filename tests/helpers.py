@@ -65,5 +65,9 @@ class Level:
     failed: bool = False
     client_limited: bool = False
     extra: dict = field(default_factory=dict)
+    duration_s: float | None = None
+    errors: int = 0
+    client_limited: bool = False
+    extra: dict = field(default_factory=dict)
     duration_s: float | None = 10.0
     errors: int = 0

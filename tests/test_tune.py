@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 import yaml
+from helpers import Launch, Level
 
 from cockpit.core.commands import Tune
 from cockpit.core.errors import CockpitError
@@ -207,30 +208,6 @@ def test_a_wider_margin_widens_every_bound(ranked):
 # -- the margin: out of sample ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Launch:
-    """A journaled launch as the fit reads it."""
-
-    layout: str
-    argv: tuple[str, ...]
-    facts: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Level:
-    """A benchmark level as the fit reads it."""
-
-    concurrency: int
-    output_tok_s: float
-    input_len: int | None = 32
-    output_len: int | None = 8
-    failed: bool = False
-    client_limited: bool = False
-    extra: dict = field(default_factory=dict)
-    duration_s: float | None = 10.0
-    errors: int = 0
-
-
 # The box's truth: the planner's own form, its constants far from the defaults (eta_bw 0.62 and
 # t_layer_us 70 on this box for vLLM), so a calibration finds it exactly from two layouts.
 HIDDEN = {"eta_bw": 0.3, "t_layer_us": 5}
@@ -247,7 +224,7 @@ def measured_under(setup, spec, names, truth=HIDDEN):
         layout = by_name[name].layout
         tok_s = predict_tok_s(real, plan_layout(real, layout), [4, 16, 64], 32, 8)
         argv = tuple(redact_argv(plan_layout(setup, layout).argv))
-        runs.append((Launch(name, argv), [Level(c, t) for c, t in tok_s.items()]))
+        runs.append((Launch(name, argv), [Level(c, t, 32, 8, duration_s=10.0) for c, t in tok_s.items()]))
         gpus = by_name[name].gpus
         points += [Point(name, float(c), t / gpus, t, None, None) for c, t in tok_s.items()]
     return candidates, runs, points

@@ -41,17 +41,13 @@ def gpu_source(hardware: Hardware, sim: bool, cluster: Cluster | None = None) ->
     GPUs through NVML; on a cluster, every node's GPUs from its agent over SSH (each simulated
     node reads its own simulated box)."""
     if cluster is not None:
-        from cockpit.runner.cluster import agent_env
+        from cockpit.runner.cluster import agent_env, simulated_node_env
         from cockpit.telemetry.agent import ClusterSource
 
         def node_env(node: Node) -> dict[str, str]:
             if not sim:
                 return {}
-            return {
-                **agent_env(True),
-                "COCKPIT_SIM_NODE": node.host,
-                "COCKPIT_SIM_GPUS": f"{node.gpus}x{hardware.gpu.key}",
-            }
+            return {**agent_env(True), **simulated_node_env(node.host, hardware)}
 
         return ClusterSource(cluster, env=node_env)
     if sim:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from cockpit.core.cluster import Cluster, NodeLaunch, Rendezvous, cluster_to_json, node_launch_to_json
 from cockpit.core.errors import CockpitError
+from cockpit.core.hardware import Hardware
 from cockpit.runner.events import Diagnosis
 
 NODE_UNREACHABLE = "node-unreachable"
@@ -48,6 +49,12 @@ def agent_env(simulated: bool) -> dict[str, str]:
     if not simulated:
         return {}
     return {k: v for k, v in os.environ.items() if k.startswith(_SIM_PASSED)}
+
+
+def simulated_node_env(host: str, hardware: Hardware) -> dict[str, str]:
+    """What makes a simulated node's engine and agent read that node's own simulated box
+    (cockpit.sim.box: COCKPIT_SIM_NODE names it, COCKPIT_SIM_GPUS sizes it)."""
+    return {"COCKPIT_SIM_NODE": host, "COCKPIT_SIM_GPUS": f"{hardware.gpus_per_node}x{hardware.gpu.key}"}
 
 
 def _each(cluster: Cluster, ask) -> list:

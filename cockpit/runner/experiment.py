@@ -28,7 +28,14 @@ from cockpit.core.records import LaunchFacts, LaunchPrediction, PredictedMemory
 from cockpit.core.secrets import Scrubber, launch_secrets_env, redact_argv
 from cockpit.engines import api_keys
 from cockpit.engines.arguments import knob_next_step
-from cockpit.runner.cluster import SPEC_ENV, describe_nodes, keeper_argv, keeper_spec, preflight
+from cockpit.runner.cluster import (
+    SPEC_ENV,
+    describe_nodes,
+    keeper_argv,
+    keeper_spec,
+    preflight,
+    simulated_node_env,
+)
 from cockpit.runner.diagnose import describe_end
 from cockpit.runner.events import (
     BenchDone,
@@ -380,8 +387,7 @@ class Launcher:
         if not hw.on_cpu:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, launch.gpus))
         if self.sim:
-            env["COCKPIT_SIM_GPUS"] = f"{hw.gpus_per_node}x{hw.gpu.key}"
-            env["COCKPIT_SIM_NODE"] = launch.host
+            env.update(simulated_node_env(launch.host, hw))
             env["COCKPIT_SIM_CALIBRATION"] = json.dumps(dict(self.profile.calibration))
         return env
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from cockpit.core.cluster import Cluster, NodeLaunch, cluster_from_json, node_launch_from_json
 from cockpit.core.errors import CockpitError
 from cockpit.runner.cluster import SPEC_ENV, node_prefix
+from cockpit.runner.phases import PhaseTracker
 from cockpit.runner.registry import TOKEN_ENV
 
 POLL_S = 0.2
@@ -58,14 +59,14 @@ class NodeKeeper:
         self.dropped: set[int] = set()  # ranks whose log follower ended without the engine's end
         self.unreachable: set[int] = set()  # ranks whose node did not answer since their log dropped
         self.ended: dict[int, str] = {}  # rank -> how its engine ended
-        self.entered: set[int] = set()  # nodes whose ranks said they entered the rendezvous
-        self.all_joined = False  # the head said every rank is in
+        # each node's lines read for the rendezvous, in the engine's words (cockpit.runner.phases)
+        self.trackers = [
+            PhaseTracker(self.experiment, self.engine, nodes=len(self.launches)) for _ in self.launches
+        ]
         self.children: list[subprocess.Popen] = []
         self.out_lock = threading.Lock()
         self.stop_asked = threading.Event()
         self.stopped = False
-        self.entry_patterns = self._patterns("rank_joined")
-        self.all_joined_patterns = self._patterns("all_joined")
 
     # -- output --------------------------------------------------------------------------------
 
@@ -74,12 +75,9 @@ class NodeKeeper:
             sys.stdout.write(f"cockpit: {text}\n")
             sys.stdout.flush()
 
-    def _patterns(self, name: str) -> tuple[re.Pattern[str], ...]:
-        """The engine's own words for a step of the rendezvous (cockpit.engines.surface)."""
-        from cockpit.engines import ENGINES
-
-        surface = ENGINES[self.engine].surface if self.engine in ENGINES else None
-        return tuple(getattr(surface, name, ()) or ())
+    def all_joined(self) -> bool:
+        """Whether a node said every rank is in (the head does, once the group holds the world)."""
+        return any(tracker.all_joined for tracker in self.trackers)
 
     def node(self, rank: int):
         return self.cluster.nodes[rank]
@@ -153,10 +151,8 @@ class NodeKeeper:
             ended = _ENDED.search(line)
             if ended:
                 self.ended.setdefault(rank, ended.group(1))
-            elif any(p.search(line) for p in self.entry_patterns):
-                self.entered.add(rank)
-            if any(p.search(line) for p in self.all_joined_patterns):
-                self.all_joined = True
+            else:
+                self.trackers[rank].feed(line)
         child.wait()
         if rank not in self.ended and not self.stop_asked.is_set():
             self.dropped.add(rank)  # SSH to the node dropped, or the follower died: asked about in run()
@@ -216,7 +212,7 @@ class NodeKeeper:
                 self.say(f"the forward to the head's port {self.port} ended; opening it again")
                 time.sleep(min(30.0, 2.0**reopened))
                 forward = self.forward()
-            if not noticed and not self.all_joined and time.monotonic() - started > self.join_notice_s:
+            if not noticed and not self.all_joined() and time.monotonic() - started > self.join_notice_s:
                 noticed = True
                 self.notice_not_joined()
         self.say("stopping every node")
@@ -265,12 +261,12 @@ class NodeKeeper:
     def notice_not_joined(self) -> None:
         """Said once, a minute in: which nodes have not entered the rendezvous, long before the
         engine's own timeout (10 to 30 minutes) says it in its words."""
-        missing = [r for r in range(len(self.launches)) if r not in self.entered]
+        missing = [r for r, tracker in enumerate(self.trackers) if not tracker.ranks_joined]
         head = self.launches[0].host
         why = (
             f"{', '.join(self.label(r) for r in missing)} never said it entered"
-            if missing and self.entry_patterns
-            else "every node started, and the head has not heard from them all"
+            if missing and any(t.ranks_joined for t in self.trackers)
+            else "the head has not heard from every rank"
         )
         self.say(
             f"ranks not joined after {self.join_notice_s:.0f} s at the head {head}: {why}; check that every "

@@ -106,7 +106,7 @@ class Head:
                 if message.get("loaded"):
                     peer.loaded = True
                     self._changed.set()
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a reset or garbled peer: lost, as `finally` records
             pass
         finally:
             # Only a node that had joined can be lost; a refused one was never in.
